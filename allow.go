@@ -1,0 +1,114 @@
+package throttler
+
+import (
+	"context"
+	"time"
+)
+
+// Result is the outcome of Allow and AllowN.
+type Result struct {
+	// Allowed reports whether the call was admitted and counted.
+	Allowed bool
+	// Remaining is how many more calls the window around now had room for
+	// right after this decision.
+	Remaining int
+	// RetryAfter is, when Allowed is false, how long until the requested
+	// calls would have fitted had nobody else taken the room; zero when
+	// Allowed. It is a hint, not a reservation.
+	RetryAfter time.Duration
+}
+
+// Allow makes one attempt to admit one call now and never waits for quota.
+// It is AllowN(ctx, 1).
+func (t *Throttler) Allow(ctx context.Context) (Result, error) {
+	return t.AllowN(ctx, 1)
+}
+
+// AllowN makes one attempt to admit n calls now (1 <= n <= limit). When
+// Allowed is true, the calls are counted. When it is false, nothing is
+// counted: the attempt's members are removed before AllowN returns.
+//
+// AllowN does not queue behind callers blocked in Wait on this Throttler.
+// It costs one Redis round trip when admitted, two when refused. On a Redis
+// failure it follows the failure policy: FailOpen allows, FallbackLocal
+// decides from the local window, FailClosed returns an error wrapping
+// ErrRedis.
+func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
+	if n < 1 || n > t.limit {
+		return Result{}, invalidf("AllowN(%d): n must be in 1..%d", n, t.limit)
+	}
+	if ctx.Err() != nil {
+		return Result{}, ctxError(ctx)
+	}
+	if !t.clock.synced() {
+		if err := t.syncClock(ctx); err != nil {
+			return t.allowDegraded(n, err)
+		}
+	}
+	now := t.now()
+	g := t.clock.server(now)
+	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1))}
+	members := make([]string, n)
+	for i := range members {
+		members[i] = t.ids.next()
+		a.adds = append(a.adds, entry{score: g, member: members[i]})
+	}
+	r, err := t.exec(ctx, a, g)
+	if err != nil {
+		// Redis failed: the members, if they arrived, go with the next round
+		// trip that works (and stop counting on their own regardless).
+		t.mu.Lock()
+		t.giveBack = append(t.giveBack, members...)
+		t.mu.Unlock()
+		return t.allowDegraded(n, err)
+	}
+	t.mu.Lock()
+	t.recovered()
+	t.mu.Unlock()
+	others := int(r.counts[0]) - n
+	if admit([]claim{{score: g, n: n}}, a.checks, r.counts, t.limit, t.w)[0] {
+		if t.onAdmit != nil {
+			t.mu.Lock()
+			t.onAdmit(g, members)
+			t.mu.Unlock()
+		}
+		return Result{Allowed: true, Remaining: t.limit - others - n}, nil
+	}
+	t.release(ctx, members)
+	res := Result{Remaining: max(0, t.limit-others)}
+	if slots := nextSlots(t.sane(r), a.adds, t.limit, a.slots, n, t.w); len(slots) >= n && slots[n-1] > g {
+		res.RetryAfter = t.clock.local(slots[n-1]).Sub(now)
+	}
+	return res, nil
+}
+
+// allowDegraded answers AllowN by the failure policy.
+func (t *Throttler) allowDegraded(n int, err error) (Result, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	switch t.opt.policy.kind {
+	case policyOpen:
+		t.logRedis(err, "calls admitted without throttling")
+		return Result{Allowed: true}, nil
+	case policyLocal:
+		t.logRedis(err, "calls throttled locally")
+		t.degraded = now.Add(retryRedisAfter)
+		if n > t.local.limit {
+			return Result{}, redisError(err)
+		}
+		at := t.local.slot(now, n)
+		if at.After(now) {
+			return Result{RetryAfter: at.Sub(now)}, nil
+		}
+		t.local.take(at, n)
+		serverAt := t.clock.server(at)
+		for range n {
+			t.replay = append(t.replay, entry{score: serverAt, member: t.ids.next()})
+		}
+		return Result{Allowed: true}, nil
+	default:
+		t.logRedis(err, "calls fail")
+		return Result{}, redisError(err)
+	}
+}

@@ -1,0 +1,171 @@
+package throttler
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// retryRedisAfter is how long FailOpen and FallbackLocal serve calls without
+// trying Redis after it failed.
+const retryRedisAfter = time.Second
+
+// failLocked applies the failure policy after a round trip (or the first
+// clock sample) failed. batch is the round's batch, a its attempt (both nil
+// when no reservation was sent). It returns how long the worker sleeps.
+func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Duration {
+	if a != nil {
+		t.giveBack = append(t.giveBack, a.remove...)
+		for _, e := range a.adds {
+			if !t.isOurs(e.member, batch) {
+				t.replay = append(t.replay, e) // admitted without Redis: count it once Redis answers
+			}
+		}
+	}
+	now := t.now()
+	switch t.opt.policy.kind {
+	case policyOpen:
+		t.logRedis(err, "calls admitted without throttling")
+		t.degraded = now.Add(retryRedisAfter)
+		for _, w := range batch {
+			// Its members may have reached Redis; they count, as they should.
+			w.members = nil
+			t.settleLocked(w, stAdmitted, now, nil)
+		}
+		return t.serveDegradedLocked(now)
+	case policyLocal:
+		t.logRedis(err, "calls throttled locally")
+		t.degraded = now.Add(retryRedisAfter)
+		var requeue []*waiter
+		for _, w := range batch {
+			t.giveBack = append(t.giveBack, w.members...)
+			w.members = nil
+			if w.cancelled {
+				t.settleLocked(w, stFailed, now, redisError(err))
+				continue
+			}
+			w.state = stQueued
+			requeue = append(requeue, w)
+		}
+		t.queue = append(requeue, t.queue...)
+		return t.serveDegradedLocked(now)
+	default:
+		t.logRedis(err, "calls fail")
+		e := redisError(err)
+		for _, w := range batch {
+			if !w.cancelled || w.gone {
+				t.giveBack = append(t.giveBack, w.members...)
+				w.members = nil
+			}
+			t.settleLocked(w, stFailed, now, e)
+		}
+		// Fail the whole queue: while Redis hangs, no waiter should sit out
+		// one timeout per batch ahead of it.
+		for _, w := range t.queue {
+			t.settleLocked(w, stFailed, now, e)
+		}
+		t.queue = t.queue[:0]
+		return t.idleAfterFailureLocked()
+	}
+}
+
+// idleAfterFailureLocked decides what the worker does after a failure once
+// no caller waits: members it could not give back are dropped (they stop
+// counting on their own, within the crash bound), and replayed admissions are
+// kept, and retried a second later, only while they still matter.
+func (t *Throttler) idleAfterFailureLocked() time.Duration {
+	if len(t.queue) > 0 {
+		return 0
+	}
+	t.giveBack = nil
+	t.trimReplayLocked(t.clock.server(t.now()))
+	if len(t.replay) > 0 {
+		return retryRedisAfter
+	}
+	return 0
+}
+
+// isOurs reports whether member belongs to a waiter of batch (as opposed to
+// a replayed admission).
+func (t *Throttler) isOurs(member string, batch []*waiter) bool {
+	for _, w := range batch {
+		for _, m := range w.members {
+			if m == member {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (t *Throttler) settleLocked(w *waiter, s waitState, at time.Time, err error) {
+	w.state, w.at, w.err = s, at, err
+	w.signal()
+}
+
+// serveDegradedLocked serves the queue without Redis, as the policy says:
+// FailOpen admits everyone now; FallbackLocal schedules waiters in the local
+// window at the configured share of the limit. It returns how long to sleep
+// before the next round (never past the time Redis is tried again).
+func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
+	retry := t.degraded.Sub(now)
+	if t.opt.policy.kind == policyOpen {
+		for _, w := range t.queue {
+			t.settleLocked(w, stAdmitted, now, nil)
+		}
+		t.queue = t.queue[:0]
+		return retry
+	}
+	horizon := now.Add(t.opt.ahead)
+	sleep := retry
+	rest := t.queue[:0]
+	for i, w := range t.queue {
+		if w.n > t.local.limit {
+			t.settleLocked(w, stFailed, now, redisError(fmt.Errorf(
+				"%d calls at once exceed the local fallback's %d per window", w.n, t.local.limit)))
+			continue
+		}
+		at := t.local.slot(now, w.n)
+		if !w.deadline.IsZero() && at.After(w.deadline) {
+			t.settleLocked(w, stFailed, now, deadlineError(at, w.deadline))
+			continue
+		}
+		if at.After(horizon) {
+			sleep = min(sleep, at.Sub(horizon)+t.jitter())
+			rest = append(rest, t.queue[i:]...)
+			break
+		}
+		t.local.take(at, w.n)
+		w.localAt = at
+		serverAt := t.clock.server(at)
+		for range w.n {
+			t.replay = append(t.replay, entry{score: serverAt, member: t.ids.next()})
+		}
+		t.settleLocked(w, stAdmitted, at, nil)
+	}
+	clear(t.queue[len(rest):])
+	t.queue = rest
+	t.trimReplayLocked(t.clock.server(now))
+	return max(sleep, time.Millisecond)
+}
+
+// trimReplayLocked forgets replayed admissions that no longer matter to any
+// window, which bounds the journal to about one window of calls.
+func (t *Throttler) trimReplayLocked(serverNow int64) {
+	keep := t.replay[:0]
+	for _, e := range t.replay {
+		if e.score > serverNow-t.w {
+			keep = append(keep, e)
+		}
+	}
+	clear(t.replay[len(keep):])
+	t.replay = keep
+}
+
+// recovered notes a successful round trip.
+func (t *Throttler) recovered() {
+	if !t.degraded.IsZero() {
+		t.degraded = time.Time{}
+		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.key))
+	}
+}

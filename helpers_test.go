@@ -1,0 +1,164 @@
+package throttler
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// dialer returns a new, separate client to the backend under test, as a
+// separate replica would have.
+type dialer func() redis.UniversalClient
+
+// eachBackend runs f against miniredis and against a real redis-server (which
+// redistest starts, or REDIS_URL names; skipped only when neither exists and
+// THROTTLER_REQUIRE_REDIS is unset).
+func eachBackend(t *testing.T, f func(t *testing.T, dial dialer, key string)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		f(t, func() redis.UniversalClient {
+			c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}, "quota")
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		f(t, func() redis.UniversalClient { return srv.NewClient() }, srv.Key(t, "quota"))
+	})
+}
+
+// admission is one admitted call as the Throttler saw it.
+type admission struct {
+	score   int64 // server time, microseconds
+	members []string
+}
+
+// recorder collects admissions from any number of Throttlers.
+type recorder struct {
+	mu   sync.Mutex
+	list []admission
+}
+
+func (r *recorder) watch(th *Throttler) *Throttler {
+	th.onAdmit = func(score int64, members []string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.list = append(r.list, admission{score: score, members: append([]string(nil), members...)})
+	}
+	return th
+}
+
+// scores returns one score per admitted call (a weighted call counts n times).
+func (r *recorder) scores() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var s []int64
+	for _, a := range r.list {
+		for range a.members {
+			s = append(s, a.score)
+		}
+	}
+	return s
+}
+
+func (r *recorder) members() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[string]bool{}
+	for _, a := range r.list {
+		for _, x := range a.members {
+			m[x] = true
+		}
+	}
+	return m
+}
+
+// maxInWindow returns the largest number of scores in any half-open window
+// (t-w, t].
+func maxInWindow(scores []int64, w int64) int {
+	s := append([]int64(nil), scores...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	best, i := 0, 0
+	for j := range s {
+		for s[i] <= s[j]-w {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
+}
+
+// assertWindow fails the test when any window of length w holds more than
+// limit of the scores.
+func assertWindow(t *testing.T, scores []int64, w time.Duration, limit int) {
+	t.Helper()
+	if got := maxInWindow(scores, w.Microseconds()); got > limit {
+		t.Fatalf("sliding-window invariant broken: a window of %s holds %d admitted calls, limit %d (%d calls in all)",
+			w, got, limit, len(scores))
+	}
+}
+
+func mustNew(t *testing.T, c redis.UniversalClient, key string, limit int, interval time.Duration, opts ...Option) *Throttler {
+	t.Helper()
+	th, err := New(c, key, limit, interval, opts...)
+	if err != nil {
+		t.Fatalf("New(%q, %d, %s): %v", key, limit, interval, err)
+	}
+	return th
+}
+
+// waitIdle waits until th's worker has exited, so that nothing it still had
+// to give back is in flight.
+func waitIdle(t *testing.T, th *Throttler) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		th.mu.Lock()
+		running := th.running
+		th.mu.Unlock()
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker still running 10s after the last call returned")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// keyMembers returns the members of key and their scores.
+func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
+	t.Helper()
+	zs, err := c.ZRangeWithScores(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		t.Fatalf("ZRANGE %s: %v", key, err)
+	}
+	m := map[string]int64{}
+	for _, z := range zs {
+		m[z.Member.(string)] = int64(z.Score)
+	}
+	return m
+}
+
+// serverMicros reads the backend's clock.
+func serverMicros(t *testing.T, c redis.UniversalClient) int64 {
+	t.Helper()
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return tm.UnixMicro()
+}

@@ -1,0 +1,38 @@
+package throttler
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+)
+
+// memberLen is the size of a member in bytes. Redis 7 stores a sorted-set
+// member of up to 14 bytes in its smallest string allocation (16 bytes), so
+// 14 is as unique as a member can get for the least memory; a 36-character
+// UUID string costs two size classes more.
+const memberLen = 14
+
+// memberSource makes the members a Throttler adds: 10 random bytes drawn once
+// per Throttler from a version 4 UUID, then a 32-bit call counter. Members are
+// unique per call for as long as one can matter (a member lives a few
+// intervals at most; the counter wraps after 2^32 calls), and two Throttlers
+// collide with probability about 2^-80.
+type memberSource struct {
+	prefix [10]byte
+	n      atomic.Uint32
+}
+
+func newMemberSource() *memberSource {
+	id := uuid.New()
+	s := &memberSource{}
+	copy(s.prefix[:], id[:])
+	return s
+}
+
+func (s *memberSource) next() string {
+	var b [memberLen]byte
+	copy(b[:], s.prefix[:])
+	binary.BigEndian.PutUint32(b[10:], s.n.Add(1))
+	return string(b[:])
+}

@@ -1,0 +1,116 @@
+package throttler
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a Throttler. Options are checked by New: a bad value
+// makes New return an error wrapping ErrInvalidArgument.
+type Option func(*options) error
+
+type options struct {
+	buffer       time.Duration
+	now          func() time.Time
+	policy       FailurePolicy
+	logger       *slog.Logger
+	redisTimeout time.Duration
+	ahead        time.Duration
+	aheadSet     bool
+	maxBatch     int
+}
+
+func defaultOptions() options {
+	return options{
+		buffer:       50 * time.Millisecond,
+		now:          time.Now,
+		policy:       FailClosed(),
+		logger:       slog.Default(),
+		redisTimeout: time.Second,
+		maxBatch:     64,
+	}
+}
+
+// WithBuffer sets the margin between a call's admission and its arrival at
+// the third-party API. Every admitted call holds its slot for interval plus
+// the buffer, so network jitter of up to the buffer between admission and
+// arrival cannot push two calls that were interval apart into one window of
+// the API. Default 50ms. Zero is allowed; negative is an error.
+func WithBuffer(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return invalidf("WithBuffer(%s): buffer must not be negative", d)
+		}
+		o.buffer = d
+		return nil
+	}
+}
+
+// WithClock sets the local clock, for tests and simulations. Window
+// arithmetic uses the Redis server's clock; the local clock only converts
+// server times into local sleeps, so a skewed local clock does not change
+// what is admitted. Default time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) error {
+		if now == nil {
+			return invalidf("WithClock(nil)")
+		}
+		o.now = now
+		return nil
+	}
+}
+
+// WithFailurePolicy sets what calls do when Redis fails (an error or a
+// timeout). Default FailClosed().
+func WithFailurePolicy(p FailurePolicy) Option {
+	return func(o *options) error {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		o.policy = p
+		return nil
+	}
+}
+
+// WithLogger sets where Redis failures and fallback changes are logged.
+// Default slog.Default(). Errors are logged at most once per second.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return invalidf("WithLogger(nil)")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithRedisTimeout bounds each Redis round trip the Throttler makes; when it
+// passes, the failure policy decides. Default 1s.
+func WithRedisTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalidf("WithRedisTimeout(%s): timeout must be positive", d)
+		}
+		o.redisTimeout = d
+		return nil
+	}
+}
+
+// maxReserveAhead caps WithReserveAhead.
+const maxReserveAhead = 10 * time.Minute
+
+// WithReserveAhead sets how far into the future a waiting call may hold a
+// slot. A waiter given a future slot sleeps once, locally, instead of polling
+// Redis. A process killed while holding future slots loses them until each
+// slot's time plus interval plus buffer, so this also bounds what a crash
+// costs. Default: the interval, capped at one second. Zero means a slot is
+// reserved only once it is free now; at most 10 minutes.
+func WithReserveAhead(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 || d > maxReserveAhead {
+			return invalidf("WithReserveAhead(%s): must be within 0..%s", d, maxReserveAhead)
+		}
+		o.ahead, o.aheadSet = d, true
+		return nil
+	}
+}

@@ -1,0 +1,176 @@
+package throttler
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// attempt is one reservation round trip: a single MULTI/EXEC transaction on
+// the key that gives back rejected members, trims expired ones, adds new
+// members at the scores they would be admitted at, counts the neighbourhood
+// of each new score, reads the upcoming free slots, refreshes the key's TTL
+// and reads the server clock:
+//
+//	MULTI
+//	ZREM key <given back>...                    (only when there are any)
+//	ZREMRANGEBYSCORE key -inf (<now-w-1s>
+//	ZADD key <g1> <m1> <g1> <m2> <g2> <m3> ...
+//	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
+//	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES
+//	PEXPIRE key <ttl>
+//	TIME
+//	EXEC
+//
+// Adding before counting makes the decision safe without atomicity, as in the
+// seed design: two clients adding at once each count the other. MULTI buys
+// progress and exactness on top: the count sees exactly the state its insert
+// produced, so of two callers racing for the last slot exactly one wins, and
+// the free slots read are consistent with that count.
+type attempt struct {
+	remove []string
+	adds   []entry
+	checks []int64 // distinct scores among adds
+	slots  int     // k: how many upcoming free slots to learn (0 = none)
+}
+
+// reply is what an attempt's transaction returned.
+type reply struct {
+	counts []int64 // per check
+	tail   []entry
+	server time.Time
+}
+
+// trimSlack keeps members a second past their window before trimming, so
+// that a client whose server-time estimate runs ahead by less than that
+// never trims a member another still counts.
+const trimSlack = int64(time.Second / time.Microsecond)
+
+// exec runs the attempt's transaction; serverNow is the estimate of the
+// server's clock the attempt was planned with.
+func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+
+	extra := len(a.adds)
+	var (
+		counts = make([]*redis.IntCmd, 0, len(a.checks))
+		tail   *redis.ZSliceCmd
+		clock  *redis.TimeCmd
+	)
+	sent := t.now()
+	_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if len(a.remove) > 0 {
+			members := make([]any, len(a.remove))
+			for i, m := range a.remove {
+				members[i] = m
+			}
+			p.ZRem(ctx, t.key, members...)
+		}
+		p.ZRemRangeByScore(ctx, t.key, "-inf", "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
+		if t.trimFuture.Swap(false) {
+			p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
+		}
+		if len(a.adds) > 0 {
+			zs := make([]redis.Z, len(a.adds))
+			for i, e := range a.adds {
+				zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+			}
+			p.ZAdd(ctx, t.key, zs...)
+		}
+		for _, g := range a.checks {
+			counts = append(counts, p.ZCount(ctx, t.key,
+				"("+strconv.FormatInt(g-t.w, 10), "("+strconv.FormatInt(g+t.w, 10)))
+		}
+		if a.slots > 0 {
+			tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
+		}
+		p.PExpire(ctx, t.key, t.ttl())
+		clock = p.Time(ctx)
+		return nil
+	})
+	recv := t.now()
+	if err != nil {
+		return reply{}, err
+	}
+	r := reply{counts: make([]int64, len(counts)), server: clock.Val()}
+	for i, c := range counts {
+		r.counts[i] = c.Val()
+	}
+	if tail != nil {
+		zs := tail.Val()
+		r.tail = make([]entry, len(zs))
+		for i, z := range zs {
+			m, _ := z.Member.(string)
+			r.tail[i] = entry{score: int64(z.Score), member: m}
+		}
+	}
+	t.clock.observe(sent, recv, r.server)
+	return r, nil
+}
+
+// futureBound is how far past the server's now a member's score can lie
+// when a Throttler wrote it: WithReserveAhead is capped well below it. A
+// member beyond it (a seed-design "pending" score a year ahead, or garbage)
+// counts in no window; it is trimmed once a reply shows one.
+const futureBound = int64(time.Hour / time.Microsecond)
+
+// sane returns the reply's tail without members beyond futureBound, and
+// schedules their removal.
+func (t *Throttler) sane(r reply) []entry {
+	limit := r.server.UnixMicro() + futureBound
+	for i, e := range r.tail {
+		if e.score > limit {
+			t.trimFuture.Store(true)
+			return r.tail[:i]
+		}
+	}
+	return r.tail
+}
+
+// ttl keeps the key alive for as long as its newest member can matter: a
+// member is at most ahead in the future and counts for w after its score.
+func (t *Throttler) ttl() time.Duration {
+	return time.Duration(t.w)*time.Microsecond + t.opt.ahead + 2*time.Second
+}
+
+// syncClock takes a first sample of the server clock.
+func (t *Throttler) syncClock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+	sent := t.now()
+	server, err := t.rdb.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	t.clock.observe(sent, t.now(), server)
+	return nil
+}
+
+// release removes members synchronously; what it cannot remove is given
+// back with the next round trip (and expires on its own regardless).
+func (t *Throttler) release(ctx context.Context, members []string) {
+	if len(members) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.releaseTimeout())
+	defer cancel()
+	args := make([]any, len(members))
+	for i, m := range members {
+		args[i] = m
+	}
+	if err := t.rdb.ZRem(ctx, t.key, args...).Err(); err != nil {
+		t.mu.Lock()
+		t.giveBack = append(t.giveBack, members...)
+		t.logRedis(err, "members given back later")
+		t.mu.Unlock()
+	}
+}
+
+// releaseTimeout bounds how long an abandoned call spends giving its slot
+// back, so that cancellation stays prompt when Redis hangs.
+func (t *Throttler) releaseTimeout() time.Duration {
+	return min(t.opt.redisTimeout, 250*time.Millisecond)
+}

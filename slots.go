@@ -1,0 +1,136 @@
+package throttler
+
+import "sort"
+
+// This file holds the window arithmetic, kept free of I/O so that it can be
+// tested exhaustively and fuzzed. Times are Redis server time in microseconds.
+//
+// The invariant, over the scores of the members in the sorted set:
+//
+//	every half-open window (t-w, t] holds at most limit members,
+//
+// where w = interval + buffer. A member added at score g leaves it intact
+// when the members already within (g-w, g+w) number at most limit-1: every
+// window that holds g lies inside that range.
+
+// entry is a member of the sorted set with its score, ordered as Redis orders
+// them: by score, then by the member's bytes.
+type entry struct {
+	score  int64
+	member string
+}
+
+func (a entry) less(b entry) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	return a.member < b.member
+}
+
+// claim is one caller's request within a reservation attempt: n members, all
+// added at the same score.
+type claim struct {
+	score int64
+	n     int
+}
+
+// admit decides which claims of one attempt keep their members. All claims'
+// members were added to the set before counting, so counts[i] (the members
+// within (checks[i]-w, checks[i]+w) after the insert) includes every member of
+// the attempt near checks[i]. checks must hold every claim's score.
+//
+// Claims are kept greedily in order: a claim is kept when, with it and the
+// claims kept before it, no checked neighbourhood within w of it exceeds
+// limit. Because the set was read in one atomic step after the insert, a
+// kept claim satisfies the invariant whatever any other client does: others
+// that add members later count ours, including those about to be removed.
+func admit(claims []claim, checks []int64, counts []int64, limit int, w int64) []bool {
+	// others[i]: members near checks[i] that are not part of this attempt.
+	others := make([]int64, len(checks))
+	for i, h := range checks {
+		var ours int64
+		for _, c := range claims {
+			if near(c.score, h, w) {
+				ours += int64(c.n)
+			}
+		}
+		others[i] = counts[i] - ours
+	}
+	kept := make([]int64, len(checks))
+	ok := make([]bool, len(claims))
+	for ci, c := range claims {
+		fits := true
+		for i, h := range checks {
+			if near(c.score, h, w) && others[i]+kept[i]+int64(c.n) > int64(limit) {
+				fits = false
+				break
+			}
+		}
+		if !fits {
+			continue
+		}
+		ok[ci] = true
+		for i, h := range checks {
+			if near(c.score, h, w) {
+				kept[i] += int64(c.n)
+			}
+		}
+	}
+	return ok
+}
+
+// near reports whether a member at score a lies within (h-w, h+w).
+func near(a, h, w int64) bool {
+	return a > h-w && a < h+w
+}
+
+// nextSlots returns, for j = 0..k-1, the earliest score at which j+1 members
+// could be added at the tail of the set, once the members in dropped (this
+// process's rejected members, still in the set until the next attempt removes
+// them) are gone. A returned value of 0 means "now": fewer than limit members
+// remain in play. The slice is cut short where tail does not reach.
+//
+// tail is what ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES returned,
+// ascending, with extra >= len(dropped) and 1 <= k <= limit. Its last element,
+// when there is one, is the (limit-k+1)-th largest member; each earlier one
+// is one rank further from the top. A tail shorter than extra+k means the set
+// ran out below it: the missing ranks do not exist.
+func nextSlots(tail []entry, dropped []entry, limit, k, extra int, w int64) []int64 {
+	drop := append([]entry(nil), dropped...)
+	sort.Slice(drop, func(i, j int) bool { return drop[i].less(drop[j]) })
+	isDropped := func(e entry) bool {
+		i := sort.Search(len(drop), func(i int) bool { return !drop[i].less(e) })
+		return i < len(drop) && drop[i] == e
+	}
+	// droppedAbove counts dropped members ranked above e.
+	droppedAbove := func(e entry) int {
+		i := sort.Search(len(drop), func(i int) bool { return e.less(drop[i]) })
+		return len(drop) - i
+	}
+	// byRank maps the rank from the top (0 = largest) in the set without the
+	// dropped members to the score found there.
+	byRank := make(map[int]int64, len(tail))
+	for i, e := range tail {
+		if isDropped(e) {
+			continue
+		}
+		rankAfter := (limit - k) + (len(tail) - 1 - i)
+		byRank[rankAfter-droppedAbove(e)] = e.score
+	}
+	clamped := len(tail) < extra+k
+	slots := make([]int64, 0, k)
+	for j := 0; j < k; j++ {
+		// The (j+1)-th member added at the tail needs the (limit-j)-th largest
+		// member (rank limit-1-j from the top) to be w behind it.
+		s, ok := byRank[limit-1-j]
+		switch {
+		case ok:
+			slots = append(slots, s+w)
+		case clamped:
+			slots = append(slots, 0)
+		default:
+			return slots
+		}
+	}
+	return slots
+}

@@ -1,0 +1,140 @@
+// Package throttler delays outbound calls so that every replica of a service
+// shares one quota, kept in Redis: no window of length interval ever holds
+// more than limit admitted calls, however many processes and goroutines share
+// the key.
+//
+// The quota is a sliding-window log in one Redis sorted set: each admitted
+// call is a member whose score is its admission time on the Redis server's
+// clock. A call is admitted at score g only if, counted in the same
+// transaction right after its member was added, the members within
+// (g-interval-buffer, g+interval+buffer) leave room for it. A caller over the
+// limit is given the earliest future slot and sleeps once until then; it does
+// not poll.
+//
+// A Throttler is safe for concurrent use by multiple goroutines. Waiters on
+// one Throttler are served first in, first out, and their reservations are
+// batched: one Redis round trip serves as many as fit.
+package throttler
+
+import (
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Throttler shares a quota of limit calls per interval through one Redis key.
+// Create it with New. It is safe for concurrent use by multiple goroutines.
+type Throttler struct {
+	rdb      redis.UniversalClient
+	key      string
+	limit    int
+	interval time.Duration
+	w        int64 // interval + buffer, microseconds: how long a call holds its slot
+	opt      options
+	ids      *memberSource
+	clock    clockSync
+	now      func() time.Time
+
+	mu       sync.Mutex
+	queue    []*waiter // FIFO, not yet reserved
+	running  bool      // a worker goroutine serves the queue
+	kick     chan struct{}
+	slots    []int64   // next free slots (server µs, 0 = now) learned from the last reply
+	giveBack []string  // members to remove with the next round trip
+	replay   []entry   // members admitted without Redis, to count once it answers
+	degraded time.Time // while now is before it, Redis is not tried (fallback)
+	lastLog  time.Time
+	local    *localWindow // the fallback's in-process window, when configured
+
+	trimFuture atomic.Bool // a reply showed members beyond futureBound
+
+	// onAdmit, when set (tests), sees every admission with its server-time
+	// score in microseconds and its members, under t.mu.
+	onAdmit func(score int64, members []string)
+}
+
+// New returns a Throttler that admits at most limit calls in any window of
+// length interval, counted across every Throttler on the same key and the
+// same Redis. All Throttlers sharing a key must use the same limit and
+// interval.
+//
+// client may be a *redis.Client, *redis.ClusterClient, *redis.Ring or a
+// failover client. The Throttler uses the single key given: on Redis Cluster
+// it lives in one hash slot, so put a {tag} in keys that must share a slot.
+//
+// New checks its arguments and options and returns an error wrapping
+// ErrInvalidArgument when one is bad. It does no network I/O.
+func New(client redis.UniversalClient, key string, limit int, interval time.Duration, opts ...Option) (*Throttler, error) {
+	switch {
+	case client == nil:
+		return nil, invalidf("New: nil Redis client")
+	case key == "":
+		return nil, invalidf("New: empty key")
+	case limit < 1:
+		return nil, invalidf("New(%q): limit %d must be at least 1", key, limit)
+	case interval <= 0:
+		return nil, invalidf("New(%q): interval %s must be positive", key, interval)
+	case interval < time.Millisecond:
+		return nil, invalidf("New(%q): interval %s is below the 1ms resolution of a shared window", key, interval)
+	case interval > 366*24*time.Hour:
+		return nil, invalidf("New(%q): interval %s is longer than a year", key, interval)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidf("New(%q): nil Option", key)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.buffer > interval*10 && o.buffer > time.Minute {
+		return nil, invalidf("New(%q): buffer %s dwarfs the interval %s", key, o.buffer, interval)
+	}
+	if !o.aheadSet {
+		o.ahead = min(interval, time.Second)
+	}
+	t := &Throttler{
+		rdb:      client,
+		key:      key,
+		limit:    limit,
+		interval: interval,
+		w:        (interval + o.buffer).Microseconds(),
+		opt:      o,
+		ids:      newMemberSource(),
+		now:      o.now,
+		kick:     make(chan struct{}, 1),
+	}
+	if o.policy.kind == policyLocal {
+		t.local = newLocalWindow(max(1, int(math.Floor(float64(limit)*o.policy.share))), interval+o.buffer)
+	}
+	return t, nil
+}
+
+// Limit returns the number of calls allowed per interval.
+func (t *Throttler) Limit() int { return t.limit }
+
+// Interval returns the length of the sliding window.
+func (t *Throttler) Interval() time.Duration { return t.interval }
+
+// Key returns the Redis key holding the shared window.
+func (t *Throttler) Key() string { return t.key }
+
+// batchUnits is how many members one round trip may add, and how many
+// upcoming slots it learns.
+func (t *Throttler) batchUnits() int { return min(t.limit, t.opt.maxBatch) }
+
+// logRedis logs a Redis failure at most once a second.
+func (t *Throttler) logRedis(err error, what string) {
+	now := t.now()
+	if now.Sub(t.lastLog) < time.Second {
+		return
+	}
+	t.lastLog = now
+	t.opt.logger.Warn("throttler: redis failed", slog.String("key", t.key),
+		slog.String("policy", t.opt.policy.String()), slog.String("then", what), slog.Any("err", err))
+}

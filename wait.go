@@ -1,0 +1,359 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Wait blocks until one call may proceed under the shared quota, then returns
+// nil. It is WaitN(ctx, 1).
+func (t *Throttler) Wait(ctx context.Context) error {
+	return t.WaitN(ctx, 1)
+}
+
+// WaitN blocks until n calls' worth of quota (1 <= n <= limit) may be used at
+// once, then returns nil: the n calls are counted at the moment WaitN
+// returns, in every window that holds it.
+//
+// WaitN returns an error, and counts nothing, when:
+//   - n is out of range (the error wraps ErrInvalidArgument);
+//   - ctx ends first: the error wraps ctx.Err() (errors.Is(err, ctx.Err())
+//     holds) and whatever was reserved for the call is removed from Redis
+//     before WaitN returns (within a Redis round trip, bounded by 250ms or
+//     the Redis timeout if smaller);
+//   - the earliest slot the call can get is after ctx's deadline: WaitN
+//     returns at once, without sleeping, with an error wrapping
+//     context.DeadlineExceeded;
+//   - Redis fails and the policy is FailClosed: the error wraps ErrRedis and
+//     the Redis error, after at most the Redis timeout.
+//
+// Waiters on one Throttler are served in the order they called, and one
+// Redis round trip reserves for as many of them as fit. A waiter given a
+// slot in the future sleeps until then without further Redis traffic.
+func (t *Throttler) WaitN(ctx context.Context, n int) error {
+	if n < 1 || n > t.limit {
+		return invalidf("WaitN(%d): n must be in 1..%d", n, t.limit)
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
+	w := &waiter{n: n, wake: make(chan struct{}, 1)}
+	w.deadline, _ = ctx.Deadline()
+
+	t.mu.Lock()
+	t.queue = append(t.queue, w)
+	if !t.running {
+		t.running = true
+		go t.work()
+	}
+	t.mu.Unlock()
+
+	select {
+	case <-w.wake:
+	case <-ctx.Done():
+		return t.abandon(ctx, w)
+	}
+	t.mu.Lock()
+	state, at, err := w.state, w.at, w.err
+	if state == stFailed {
+		// Whatever of this call may still be in Redis (members of an earlier
+		// attempt that did not fit) leaves with it.
+		held := append(w.members, w.stale...)
+		w.members, w.stale, w.gone = nil, nil, true
+		if errors.Is(err, ErrRedis) {
+			t.giveBack = append(t.giveBack, held...)
+			held = nil
+		}
+		t.mu.Unlock()
+		t.release(ctx, held)
+		return err
+	}
+	t.mu.Unlock()
+	d := at.Sub(t.now())
+	if d <= 0 {
+		return nil
+	}
+	if !w.deadline.IsZero() && at.After(w.deadline) {
+		t.abandon(ctx, w)
+		return deadlineError(at, w.deadline)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return t.abandon(ctx, w)
+	}
+}
+
+type waitState uint8
+
+const (
+	stQueued   waitState = iota // in t.queue
+	stInFlight                  // in a round trip's batch
+	stAdmitted                  // holds a slot at w.at
+	stFailed                    // w.err says why; it may still hold members to give back
+)
+
+// waiter is one WaitN call. Its fields are guarded by the Throttler's mu.
+type waiter struct {
+	n        int
+	deadline time.Time // zero without one
+	wake     chan struct{}
+
+	state     waitState
+	cancelled bool     // the caller left while its reservation was in flight
+	gone      bool     // the caller returned: what it holds is the worker's to give back
+	members   []string // its members in Redis, if any
+	stale     []string // members of its last attempt that did not fit, being given back
+	localAt   time.Time
+	at        time.Time // local time at which it may proceed
+	err       error
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// abandon handles a caller whose ctx ended: it removes the call from the
+// queue, or gives back what was reserved for it, and returns the ctx error.
+func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
+	t.mu.Lock()
+	if w.state == stQueued {
+		t.queue = slices.DeleteFunc(t.queue, func(x *waiter) bool { return x == w })
+		stale := w.stale
+		w.stale, w.gone = nil, true
+		t.mu.Unlock()
+		t.nudge()
+		t.release(ctx, stale)
+		return ctxError(ctx)
+	}
+	if w.state == stInFlight {
+		// The round trip may be adding this call's members right now: wait
+		// for its reply (one round trip) to know what to remove, but no
+		// longer than the release timeout.
+		w.cancelled = true
+		t.mu.Unlock()
+		timer := time.NewTimer(t.releaseTimeout())
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+		t.mu.Lock()
+		if w.state == stInFlight {
+			w.gone = true // the worker gives its members back when the reply comes
+			t.mu.Unlock()
+			return ctxError(ctx)
+		}
+	}
+	members := append(w.members, w.stale...)
+	w.members, w.stale, w.gone = nil, nil, true
+	if !w.localAt.IsZero() && t.local != nil {
+		t.local.release(w.localAt, w.n)
+	}
+	t.mu.Unlock()
+	t.release(ctx, members)
+	return ctxError(ctx)
+}
+
+// nudge wakes a sleeping worker so that it notices an emptied queue.
+func (t *Throttler) nudge() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// work serves the queue until it is empty. One worker runs per Throttler at
+// a time; it exits when there is nothing left to do, so an idle Throttler
+// holds no goroutine.
+func (t *Throttler) work() {
+	for {
+		sleep, more := t.round()
+		if !more {
+			return
+		}
+		if sleep > 0 {
+			timer := time.NewTimer(sleep)
+			select {
+			case <-timer.C:
+			case <-t.kick:
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// round makes one reservation round trip for the head of the queue. It
+// returns how long to sleep before the next round, and false when the
+// worker should exit.
+func (t *Throttler) round() (time.Duration, bool) {
+	t.mu.Lock()
+	t.trimReplayLocked(t.clock.server(t.now()))
+	if len(t.queue) == 0 && len(t.giveBack) == 0 && len(t.replay) == 0 {
+		t.running = false
+		t.mu.Unlock()
+		return 0, false
+	}
+	if t.opt.policy.kind != policyClosed && t.now().Before(t.degraded) {
+		d := t.serveDegradedLocked(t.now())
+		t.mu.Unlock()
+		return d, true
+	}
+	t.mu.Unlock()
+
+	if !t.clock.synced() {
+		if err := t.syncClock(context.Background()); err != nil {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return t.failLocked(nil, nil, err), true
+		}
+	}
+
+	t.mu.Lock()
+	now := t.now()
+	serverNow := t.clock.server(now)
+	a, batch, claims, sleep := t.planLocked(now, serverNow)
+	t.mu.Unlock()
+	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 {
+		return sleep, true
+	}
+
+	r, err := t.exec(context.Background(), a, serverNow)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		return t.failLocked(batch, a, err), true
+	}
+	t.resolveLocked(a, r, batch, claims)
+	return 0, true
+}
+
+// planLocked picks the batch for the next round trip: waiters from the head
+// of the queue, each given the earliest free slot known for it, as long as
+// that slot lies within the reserve-ahead horizon and the batch has room.
+// Waiters whose slot would be after their deadline fail at once.
+func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batch []*waiter, claims []claim, sleep time.Duration) {
+	a = &attempt{remove: t.giveBack}
+	t.giveBack = nil
+	a.adds = append(a.adds, t.replay...)
+	t.replay = nil
+
+	horizon := serverNow + t.opt.ahead.Microseconds()
+	room := t.batchUnits()
+	known := t.slots != nil
+	full := false
+	pos := 0
+	rest := t.queue[:0]
+	for _, w := range t.queue {
+		g := serverNow
+		if known {
+			if pos+w.n > len(t.slots) {
+				// Beyond what the last reply told: learn more first.
+				full = true
+				rest = append(rest, w)
+				continue
+			}
+			g = max(serverNow, t.slots[pos+w.n-1])
+		}
+		if !w.deadline.IsZero() {
+			if at := t.clock.local(g); at.After(w.deadline) {
+				w.state, w.err = stFailed, deadlineError(at, w.deadline)
+				w.signal()
+				continue
+			}
+		}
+		pos += w.n
+		if full || g > horizon || w.n > room {
+			if !full && len(batch) == 0 && g > horizon {
+				sleep = t.clock.local(g-t.opt.ahead.Microseconds()).Sub(now) + t.jitter()
+			}
+			full = true
+			rest = append(rest, w)
+			continue
+		}
+		room -= w.n
+		w.state = stInFlight
+		w.members = make([]string, w.n)
+		for i := range w.members {
+			w.members[i] = t.ids.next()
+			a.adds = append(a.adds, entry{score: g, member: w.members[i]})
+		}
+		batch = append(batch, w)
+		claims = append(claims, claim{score: g, n: w.n})
+		if len(a.checks) == 0 || a.checks[len(a.checks)-1] != g {
+			a.checks = append(a.checks, g)
+		}
+	}
+	clear(t.queue[len(rest):])
+	t.queue = rest
+	if len(batch) > 0 || (len(rest) > 0 && sleep == 0) {
+		k := t.batchUnits()
+		if len(rest) > 0 {
+			k = max(k, rest[0].n)
+		}
+		a.slots = min(t.limit, k)
+	}
+	return a, batch, claims, sleep
+}
+
+// jitter spreads the wake-ups of processes waiting for the same slot.
+func (t *Throttler) jitter() time.Duration {
+	spacing := time.Duration(t.w) * time.Microsecond / time.Duration(t.limit)
+	return rand.N(min(spacing, 10*time.Millisecond) + 1)
+}
+
+// resolveLocked applies a reply: claims that fit are admitted, the others go
+// back to the head of the queue and their members are given back with the
+// next round trip.
+func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) {
+	ok := admit(claims, a.checks, r.counts, t.limit, t.w)
+	var dropped []entry
+	var requeue []*waiter
+	for i, w := range batch {
+		if w.cancelled || !ok[i] {
+			for _, m := range w.members {
+				dropped = append(dropped, entry{score: claims[i].score, member: m})
+			}
+		}
+		switch {
+		case w.cancelled:
+			// The caller is leaving: it removes its members itself unless
+			// it has already gone.
+			w.state = stFailed
+			if w.gone {
+				t.giveBack = append(t.giveBack, w.members...)
+				w.members = nil
+			}
+			w.signal()
+		case ok[i]:
+			w.stale = nil
+			w.state, w.at = stAdmitted, t.clock.local(claims[i].score)
+			if t.onAdmit != nil {
+				t.onAdmit(claims[i].score, w.members)
+			}
+			w.signal()
+		default:
+			t.giveBack = append(t.giveBack, w.members...)
+			w.stale, w.members = w.members, nil
+			w.state = stQueued
+			requeue = append(requeue, w)
+		}
+	}
+	if len(requeue) > 0 {
+		t.queue = append(requeue, t.queue...)
+	}
+	if a.slots > 0 {
+		t.slots = nextSlots(t.sane(r), dropped, t.limit, a.slots, len(a.adds), t.w)
+	}
+	t.recovered()
+}
