@@ -32,7 +32,8 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 			w.members = nil
 			t.settleLocked(w, stAdmitted, now, nil)
 		}
-		return t.serveDegradedLocked(now)
+		t.serveDegradedLocked(now)
+		return t.idleAfterFailureLocked()
 	case policyLocal:
 		t.logRedis(err, "calls throttled locally")
 		t.degraded = now.Add(retryRedisAfter)
@@ -48,7 +49,10 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 			requeue = append(requeue, w)
 		}
 		t.queue = append(requeue, t.queue...)
-		return t.serveDegradedLocked(now)
+		if d := t.serveDegradedLocked(now); len(t.queue) > 0 {
+			return d
+		}
+		return t.idleAfterFailureLocked()
 	default:
 		t.logRedis(err, "calls fail")
 		e := redisError(err)

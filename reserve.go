@@ -2,6 +2,8 @@ package throttler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -61,7 +63,8 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		clock  *redis.TimeCmd
 	)
 	sent := t.now()
-	_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	err := t.bounded(ctx, func(ctx context.Context) error {
+		_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if len(a.remove) > 0 {
 			members := make([]any, len(a.remove))
 			for i, m := range a.remove {
@@ -90,6 +93,8 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		p.PExpire(ctx, t.key, t.ttl())
 		clock = p.Time(ctx)
 		return nil
+		})
+		return err
 	})
 	recv := t.now()
 	if err != nil {
@@ -141,7 +146,11 @@ func (t *Throttler) syncClock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
 	sent := t.now()
-	server, err := t.rdb.Time(ctx).Result()
+	var server time.Time
+	err := t.bounded(ctx, func(ctx context.Context) (err error) {
+		server, err = t.rdb.Time(ctx).Result()
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -161,12 +170,47 @@ func (t *Throttler) release(ctx context.Context, members []string) {
 	for i, m := range members {
 		args[i] = m
 	}
-	if err := t.rdb.ZRem(ctx, t.key, args...).Err(); err != nil {
+	err := t.bounded(ctx, func(ctx context.Context) error { return t.rdb.ZRem(ctx, t.key, args...).Err() })
+	if err != nil {
 		t.mu.Lock()
 		t.giveBack = append(t.giveBack, members...)
 		t.logRedis(err, "members given back later")
 		t.mu.Unlock()
 	}
+}
+
+// errTimeout reports a Redis call that did not answer in time.
+var errTimeout = errors.New("no answer within the Redis timeout")
+
+// bounded runs a Redis call and returns by ctx's deadline even when the
+// client would not: go-redis only honours context deadlines when the client
+// was built with ContextTimeoutEnabled, and otherwise waits out its own read
+// timeout. A call that overruns is left to finish in the background (the
+// client's own timeouts end it); its results are never read.
+func (t *Throttler) bounded(ctx context.Context, call func(context.Context) error) error {
+	if t.ctxTimeouts {
+		return call(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errTimeout, context.Cause(ctx))
+	}
+}
+
+// honoursContext reports whether the client ends a call at its context's
+// deadline by itself.
+func honoursContext(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // releaseTimeout bounds how long an abandoned call spends giving its slot

@@ -50,7 +50,8 @@ type Throttler struct {
 	lastLog  time.Time
 	local    *localWindow // the fallback's in-process window, when configured
 
-	trimFuture atomic.Bool // a reply showed members beyond futureBound
+	trimFuture  atomic.Bool // a reply showed members beyond futureBound
+	ctxTimeouts bool        // the client honours context deadlines itself
 
 	// onAdmit, when set (tests), sees every admission with its server-time
 	// score in microseconds and its members, under t.mu.
@@ -109,6 +110,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		now:      o.now,
 		kick:     make(chan struct{}, 1),
 	}
+	t.ctxTimeouts = honoursContext(client)
 	if o.policy.kind == policyLocal {
 		t.local = newLocalWindow(max(1, int(math.Floor(float64(limit)*o.policy.share))), interval+o.buffer)
 	}

@@ -45,11 +45,17 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 
 	t.mu.Lock()
 	t.queue = append(t.queue, w)
+	first := len(t.queue) == 1
 	if !t.running {
-		t.running = true
+		t.running, first = true, false
 		go t.work()
 	}
 	t.mu.Unlock()
+	if first {
+		// The worker may be sleeping with nobody queued (retrying Redis for
+		// its journal): this caller should not wait that sleep out.
+		t.nudge()
+	}
 
 	select {
 	case <-w.wake:
@@ -178,7 +184,7 @@ func (t *Throttler) nudge() {
 func (t *Throttler) work() {
 	for {
 		sleep, more := t.round()
-		if !more {
+		if !more || (sleep > 0 && t.idle()) {
 			return
 		}
 		if sleep > 0 {
@@ -190,6 +196,18 @@ func (t *Throttler) work() {
 			timer.Stop()
 		}
 	}
+}
+
+// idle stops the worker when no caller waits and nothing is left to tell
+// Redis, rather than have it sleep first.
+func (t *Throttler) idle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.queue) > 0 || len(t.giveBack) > 0 || len(t.replay) > 0 {
+		return false
+	}
+	t.running = false
+	return true
 }
 
 // round makes one reservation round trip for the head of the queue. It
