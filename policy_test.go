@@ -1,0 +1,156 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// deadRedis returns a client whose server is gone: every command fails at
+// once with a connection error.
+func deadRedis(t *testing.T) redis.UniversalClient {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	mr.Close()
+	return c
+}
+
+func TestFailClosed(t *testing.T) {
+	th := mustNew(t, deadRedis(t), "k", 5, time.Second, WithLogger(quiet))
+	err := th.Wait(context.Background())
+	if !errors.Is(err, ErrRedis) {
+		t.Fatalf("Wait with Redis down: got %v, want an error wrapping ErrRedis", err)
+	}
+	if _, err := th.Allow(context.Background()); !errors.Is(err, ErrRedis) {
+		t.Fatalf("Allow with Redis down: got %v, want an error wrapping ErrRedis", err)
+	}
+	waitIdle(t, th)
+}
+
+func TestFailOpen(t *testing.T) {
+	th := mustNew(t, deadRedis(t), "k", 1, time.Hour, WithLogger(quiet), WithFailurePolicy(FailOpen()))
+	for i := range 5 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait #%d with Redis down and FailOpen: %v", i, err)
+		}
+		if res, err := th.Allow(context.Background()); err != nil || !res.Allowed {
+			t.Fatalf("Allow #%d with Redis down and FailOpen: (%+v, %v)", i, res, err)
+		}
+	}
+	waitIdle(t, th)
+}
+
+// TestFallbackLocal: with Redis down, a share of 1/2 of a limit of 4 admits 2
+// per window in this process, and refuses at once what cannot fit before a
+// deadline.
+func TestFallbackLocal(t *testing.T) {
+	// The journal of local calls keeps the worker retrying Redis while they
+	// matter (one window), so the window is short here.
+	const interval = 2 * time.Second
+	th := mustNew(t, deadRedis(t), "k", 4, interval, WithLogger(quiet), WithFailurePolicy(FallbackLocal(0.5)))
+	for i := range 2 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait #%d within the local share: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), interval/2)
+	defer cancel()
+	if err := th.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("third Wait, next local slot a window away: got %v (ctx %v), want DeadlineExceeded at once", err, ctx.Err())
+	}
+	if res, err := th.Allow(context.Background()); err != nil || res.Allowed || res.RetryAfter < interval/2 {
+		t.Fatalf("Allow over the local share: got (%+v, %v), want refused with RetryAfter about a window", res, err)
+	}
+	if err := th.WaitN(context.Background(), 3); !errors.Is(err, ErrRedis) {
+		t.Fatalf("WaitN(3) over the local share of 2: got %v, want ErrRedis", err)
+	}
+	waitIdle(t, th)
+}
+
+// TestFallbackReplaysIntoRedis: calls admitted locally while Redis was down
+// are counted in Redis once it answers, so the window after the outage still
+// holds the limit.
+func TestFallbackReplaysIntoRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	addr := mr.Addr()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	th := mustNew(t, c, "k", 4, time.Hour, WithLogger(quiet), WithFailurePolicy(FallbackLocal(0.5)))
+	mr.Close()
+	for range 2 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mr.StartAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	th.mu.Lock()
+	th.degraded = time.Time{} // do not wait out the retry second
+	th.mu.Unlock()
+	for range 2 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, th)
+	if n := len(keyMembers(t, c, "k")); n != 4 {
+		t.Fatalf("after recovery the set holds %d members, want 2 replayed + 2 admitted", n)
+	}
+	if res, err := th.Allow(context.Background()); err != nil || res.Allowed {
+		t.Fatalf("Allow with 2 local + 2 shared calls in the window of 4: got (%+v, %v), want refused", res, err)
+	}
+}
+
+// TestRedisHangs: a real redis-server stopped with SIGSTOP. Every Wait
+// returns within the Redis timeout (plus scheduling slack) with ErrRedis
+// under FailClosed, nothing panics, and calls succeed again once it resumes.
+func TestRedisHangs(t *testing.T) {
+	srv := redistest.Start(t)
+	key := srv.Key(t, "hang")
+	const timeout = 200 * time.Millisecond
+	th := mustNew(t, srv.NewClient(), key, 100, time.Second, WithLogger(quiet), WithRedisTimeout(timeout))
+	if err := th.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := th.Wait(context.Background())
+			if time.Since(start) > 10*timeout {
+				t.Errorf("Wait took %s with a %s Redis timeout", time.Since(start), timeout)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, ErrRedis) {
+			t.Errorf("Wait while Redis hangs: got %v, want ErrRedis", err)
+		}
+	}
+	srv.Resume(t)
+	for i := range 5 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait #%d after Redis resumed: %v", i, err)
+		}
+	}
+	waitIdle(t, th)
+}

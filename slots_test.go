@@ -1,0 +1,211 @@
+package throttler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+)
+
+// bruteFits reports whether adding n members at g to set keeps every window
+// (t-w, t] at or under limit, by checking every window that can matter.
+func bruteFits(set []int64, g int64, n, limit int, w int64) bool {
+	all := append(append([]int64(nil), set...), make([]int64, n)...)
+	for i := range n {
+		all[len(set)+i] = g
+	}
+	return maxInWindow(all, w) <= limit
+}
+
+func TestAdmitMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 3000 {
+		limit := 1 + rng.IntN(6)
+		w := int64(10 + rng.IntN(40))
+		var set []int64
+		for range rng.IntN(2 * limit) {
+			set = append(set, int64(rng.IntN(200)))
+		}
+		if maxInWindow(set, w) > limit {
+			continue // admit assumes the set already holds the invariant
+		}
+		var claims []claim
+		var checks []int64
+		for range 1 + rng.IntN(4) {
+			c := claim{score: int64(rng.IntN(200)), n: 1 + rng.IntN(limit)}
+			claims = append(claims, c)
+		}
+		sort.Slice(claims, func(i, j int) bool { return claims[i].score < claims[j].score })
+		seen := map[int64]bool{}
+		for _, c := range claims {
+			if !seen[c.score] {
+				seen[c.score] = true
+				checks = append(checks, c.score)
+			}
+		}
+		// Counts as Redis returns them: after every claim's members were added.
+		counts := make([]int64, len(checks))
+		for i, h := range checks {
+			for _, s := range set {
+				if near(s, h, w) {
+					counts[i]++
+				}
+			}
+			for _, c := range claims {
+				if near(c.score, h, w) {
+					counts[i] += int64(c.n)
+				}
+			}
+		}
+		ok := admit(claims, checks, counts, limit, w)
+		kept := append([]int64(nil), set...)
+		for i, c := range claims {
+			if ok[i] {
+				for range c.n {
+					kept = append(kept, c.score)
+				}
+			}
+		}
+		if got := maxInWindow(kept, w); got > limit {
+			t.Fatalf("iter %d: set %v, claims %v, limit %d, w %d: kept %v gives a window of %d",
+				iter, set, claims, limit, w, ok, got)
+		}
+		// A lone claim at the tail (where slots are given) is kept exactly
+		// when it fits; inside the set admit may refuse a claim that would
+		// fit, as it counts all of (g-w, g+w) at once.
+		atTail := true
+		for _, s := range set {
+			atTail = atTail && s <= claims[0].score
+		}
+		if len(claims) == 1 && atTail && ok[0] != bruteFits(set, claims[0].score, claims[0].n, limit, w) {
+			t.Fatalf("iter %d: set %v, claim %v, limit %d, w %d: admit says %v, brute force disagrees",
+				iter, set, claims[0], limit, w, ok[0])
+		}
+	}
+}
+
+// TestNextSlotsMatchesBruteForce: the slot computed for the j-th member
+// added at the tail is the earliest tail score at which it fits.
+func TestNextSlotsMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for iter := range 3000 {
+		limit := 1 + rng.IntN(6)
+		k := 1 + rng.IntN(limit)
+		w := int64(10 + rng.IntN(40))
+		// A set that holds the invariant, built by admitting at the tail.
+		var set []entry
+		var scores []int64
+		now := int64(0)
+		for range rng.IntN(3 * limit) {
+			now += int64(rng.IntN(15))
+			if bruteFits(scores, now, 1, limit, w) {
+				scores = append(scores, now)
+				set = append(set, entry{score: now, member: fmt.Sprint("m", len(set))})
+			}
+		}
+		// Some of it is this process's rejected members, still in the set.
+		var dropped []entry
+		var clean []int64
+		for _, e := range set {
+			if rng.IntN(5) == 0 {
+				dropped = append(dropped, e)
+			} else {
+				clean = append(clean, e.score)
+			}
+		}
+		sort.Slice(set, func(i, j int) bool { return set[i].less(set[j]) })
+		extra := len(dropped) + rng.IntN(2)
+		tail := zrange(set, -(limit + extra), -(limit - k + 1))
+		slots := nextSlots(tail, dropped, limit, k, extra, w)
+		if len(slots) != k {
+			t.Fatalf("iter %d: got %d slots, want %d", iter, len(slots), k)
+		}
+		last := int64(0)
+		for _, s := range clean {
+			last = max(last, s)
+		}
+		for j, s := range slots {
+			// Adding j+1 members at the tail at score max(s, last) must fit,
+			// and one microsecond earlier must not (unless it is "now").
+			at := max(s, last)
+			if !bruteFits(clean, at, j+1, limit, w) {
+				t.Fatalf("iter %d: slot %d = %d does not fit %d members (set %v, limit %d, w %d)",
+					iter, j, s, j+1, clean, limit, w)
+			}
+			if s > last && bruteFits(clean, s-1, j+1, limit, w) {
+				t.Fatalf("iter %d: slot %d = %d is late: %d fits too (set %v, limit %d, w %d)",
+					iter, j, s, s-1, clean, limit, w)
+			}
+		}
+	}
+}
+
+// zrange mimics ZRANGE key start stop on an ascending set, with Redis's
+// clamping of negative indexes.
+func zrange(set []entry, start, stop int) []entry {
+	n := len(set)
+	if start < 0 {
+		start = max(0, n+start)
+	}
+	if stop < 0 {
+		stop = n + stop
+	}
+	if stop >= n {
+		stop = n - 1
+	}
+	if start > stop || stop < 0 {
+		return nil
+	}
+	return append([]entry(nil), set[start:stop+1]...)
+}
+
+func FuzzAdmitKeepsInvariant(f *testing.F) {
+	f.Add(uint64(1), uint8(3), uint8(20), []byte{1, 5, 9, 30})
+	f.Add(uint64(7), uint8(1), uint8(1), []byte{0, 0, 0})
+	f.Fuzz(func(t *testing.T, seed uint64, limit8, w8 uint8, raw []byte) {
+		limit := 1 + int(limit8%8)
+		w := 1 + int64(w8)
+		var set []int64
+		for _, b := range raw {
+			if bruteFits(set, int64(b), 1, limit, w) {
+				set = append(set, int64(b))
+			}
+		}
+		rng := rand.New(rand.NewPCG(seed, seed^0x9e37))
+		var claims []claim
+		for range 1 + rng.IntN(5) {
+			claims = append(claims, claim{score: int64(rng.IntN(300)), n: 1 + rng.IntN(limit)})
+		}
+		sort.Slice(claims, func(i, j int) bool { return claims[i].score < claims[j].score })
+		var checks []int64
+		for _, c := range claims {
+			if len(checks) == 0 || checks[len(checks)-1] != c.score {
+				checks = append(checks, c.score)
+			}
+		}
+		counts := make([]int64, len(checks))
+		for i, h := range checks {
+			for _, s := range set {
+				if near(s, h, w) {
+					counts[i]++
+				}
+			}
+			for _, c := range claims {
+				if near(c.score, h, w) {
+					counts[i] += int64(c.n)
+				}
+			}
+		}
+		ok := admit(claims, checks, counts, limit, w)
+		for i, c := range claims {
+			if ok[i] {
+				for range c.n {
+					set = append(set, c.score)
+				}
+			}
+		}
+		if got := maxInWindow(set, w); got > limit {
+			t.Fatalf("limit %d, w %d, claims %v kept %v: a window holds %d", limit, w, claims, ok, got)
+		}
+	})
+}
