@@ -1,0 +1,236 @@
+// Package fakeapi is a fake third-party HTTP API with a strict sliding-window
+// rate limit, used by the examples and tests of the throttler.
+//
+// An *API answers 200 to a request unless accepting it would put more than
+// limit accepted requests into some window of length interval; such a request
+// is answered 429 Too Many Requests with a Retry-After header and is not
+// counted. Every accepted arrival is recorded so that a test or an example can
+// check afterwards, with MaxInWindow, that the callers never went over the
+// limit.
+package fakeapi
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ReplicaHeader is the request header an API reads to attribute a request to
+// a replica (any string) in its per-replica counts. Requests without it are
+// counted under the empty string.
+const ReplicaHeader = "X-Replica"
+
+// API is a fake rate-limited third-party API. It implements http.Handler and
+// is safe for concurrent use. Create one with New.
+type API struct {
+	now      func() time.Time
+	interval time.Duration
+
+	mu       sync.Mutex
+	limit    int
+	arrivals []time.Time // accepted arrivals, in order of acceptance (non-decreasing)
+	total    Counts      // since New
+	period   Counts      // since the last TakeCounts
+}
+
+// Counts holds numbers of accepted and rejected (429) requests, in total and
+// per replica (keyed by the X-Replica header value).
+type Counts struct {
+	// Accepted is the number of requests answered 200.
+	Accepted int
+	// Rejected is the number of requests answered 429.
+	Rejected int
+	// AcceptedByReplica is Accepted broken down by replica.
+	AcceptedByReplica map[string]int
+	// RejectedByReplica is Rejected broken down by replica.
+	RejectedByReplica map[string]int
+}
+
+// Stats summarises a whole run of an API.
+type Stats struct {
+	// Counts are the totals since New.
+	Counts
+	// MaxInWindow is the largest number of accepted requests found in any
+	// half-open window of length Interval over the whole run (see the
+	// function MaxInWindow). It never exceeds the largest limit in force.
+	MaxInWindow int
+	// Limit is the limit in force when Stats was called.
+	Limit int
+	// Interval is the length of the sliding window.
+	Interval time.Duration
+}
+
+// Option configures an API in New.
+type Option func(*API)
+
+// WithClock makes the API read arrival times from now instead of time.Now,
+// so that tests can move time forward without sleeping. now is called with
+// the API's mutex held and must return non-decreasing times.
+func WithClock(now func() time.Time) Option {
+	return func(a *API) { a.now = now }
+}
+
+// New returns an API that accepts at most limit requests in any window of
+// length interval. It panics if limit < 1 or interval <= 0.
+func New(limit int, interval time.Duration, opts ...Option) *API {
+	if limit < 1 {
+		panic(fmt.Sprintf("fakeapi: limit must be at least 1, got %d", limit))
+	}
+	if interval <= 0 {
+		panic(fmt.Sprintf("fakeapi: interval must be positive, got %v", interval))
+	}
+	a := &API{now: time.Now, interval: interval, limit: limit}
+	for _, opt := range opts {
+		opt(a)
+	}
+	a.total = newCounts()
+	a.period = newCounts()
+	return a
+}
+
+func newCounts() Counts {
+	return Counts{AcceptedByReplica: map[string]int{}, RejectedByReplica: map[string]int{}}
+}
+
+func (c Counts) clone() Counts {
+	c.AcceptedByReplica = maps.Clone(c.AcceptedByReplica)
+	c.RejectedByReplica = maps.Clone(c.RejectedByReplica)
+	return c
+}
+
+// ServeHTTP reads and discards the request body, then takes the arrival time
+// and either accepts the request (200, body {"ok":true}) or, if accepting it
+// would put more than the limit into the window of length interval ending at
+// the arrival, rejects it (429 with a Retry-After header in whole seconds,
+// rounded up, at least 1). Rejected requests are not counted in the window.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	replica := r.Header.Get(ReplicaHeader)
+
+	a.mu.Lock()
+	now := a.now()
+	limit := a.limit
+	n := len(a.arrivals)
+	// The window (now-interval, now] already holds limit accepted requests
+	// iff the limit-th most recent accepted arrival is less than interval ago.
+	var retryAfter time.Duration
+	if n >= limit {
+		if oldest := a.arrivals[n-limit]; now.Sub(oldest) < a.interval {
+			retryAfter = oldest.Add(a.interval).Sub(now)
+		}
+	}
+	ok := retryAfter <= 0
+	if ok {
+		a.arrivals = append(a.arrivals, now)
+		a.total.Accepted++
+		a.total.AcceptedByReplica[replica]++
+		a.period.Accepted++
+		a.period.AcceptedByReplica[replica]++
+	} else {
+		a.total.Rejected++
+		a.total.RejectedByReplica[replica]++
+		a.period.Rejected++
+		a.period.RejectedByReplica[replica]++
+	}
+	a.mu.Unlock()
+
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-RateLimit-Limit", strconv.Itoa(limit))
+	if ok {
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
+		return
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = io.WriteString(w, `{"ok":false,"error":"rate limit exceeded"}`+"\n")
+}
+
+// retryAfterSeconds rounds d up to whole seconds, with a minimum of 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// SetLimit changes the limit for requests arriving from now on, e.g. to
+// simulate the provider lowering the quota mid-run. Requests already accepted
+// stay counted. It panics if n < 1.
+func (a *API) SetLimit(n int) {
+	if n < 1 {
+		panic(fmt.Sprintf("fakeapi: limit must be at least 1, got %d", n))
+	}
+	a.mu.Lock()
+	a.limit = n
+	a.mu.Unlock()
+}
+
+// Limit returns the limit in force.
+func (a *API) Limit() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.limit
+}
+
+// Interval returns the length of the sliding window.
+func (a *API) Interval() time.Duration { return a.interval }
+
+// Arrivals returns a copy of the arrival times of all accepted requests, in
+// order.
+func (a *API) Arrivals() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.arrivals)
+}
+
+// TakeCounts returns the counts since the previous call to TakeCounts (or
+// since New) and resets them; call it once a second for a live per-second
+// display.
+func (a *API) TakeCounts() Counts {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.period
+	a.period = newCounts()
+	return c
+}
+
+// Stats returns the totals since New and the largest number of accepted
+// requests in any window of length interval over the whole run.
+func (a *API) Stats() Stats {
+	a.mu.Lock()
+	s := Stats{Counts: a.total.clone(), Limit: a.limit, Interval: a.interval}
+	arrivals := slices.Clone(a.arrivals)
+	a.mu.Unlock()
+	s.MaxInWindow = maxInSorted(arrivals, a.interval)
+	return s
+}
+
+// MaxInWindow returns the largest number of times that fall within one
+// half-open window [t, t+interval), over all t. times need not be sorted and
+// is not modified. Two times exactly interval apart are never in the same
+// window. It returns 0 if times is empty or interval <= 0.
+func MaxInWindow(times []time.Time, interval time.Duration) int {
+	sorted := slices.Clone(times)
+	slices.SortFunc(sorted, func(x, y time.Time) int { return x.Compare(y) })
+	return maxInSorted(sorted, interval)
+}
+
+// maxInSorted is MaxInWindow for times sorted in non-decreasing order.
+func maxInSorted(times []time.Time, interval time.Duration) int {
+	if interval <= 0 {
+		return 0
+	}
+	best, i := 0, 0
+	for j, t := range times {
+		// Drop from the window every time at least interval before t.
+		for t.Sub(times[i]) >= interval {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
+}
