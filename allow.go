@@ -46,7 +46,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		}
 	}
 	now := t.now()
-	g := t.clock.server(now)
+	g := t.clock.server(now) + t.clock.roundTrip()
 	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1))}
 	members := make([]string, n)
 	for i := range members {

@@ -10,7 +10,10 @@ import (
 // sample: the server read its clock somewhere between send and receive, so
 // the offset (server minus local) lies within [server-recv, server-send].
 // The estimate is the midpoint of the sample with the shortest round trip
-// among the last few, which bounds its error by half that round trip.
+// among the last few, which bounds its error by half that round trip. A
+// sample that contradicts the estimate by more than a millisecond (a local
+// clock step, or a server failover to a host with another clock) restarts
+// the estimate from that sample.
 //
 // All window arithmetic uses server time, so replicas whose local clocks
 // disagree by seconds still agree on the window.
@@ -20,6 +23,7 @@ type clockSync struct {
 	count   int
 	next    int
 	offset  int64 // microseconds, server minus local
+	rtt     int64 // microseconds, the shortest recent round trip
 }
 
 type clockSample struct {
@@ -38,6 +42,13 @@ func (c *clockSync) observe(sent, recv, server time.Time) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The true offset lies in [server-recv, server-send]. A sample that rules
+	// out the current estimate means a clock stepped (or the estimate came
+	// from a sample that was wrong): start over from it.
+	lo, hi := server.UnixMicro()-recv.UnixMicro(), server.UnixMicro()-sent.UnixMicro()
+	if c.count > 0 && (c.offset < lo-1000 || c.offset > hi+1000) {
+		c.count, c.next = 0, 0
+	}
 	c.samples[c.next] = s
 	c.next = (c.next + 1) % len(c.samples)
 	if c.count < len(c.samples) {
@@ -49,7 +60,15 @@ func (c *clockSync) observe(sent, recv, server time.Time) {
 			best = x
 		}
 	}
-	c.offset = best.offset
+	c.offset, c.rtt = best.offset, best.rtt
+}
+
+// roundTrip returns the shortest recent round trip in microseconds: a call
+// admitted by a reply goes about this long after the attempt was planned.
+func (c *clockSync) roundTrip() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rtt
 }
 
 // synced reports whether at least one sample was taken.

@@ -65,34 +65,34 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 	sent := t.now()
 	err := t.bounded(ctx, func(ctx context.Context) error {
 		_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if len(a.remove) > 0 {
-			members := make([]any, len(a.remove))
-			for i, m := range a.remove {
-				members[i] = m
+			if len(a.remove) > 0 {
+				members := make([]any, len(a.remove))
+				for i, m := range a.remove {
+					members[i] = m
+				}
+				p.ZRem(ctx, t.key, members...)
 			}
-			p.ZRem(ctx, t.key, members...)
-		}
-		p.ZRemRangeByScore(ctx, t.key, "-inf", "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
-		if t.trimFuture.Swap(false) {
-			p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
-		}
-		if len(a.adds) > 0 {
-			zs := make([]redis.Z, len(a.adds))
-			for i, e := range a.adds {
-				zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+			p.ZRemRangeByScore(ctx, t.key, "-inf", "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
+			if t.trimFuture.Swap(false) {
+				p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
 			}
-			p.ZAdd(ctx, t.key, zs...)
-		}
-		for _, g := range a.checks {
-			counts = append(counts, p.ZCount(ctx, t.key,
-				"("+strconv.FormatInt(g-t.w, 10), "("+strconv.FormatInt(g+t.w, 10)))
-		}
-		if a.slots > 0 {
-			tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
-		}
-		p.PExpire(ctx, t.key, t.ttl())
-		clock = p.Time(ctx)
-		return nil
+			if len(a.adds) > 0 {
+				zs := make([]redis.Z, len(a.adds))
+				for i, e := range a.adds {
+					zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+				}
+				p.ZAdd(ctx, t.key, zs...)
+			}
+			for _, g := range a.checks {
+				counts = append(counts, p.ZCount(ctx, t.key,
+					"("+strconv.FormatInt(g-t.w, 10), "("+strconv.FormatInt(g+t.w, 10)))
+			}
+			if a.slots > 0 {
+				tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
+			}
+			p.PExpire(ctx, t.key, t.ttl())
+			clock = p.Time(ctx)
+			return nil
 		})
 		return err
 	})

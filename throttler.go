@@ -39,16 +39,17 @@ type Throttler struct {
 	clock    clockSync
 	now      func() time.Time
 
-	mu       sync.Mutex
-	queue    []*waiter // FIFO, not yet reserved
-	running  bool      // a worker goroutine serves the queue
-	kick     chan struct{}
-	slots    []int64   // next free slots (server µs, 0 = now) learned from the last reply
-	giveBack []string  // members to remove with the next round trip
-	replay   []entry   // members admitted without Redis, to count once it answers
-	degraded time.Time // while now is before it, Redis is not tried (fallback)
-	lastLog  time.Time
-	local    *localWindow // the fallback's in-process window, when configured
+	mu        sync.Mutex
+	queue     []*waiter // FIFO, not yet reserved
+	running   bool      // a worker goroutine serves the queue
+	kick      chan struct{}
+	slots     []int64   // next free slots (server µs, 0 = now) learned from the last reply
+	giveBack  []string  // members to remove with the next round trip
+	replay    []entry   // members admitted without Redis, to count once it answers
+	degraded  time.Time // while now is before it, Redis is not tried (fallback)
+	lastLog   time.Time
+	local     *localWindow // the fallback's in-process window, when configured
+	lateWakes int          // calls that re-reserved after waking too late
 
 	trimFuture  atomic.Bool // a reply showed members beyond futureBound
 	ctxTimeouts bool        // the client honours context deadlines itself

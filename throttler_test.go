@@ -394,3 +394,35 @@ func TestAllow(t *testing.T) {
 		}
 	})
 }
+
+// TestLateWakeReReserves: a call woken more than half the buffer after its
+// slot (here: the local clock steps 200ms forward right after admission, as
+// an overloaded machine's late wake-up looks) gives its slot back and
+// reserves again instead of going late.
+func TestLateWakeReReserves(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		var step atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+		var rec recorder
+		th := rec.watch(mustNew(t, c, key, 5, time.Second, WithClock(clock), WithBuffer(50*time.Millisecond)))
+		inner := th.onAdmit
+		th.onAdmit = func(s int64, m []string) {
+			inner(s, m)
+			step.CompareAndSwap(0, int64(200*time.Millisecond))
+		}
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, th)
+		th.mu.Lock()
+		late := th.lateWakes
+		th.mu.Unlock()
+		if late != 1 || len(rec.scores()) != 2 {
+			t.Fatalf("late wakes %d, admissions %d; want 1 late wake and 2 admissions (the first given back)", late, len(rec.scores()))
+		}
+		if n := len(keyMembers(t, c, key)); n != 1 {
+			t.Fatalf("%d members in the set, want 1: the late slot must be given back", n)
+		}
+	})
+}

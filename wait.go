@@ -42,7 +42,21 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 	}
 	w := &waiter{n: n, wake: make(chan struct{}, 1)}
 	w.deadline, _ = ctx.Deadline()
+	for late := 0; ; late++ {
+		t.enqueue(w)
+		again, err := t.await(ctx, w, late < maxLateRetries)
+		if !again {
+			return err
+		}
+	}
+}
 
+// maxLateRetries bounds how often one call re-reserves because it was woken
+// too late; past it the call goes late rather than starve on a machine too
+// loaded to wake it in time.
+const maxLateRetries = 8
+
+func (t *Throttler) enqueue(w *waiter) {
 	t.mu.Lock()
 	t.queue = append(t.queue, w)
 	first := len(t.queue) == 1
@@ -56,17 +70,24 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 		// its journal): this caller should not wait that sleep out.
 		t.nudge()
 	}
+}
 
+// await waits for w's reservation and then for its slot. It returns again =
+// true when w was woken more than half the buffer after its slot (and retry
+// allows another attempt): the slot is given back and w must queue anew, for
+// going late would spend the margin the buffer keeps for the network.
+func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again bool, err error) {
 	select {
 	case <-w.wake:
 	case <-ctx.Done():
-		return t.abandon(ctx, w)
+		return false, t.abandon(ctx, w)
 	}
 	t.mu.Lock()
-	state, at, err := w.state, w.at, w.err
+	state, at := w.state, w.at
 	if state == stFailed {
 		// Whatever of this call may still be in Redis (members of an earlier
 		// attempt that did not fit) leaves with it.
+		err := w.err
 		held := append(w.members, w.stale...)
 		w.members, w.stale, w.gone = nil, nil, true
 		if errors.Is(err, ErrRedis) {
@@ -75,25 +96,33 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 		}
 		t.mu.Unlock()
 		t.release(ctx, held)
-		return err
+		return false, err
 	}
 	t.mu.Unlock()
-	d := at.Sub(t.now())
-	if d <= 0 {
-		return nil
+	if d := at.Sub(t.now()); d > 0 {
+		if !w.deadline.IsZero() && at.After(w.deadline) {
+			t.abandon(ctx, w)
+			return false, deadlineError(at, w.deadline)
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return false, t.abandon(ctx, w)
+		}
 	}
-	if !w.deadline.IsZero() && at.After(w.deadline) {
-		t.abandon(ctx, w)
-		return deadlineError(at, w.deadline)
+	if late := t.now().Sub(at); retry && t.opt.buffer > 0 && late > t.opt.buffer/2 {
+		t.mu.Lock()
+		// Not called yet, so the slot can go back; it is removed in the
+		// same transaction that reserves the next one.
+		t.giveBack = append(t.giveBack, w.members...)
+		w.members, w.state, w.at = nil, stQueued, time.Time{}
+		t.lateWakes++
+		t.mu.Unlock()
+		return true, nil
 	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return t.abandon(ctx, w)
-	}
+	return false, nil
 }
 
 type waitState uint8
@@ -272,8 +301,10 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	full := false
 	pos := 0
 	rest := t.queue[:0]
+	// A call admitted now goes when the reply is back: score it then.
+	soonest := serverNow + t.clock.roundTrip()
 	for _, w := range t.queue {
-		g := serverNow
+		g := soonest
 		if known {
 			if pos+w.n > len(t.slots) {
 				// Beyond what the last reply told: learn more first.
@@ -281,7 +312,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 				rest = append(rest, w)
 				continue
 			}
-			g = max(serverNow, t.slots[pos+w.n-1])
+			g = max(soonest, t.slots[pos+w.n-1])
 		}
 		if !w.deadline.IsZero() {
 			if at := t.clock.local(g); at.After(w.deadline) {
