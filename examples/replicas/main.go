@@ -15,7 +15,7 @@
 //
 // Usage:
 //
-//	go run ./examples/replicas [-replicas 3] [-workers 20] [-limit 100] [-interval 1s] [-duration 5s]
+//	go run ./examples/replicas [-replicas 3] [-workers 20] [-limit 100] [-interval 1s] [-duration 5s] [-buffer 50ms]
 package main
 
 import (
@@ -46,20 +46,21 @@ func main() {
 	limit := flag.Int("limit", 100, "calls allowed per interval, by the API and by the throttler")
 	interval := flag.Duration("interval", time.Second, "length of the sliding window")
 	duration := flag.Duration("duration", 5*time.Second, "how long to run")
+	buffer := flag.Duration("buffer", 50*time.Millisecond, "throttler.WithBuffer: margin for the time from admission to arrival at the API")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: replicas [flags]\n\n"+
 			"Replicas share one rate-limited API through Redis (miniredis unless REDIS_URL is set).\n\nFlags:\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() > 0 || *replicas < 1 || *workers < 1 || *limit < 1 || *interval <= 0 || *duration <= 0 {
+	if flag.NArg() > 0 || *replicas < 1 || *workers < 1 || *limit < 1 || *interval <= 0 || *duration <= 0 || *buffer < 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	os.Exit(run(*replicas, *workers, *limit, *interval, *duration))
+	os.Exit(run(*replicas, *workers, *limit, *interval, *duration, *buffer))
 }
 
-func run(replicas, workers, limit int, interval, duration time.Duration) int {
+func run(replicas, workers, limit int, interval, duration, buffer time.Duration) int {
 	newClient, where, stopRedis, err := startRedis()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redis:", err)
@@ -89,7 +90,7 @@ func run(replicas, workers, limit int, interval, duration time.Duration) int {
 		names[i] = fmt.Sprintf("r%d", i)
 		rc := newClient()
 		defer rc.Close()
-		thr, err := throttler.New(rc, key, limit, interval)
+		thr, err := throttler.New(rc, key, limit, interval, throttler.WithBuffer(buffer))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "throttler.New:", err)
 			return 1
