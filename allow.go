@@ -47,7 +47,12 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	}
 	now := t.now()
 	g := t.clock.server(now) + t.clock.roundTrip()
-	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1))}
+	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1)), exact: true, clock: true}
+	t.mu.Lock()
+	if now.Sub(t.lastTrim) >= trimEvery {
+		a.trim, t.lastTrim = true, now
+	}
+	t.mu.Unlock()
 	members := make([]string, n)
 	for i := range members {
 		members[i] = t.ids.next()

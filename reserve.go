@@ -10,39 +10,45 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// attempt is one reservation round trip: a single MULTI/EXEC transaction on
-// the key that gives back rejected members, trims expired ones, adds new
-// members at the scores they would be admitted at, counts the neighbourhood
-// of each new score, reads the upcoming free slots, refreshes the key's TTL
-// and reads the server clock:
+// attempt is one reservation round trip on the key. It gives back rejected
+// members, adds new members at the scores they would be admitted at, counts
+// the neighbourhood of each new score, and, near the limit, reads the
+// upcoming free slots:
 //
-//	MULTI
-//	ZREM key <given back>...                    (only when there are any)
-//	ZREMRANGEBYSCORE key -inf (<now-w-1s>
+//	MULTI                                       (exact attempts only)
+//	ZREM key <given back>...                    (when there are any)
+//	ZREMRANGEBYSCORE key -inf (<now-w-1s>       (at most every 100ms)
 //	ZADD key <g1> <m1> <g1> <m2> <g2> <m3> ...
 //	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
-//	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES
+//	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
 //	PEXPIRE key <ttl>
-//	TIME
-//	EXEC
+//	TIME                                        (exact attempts, and every 250ms)
+//	EXEC                                        (exact attempts only)
 //
 // Adding before counting makes the decision safe without atomicity, as in the
-// seed design: two clients adding at once each count the other. MULTI buys
-// progress and exactness on top: the count sees exactly the state its insert
-// produced, so of two callers racing for the last slot exactly one wins, and
-// the free slots read are consistent with that count.
+// seed design: two clients adding at once each count the other, so a race can
+// only refuse a call that would have fitted, never admit one too many. Far
+// from the limit, where such races cost nothing, an attempt is a plain
+// pipeline of ZADD, ZCOUNT and PEXPIRE. Near the limit, MULTI buys exactness
+// and progress: the count sees exactly the state its own insert produced, so
+// of two callers racing for the last slot exactly one wins, and the free
+// slots read (for waiters to reserve without polling) agree with that count.
 type attempt struct {
 	remove []string
 	adds   []entry
 	checks []int64 // distinct scores among adds
 	slots  int     // k: how many upcoming free slots to learn (0 = none)
+	exact  bool    // MULTI/EXEC; otherwise a plain pipeline
+	trim   bool    // include the ZREMRANGEBYSCORE trim
+	clock  bool    // include TIME
+
+	soonest int64 // the score of a call that goes as soon as the reply is back
 }
 
-// reply is what an attempt's transaction returned.
+// reply is what an attempt's round trip returned.
 type reply struct {
 	counts []int64 // per check
 	tail   []entry
-	server time.Time
 }
 
 // trimSlack keeps members a second past their window before trimming, so
@@ -50,8 +56,8 @@ type reply struct {
 // never trims a member another still counts.
 const trimSlack = int64(time.Second / time.Microsecond)
 
-// exec runs the attempt's transaction; serverNow is the estimate of the
-// server's clock the attempt was planned with.
+// exec runs the attempt; serverNow is the estimate of the server's clock the
+// attempt was planned with.
 func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
@@ -62,45 +68,58 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		tail   *redis.ZSliceCmd
 		clock  *redis.TimeCmd
 	)
+	queue := func(p redis.Pipeliner) error {
+		if len(a.remove) > 0 {
+			members := make([]any, len(a.remove))
+			for i, m := range a.remove {
+				members[i] = m
+			}
+			p.ZRem(ctx, t.key, members...)
+		}
+		if a.trim {
+			p.ZRemRangeByScore(ctx, t.key, "-inf", "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
+		}
+		if t.trimFuture.Swap(false) {
+			p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
+		}
+		if len(a.adds) > 0 {
+			zs := make([]redis.Z, len(a.adds))
+			for i, e := range a.adds {
+				zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+			}
+			p.ZAdd(ctx, t.key, zs...)
+		}
+		for _, g := range a.checks {
+			counts = append(counts, p.ZCount(ctx, t.key,
+				"("+strconv.FormatInt(g-t.w, 10), "("+strconv.FormatInt(g+t.w, 10)))
+		}
+		if a.slots > 0 {
+			tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
+		}
+		p.PExpire(ctx, t.key, t.ttl())
+		if a.clock {
+			clock = p.Time(ctx)
+		}
+		return nil
+	}
 	sent := t.now()
 	err := t.bounded(ctx, func(ctx context.Context) error {
-		_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			if len(a.remove) > 0 {
-				members := make([]any, len(a.remove))
-				for i, m := range a.remove {
-					members[i] = m
-				}
-				p.ZRem(ctx, t.key, members...)
-			}
-			p.ZRemRangeByScore(ctx, t.key, "-inf", "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
-			if t.trimFuture.Swap(false) {
-				p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
-			}
-			if len(a.adds) > 0 {
-				zs := make([]redis.Z, len(a.adds))
-				for i, e := range a.adds {
-					zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
-				}
-				p.ZAdd(ctx, t.key, zs...)
-			}
-			for _, g := range a.checks {
-				counts = append(counts, p.ZCount(ctx, t.key,
-					"("+strconv.FormatInt(g-t.w, 10), "("+strconv.FormatInt(g+t.w, 10)))
-			}
-			if a.slots > 0 {
-				tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
-			}
-			p.PExpire(ctx, t.key, t.ttl())
-			clock = p.Time(ctx)
-			return nil
-		})
+		var err error
+		if a.exact {
+			_, err = t.rdb.TxPipelined(ctx, queue)
+		} else {
+			_, err = t.rdb.Pipelined(ctx, queue)
+		}
 		return err
 	})
 	recv := t.now()
 	if err != nil {
 		return reply{}, err
 	}
-	r := reply{counts: make([]int64, len(counts)), server: clock.Val()}
+	if clock != nil {
+		t.clock.observe(sent, recv, clock.Val())
+	}
+	r := reply{counts: make([]int64, len(counts))}
 	for i, c := range counts {
 		r.counts[i] = c.Val()
 	}
@@ -112,7 +131,6 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 			r.tail[i] = entry{score: int64(z.Score), member: m}
 		}
 	}
-	t.clock.observe(sent, recv, r.server)
 	return r, nil
 }
 
@@ -125,7 +143,7 @@ const futureBound = int64(time.Hour / time.Microsecond)
 // sane returns the reply's tail without members beyond futureBound, and
 // schedules their removal.
 func (t *Throttler) sane(r reply) []entry {
-	limit := r.server.UnixMicro() + futureBound
+	limit := t.clock.server(t.now()) + futureBound
 	for i, e := range r.tail {
 		if e.score > limit {
 			t.trimFuture.Store(true)

@@ -47,6 +47,9 @@ type Throttler struct {
 	giveBack  []string  // members to remove with the next round trip
 	replay    []entry   // members admitted without Redis, to count once it answers
 	degraded  time.Time // while now is before it, Redis is not tried (fallback)
+	near      bool      // the last reply left little room: reserve exactly (MULTI)
+	lastTrim  time.Time
+	lastClock time.Time
 	lastLog   time.Time
 	local     *localWindow // the fallback's in-process window, when configured
 	lateWakes int          // calls that re-reserved after waking too late
@@ -110,6 +113,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		ids:      newMemberSource(),
 		now:      o.now,
 		kick:     make(chan struct{}, 1),
+		near:     true,
 	}
 	t.ctxTimeouts = honoursContext(client)
 	if o.policy.kind == policyLocal {

@@ -43,7 +43,9 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 	w := &waiter{n: n, wake: make(chan struct{}, 1)}
 	w.deadline, _ = ctx.Deadline()
 	for late := 0; ; late++ {
-		t.enqueue(w)
+		if t.enqueue(w) {
+			t.serveInline()
+		}
 		again, err := t.await(ctx, w, late < maxLateRetries)
 		if !again {
 			return err
@@ -56,13 +58,15 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 // loaded to wake it in time.
 const maxLateRetries = 8
 
-func (t *Throttler) enqueue(w *waiter) {
+// enqueue queues w. It returns true when no worker was running: the caller
+// then serves the queue itself for one round (serveInline), which spares an
+// uncontended call two goroutine hand-offs.
+func (t *Throttler) enqueue(w *waiter) (inline bool) {
 	t.mu.Lock()
 	t.queue = append(t.queue, w)
 	first := len(t.queue) == 1
 	if !t.running {
-		t.running, first = true, false
-		go t.work()
+		t.running, first, inline = true, false, true
 	}
 	t.mu.Unlock()
 	if first {
@@ -70,6 +74,18 @@ func (t *Throttler) enqueue(w *waiter) {
 		// its journal): this caller should not wait that sleep out.
 		t.nudge()
 	}
+	return inline
+}
+
+// serveInline runs one round in the caller's goroutine, then hands whatever
+// is left (waiters that arrived meanwhile, or this caller, if it must wait
+// for a slot) to a worker goroutine.
+func (t *Throttler) serveInline() {
+	sleep, more := t.round()
+	if !more || t.idle() {
+		return
+	}
+	go t.work(sleep)
 }
 
 // await waits for w's reservation and then for its slot. It returns again =
@@ -83,7 +99,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again boo
 		return false, t.abandon(ctx, w)
 	}
 	t.mu.Lock()
-	state, at := w.state, w.at
+	state, at, immediate := w.state, w.at, w.immediate
 	if state == stFailed {
 		// Whatever of this call may still be in Redis (members of an earlier
 		// attempt that did not fit) leaves with it.
@@ -99,7 +115,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again boo
 		return false, err
 	}
 	t.mu.Unlock()
-	if d := at.Sub(t.now()); d > 0 {
+	if d := at.Sub(t.now()); d > 0 && !immediate {
 		if !w.deadline.IsZero() && at.After(w.deadline) {
 			t.abandon(ctx, w)
 			return false, deadlineError(at, w.deadline)
@@ -147,6 +163,7 @@ type waiter struct {
 	stale     []string // members of its last attempt that did not fit, being given back
 	localAt   time.Time
 	at        time.Time // local time at which it may proceed
+	immediate bool      // at is "when the reply arrives": go without a timer
 	err       error
 }
 
@@ -210,12 +227,8 @@ func (t *Throttler) nudge() {
 // work serves the queue until it is empty. One worker runs per Throttler at
 // a time; it exits when there is nothing left to do, so an idle Throttler
 // holds no goroutine.
-func (t *Throttler) work() {
+func (t *Throttler) work(sleep time.Duration) {
 	for {
-		sleep, more := t.round()
-		if !more || (sleep > 0 && t.idle()) {
-			return
-		}
 		if sleep > 0 {
 			timer := time.NewTimer(sleep)
 			select {
@@ -223,6 +236,11 @@ func (t *Throttler) work() {
 			case <-t.kick:
 			}
 			timer.Stop()
+		}
+		var more bool
+		sleep, more = t.round()
+		if !more || (sleep > 0 && t.idle()) {
+			return
 		}
 	}
 }
@@ -297,12 +315,22 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 
 	horizon := serverNow + t.opt.ahead.Microseconds()
 	room := t.batchUnits()
-	known := t.slots != nil
+	// Far from the limit every call fits now: no slots to look up, and no
+	// need for a transaction.
+	a.exact = t.near
+	known := a.exact && t.slots != nil
+	if now.Sub(t.lastTrim) >= trimEvery {
+		a.trim, t.lastTrim = true, now
+	}
+	if a.exact || now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() {
+		a.clock, t.lastClock = true, now
+	}
 	full := false
 	pos := 0
 	rest := t.queue[:0]
 	// A call admitted now goes when the reply is back: score it then.
 	soonest := serverNow + t.clock.roundTrip()
+	a.soonest = soonest
 	for _, w := range t.queue {
 		g := soonest
 		if known {
@@ -345,7 +373,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
-	if len(batch) > 0 || (len(rest) > 0 && sleep == 0) {
+	if a.exact && (len(batch) > 0 || (len(rest) > 0 && sleep == 0)) {
 		k := t.batchUnits()
 		if len(rest) > 0 {
 			k = max(k, rest[0].n)
@@ -355,10 +383,22 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	return a, batch, claims, sleep
 }
 
-// jitter spreads the wake-ups of processes waiting for the same slot.
+// Upkeep that need not ride on every round trip.
+const (
+	trimEvery  = 100 * time.Millisecond
+	clockEvery = 250 * time.Millisecond
+)
+
+// jitter spreads the wake-ups of processes waiting for slots to come within
+// reach. A slot becomes reservable reserve-ahead before its time, so waking
+// up to a quarter of reserve-ahead later loses nothing: the slot is still
+// reserved well before it is due, and by then several have come within
+// reach, to be taken in one round trip. Processes waking at random points
+// of that span take turns instead of all racing for each slot.
 func (t *Throttler) jitter() time.Duration {
 	spacing := time.Duration(t.w) * time.Microsecond / time.Duration(t.limit)
-	return rand.N(min(spacing, 10*time.Millisecond) + 1)
+	spread := max(min(t.opt.ahead/4, 250*time.Millisecond), min(spacing, 10*time.Millisecond))
+	return rand.N(spread + 1)
 }
 
 // resolveLocked applies a reply: claims that fit are admitted, the others go
@@ -366,6 +406,11 @@ func (t *Throttler) jitter() time.Duration {
 // next round trip.
 func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) {
 	ok := admit(claims, a.checks, r.counts, t.limit, t.w)
+	busiest := int64(0)
+	for _, c := range r.counts {
+		busiest = max(busiest, c)
+	}
+	t.near = slices.Contains(ok, false) || busiest+int64(t.batchUnits()) > int64(t.limit)
 	var dropped []entry
 	var requeue []*waiter
 	for i, w := range batch {
@@ -387,6 +432,9 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		case ok[i]:
 			w.stale = nil
 			w.state, w.at = stAdmitted, t.clock.local(claims[i].score)
+			// Scored for when the reply arrives, which is now: a timer for
+			// the microseconds left would only add its own latency.
+			w.immediate = claims[i].score <= a.soonest
 			if t.onAdmit != nil {
 				t.onAdmit(claims[i].score, w.members)
 			}
