@@ -19,6 +19,7 @@ import (
 //	ZREM key <given back>...                    (when there are any)
 //	ZREMRANGEBYSCORE key -inf (<now-w-1s>       (at most every 100ms)
 //	ZADD key <g1> <m1> <g1> <m2> <g2> <m3> ...
+//	ZSCORE key <our newest admitted member>     (while one still counts)
 //	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
 //	PEXPIRE key <ttl>
@@ -42,13 +43,15 @@ type attempt struct {
 	trim   bool    // include the ZREMRANGEBYSCORE trim
 	clock  bool    // include TIME
 
-	soonest int64 // the score of a call that goes as soon as the reply is back
+	soonest int64  // the score of a call that goes as soon as the reply is back
+	probe   string // a member of ours that must still be in the set ("" = none)
 }
 
 // reply is what an attempt's round trip returned.
 type reply struct {
 	counts []int64 // per check
 	tail   []entry
+	lost   bool // the probe member is gone: Redis lost the window
 }
 
 // trimSlack keeps members a second past their window before trimming, so
@@ -67,6 +70,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		counts = make([]*redis.IntCmd, 0, len(a.checks))
 		tail   *redis.ZSliceCmd
 		clock  *redis.TimeCmd
+		probe  *redis.FloatCmd
 	)
 	queue := func(p redis.Pipeliner) error {
 		if len(a.remove) > 0 {
@@ -88,6 +92,10 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 				zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
 			}
 			p.ZAdd(ctx, t.key, zs...)
+		}
+		if a.probe != "" {
+			// After the ZADD, which may be writing the journal back.
+			probe = p.ZScore(ctx, t.key, a.probe)
 		}
 		for _, g := range a.checks {
 			counts = append(counts, p.ZCount(ctx, t.key,
@@ -113,13 +121,16 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		return err
 	})
 	recv := t.now()
+	if errors.Is(err, redis.Nil) && probe != nil && errors.Is(probe.Err(), redis.Nil) {
+		err = nil // the probe's "no such member" is an answer, not a failure
+	}
 	if err != nil {
 		return reply{}, err
 	}
 	if clock != nil {
 		t.clock.observe(sent, recv, clock.Val())
 	}
-	r := reply{counts: make([]int64, len(counts))}
+	r := reply{counts: make([]int64, len(counts)), lost: probe != nil && errors.Is(probe.Err(), redis.Nil)}
 	for i, c := range counts {
 		r.counts[i] = c.Val()
 	}

@@ -48,11 +48,15 @@ type Throttler struct {
 	replay    []entry   // members admitted without Redis, to count once it answers
 	degraded  time.Time // while now is before it, Redis is not tried (fallback)
 	near      bool      // the last reply left little room: reserve exactly (MULTI)
+	journal   journal   // our admissions that still count, to heal a lost window
+	healUntil time.Time // after a lost window: no new admissions before it
+	lastRound time.Time // the last round trip that reached Redis
 	lastTrim  time.Time
 	lastClock time.Time
 	lastLog   time.Time
 	local     *localWindow // the fallback's in-process window, when configured
 	lateWakes int          // calls that re-reserved after waking too late
+	heals     int          // lost windows found and restored
 
 	trimFuture  atomic.Bool // a reply showed members beyond futureBound
 	ctxTimeouts bool        // the client honours context deadlines itself
@@ -115,6 +119,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		kick:     make(chan struct{}, 1),
 		near:     true,
 	}
+	t.journal.cap = 2 * limit
 	t.ctxTimeouts = honoursContext(client)
 	if o.policy.kind == policyLocal {
 		t.local = newLocalWindow(max(1, int(math.Floor(float64(limit)*o.policy.share))), interval+o.buffer)

@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -133,6 +134,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again boo
 		// Not called yet, so the slot can go back; it is removed in the
 		// same transaction that reserves the next one.
 		t.giveBack = append(t.giveBack, w.members...)
+		t.journal.forget(w.members)
 		w.members, w.state, w.at = nil, stQueued, time.Time{}
 		t.lateWakes++
 		t.mu.Unlock()
@@ -208,6 +210,7 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 	}
 	members := append(w.members, w.stale...)
 	w.members, w.stale, w.gone = nil, nil, true
+	t.journal.forget(members)
 	if !w.localAt.IsZero() && t.local != nil {
 		t.local.release(w.localAt, w.n)
 	}
@@ -299,6 +302,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 	if err != nil {
 		return t.failLocked(batch, a, err), true
 	}
+	t.lastRound = now
 	t.resolveLocked(a, r, batch, claims)
 	return 0, true
 }
@@ -325,7 +329,10 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	if a.exact || now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() {
 		a.clock, t.lastClock = true, now
 	}
-	full := false
+	t.journal.trim(serverNow, t.w)
+	a.probe, _ = t.journal.probe()
+	healing := now.Before(t.healUntil)
+	full := healing
 	pos := 0
 	rest := t.queue[:0]
 	// A call admitted now goes when the reply is back: score it then.
@@ -373,7 +380,17 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
-	if a.exact && (len(batch) > 0 || (len(rest) > 0 && sleep == 0)) {
+	if len(batch) == 0 {
+		// Do not sleep so long that a lost window goes unnoticed: a quiet
+		// worker probes at least every maxQuiet.
+		sleep = min(sleep, maxQuiet)
+		if healing {
+			sleep = t.healUntil.Sub(now)
+		} else if a.probe != "" && now.Sub(t.lastRound) >= maxQuiet {
+			a.exact = true
+		}
+	}
+	if a.exact && (len(batch) > 0 || (len(rest) > 0 && sleep == 0) || a.probe != "") {
 		k := t.batchUnits()
 		if len(rest) > 0 {
 			k = max(k, rest[0].n)
@@ -387,6 +404,16 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 const (
 	trimEvery  = 100 * time.Millisecond
 	clockEvery = 250 * time.Millisecond
+)
+
+// maxQuiet is the longest a worker with waiters goes without a round trip,
+// and so the longest a lost window goes unnoticed by an active process.
+// healGrace (capped at one window) is how long a process that found the
+// window lost admits nothing new: long enough for every other active
+// process to notice too and write back its own admissions.
+const (
+	maxQuiet  = 500 * time.Millisecond
+	healGrace = 800 * time.Millisecond
 )
 
 // jitter spreads the wake-ups of processes waiting for slots to come within
@@ -406,6 +433,18 @@ func (t *Throttler) jitter() time.Duration {
 // next round trip.
 func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) {
 	ok := admit(claims, a.checks, r.counts, t.limit, t.w)
+	if r.lost {
+		// Redis lost the window (restarted empty, failed over without our
+		// recent writes, or the key was deleted). The counts undercount every
+		// replica's recent calls: trust none of them, write our own back,
+		// and admit nothing new until the others have had time to do the same.
+		clear(ok)
+		t.replay = append(t.replay, t.journal.live()...)
+		t.healUntil = t.now().Add(min(time.Duration(t.w)*time.Microsecond, healGrace))
+		t.heals++
+		t.opt.logger.Warn("throttler: redis lost the shared window; restoring this process's recent calls",
+			slog.String("key", t.key), slog.Int("calls", len(t.journal.entries)))
+	}
 	busiest := int64(0)
 	for _, c := range r.counts {
 		busiest = max(busiest, c)
@@ -435,6 +474,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			// Scored for when the reply arrives, which is now: a timer for
 			// the microseconds left would only add its own latency.
 			w.immediate = claims[i].score <= a.soonest
+			t.journal.add(claims[i].score, w.members)
 			if t.onAdmit != nil {
 				t.onAdmit(claims[i].score, w.members)
 			}

@@ -1,0 +1,54 @@
+package throttler
+
+import "slices"
+
+// journal holds this Throttler's own admissions for as long as they count in
+// some window. It is how a process heals a shared window that Redis lost
+// (a restart without persistence, a failover that dropped recent writes, a
+// deleted key): every round trip checks that the newest journaled member is
+// still in the set, and when it is not, the journal is written back.
+// Guarded by the Throttler's mu.
+type journal struct {
+	entries []entry
+	cap     int
+}
+
+// add records members admitted at score.
+func (j *journal) add(score int64, members []string) {
+	for _, m := range members {
+		j.entries = append(j.entries, entry{score: score, member: m})
+	}
+	if over := len(j.entries) - j.cap; over > 0 {
+		j.entries = slices.Delete(j.entries, 0, over)
+	}
+}
+
+// trim forgets admissions no window counts any longer.
+func (j *journal) trim(serverNow, w int64) {
+	i := 0
+	for i < len(j.entries) && j.entries[i].score <= serverNow-w {
+		i++
+	}
+	j.entries = slices.Delete(j.entries, 0, i)
+}
+
+// forget drops members given back (their calls were not made).
+func (j *journal) forget(members []string) {
+	if len(members) == 0 {
+		return
+	}
+	j.entries = slices.DeleteFunc(j.entries, func(e entry) bool { return slices.Contains(members, e.member) })
+}
+
+// probe returns the newest journaled member, which must be in the set.
+func (j *journal) probe() (string, bool) {
+	if len(j.entries) == 0 {
+		return "", false
+	}
+	return j.entries[len(j.entries)-1].member, true
+}
+
+// live returns a copy of the admissions that still count.
+func (j *journal) live() []entry {
+	return slices.Clone(j.entries)
+}
