@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -57,6 +58,13 @@ func (r *recorder) watch(th *Throttler) *Throttler {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.list = append(r.list, admission{score: score, members: append([]string(nil), members...)})
+	}
+	th.onRelease = func(members []string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.list = slices.DeleteFunc(r.list, func(a admission) bool {
+			return len(a.members) > 0 && slices.Contains(members, a.members[0])
+		})
 	}
 	return th
 }
@@ -139,7 +147,7 @@ func waitIdle(t *testing.T, th *Throttler) {
 	}
 }
 
-// keyMembers returns the members of key and their scores.
+// keyMembers returns the members of key and their scores, less the marker.
 func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
 	t.Helper()
 	zs, err := c.ZRangeWithScores(context.Background(), key, 0, -1).Result()
@@ -148,7 +156,9 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 	}
 	m := map[string]int64{}
 	for _, z := range zs {
-		m[z.Member.(string)] = int64(z.Score)
+		if z.Member.(string) != marker {
+			m[z.Member.(string)] = int64(z.Score)
+		}
 	}
 	return m
 }

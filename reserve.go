@@ -13,15 +13,17 @@ import (
 // attempt is one reservation round trip on the key. It gives back rejected
 // members, adds new members at the scores they would be admitted at, counts
 // the neighbourhood of each new score, and, near the limit, reads the
-// upcoming free slots:
+// upcoming free slots; it also checks that Redis still holds the window
+// (see journal and marker):
 //
 //	MULTI                                       (exact attempts only)
 //	ZREM key <given back>...                    (when there are any)
-//	ZREMRANGEBYSCORE key -inf (<now-w-1s>       (at most every 100ms)
-//	ZADD key <g1> <m1> <g1> <m2> <g2> <m3> ...
-//	ZSCORE key <our newest admitted member>     (while one still counts)
+//	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (at most every 100ms)
+//	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
 //	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
+//	ZSCORE key <our newest admitted member>     (did Redis lose our calls?)
+//	ZSCORE key <marker>                         (did Redis lose the window?)
 //	PEXPIRE key <ttl>
 //	TIME                                        (exact attempts, and every 250ms)
 //	EXEC                                        (exact attempts only)
@@ -45,6 +47,7 @@ type attempt struct {
 
 	soonest int64  // the score of a call that goes as soon as the reply is back
 	probe   string // a member of ours that must still be in the set ("" = none)
+	mark    bool   // write the marker (with the journal, in the same ZADD)
 }
 
 // reply is what an attempt's round trip returned.
@@ -52,7 +55,20 @@ type reply struct {
 	counts []int64 // per check
 	tail   []entry
 	lost   bool // the probe member is gone: Redis lost the window
+	noMark bool // the marker member was missing before this attempt wrote it
 }
+
+// marker is a member at score -1, where no window counts it and no trim
+// reaches it. Every round trip checks it is there. A process that found it
+// within the key's TTL and then finds it gone knows Redis lost the window
+// (the key cannot have expired meanwhile), even when none of its own calls
+// are in it to miss. The marker is written only together with a process's
+// journal, in one ZADD, or when a key is seen for the first time: so a
+// marker present means the writer's calls are back too.
+const marker = "\x00throttler"
+
+// trimFloor is the lowest score a trim removes: the marker sits below it.
+const trimFloor = "0"
 
 // trimSlack keeps members a second past their window before trimming, so
 // that a client whose server-time estimate runs ahead by less than that
@@ -71,6 +87,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		tail   *redis.ZSliceCmd
 		clock  *redis.TimeCmd
 		probe  *redis.FloatCmd
+		mark   *redis.FloatCmd
 	)
 	queue := func(p redis.Pipeliner) error {
 		if len(a.remove) > 0 {
@@ -81,21 +98,20 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 			p.ZRem(ctx, t.key, members...)
 		}
 		if a.trim {
-			p.ZRemRangeByScore(ctx, t.key, "-inf", "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
+			p.ZRemRangeByScore(ctx, t.key, trimFloor, "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
 		}
 		if t.trimFuture.Swap(false) {
 			p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
 		}
-		if len(a.adds) > 0 {
-			zs := make([]redis.Z, len(a.adds))
-			for i, e := range a.adds {
-				zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
-			}
-			p.ZAdd(ctx, t.key, zs...)
+		zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
+		for i, e := range a.adds {
+			zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
 		}
-		if a.probe != "" {
-			// After the ZADD, which may be writing the journal back.
-			probe = p.ZScore(ctx, t.key, a.probe)
+		if a.mark {
+			zs = append(zs, redis.Z{Score: -1, Member: marker})
+		}
+		if len(zs) > 0 {
+			p.ZAdd(ctx, t.key, zs...)
 		}
 		for _, g := range a.checks {
 			counts = append(counts, p.ZCount(ctx, t.key,
@@ -104,6 +120,13 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		if a.slots > 0 {
 			tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
 		}
+		// The checks come after the counts: without MULTI, a loss can fall
+		// between two commands of the pipeline, and counts taken after it
+		// must not go unnoticed. Counts taken before it were true.
+		if a.probe != "" {
+			probe = p.ZScore(ctx, t.key, a.probe)
+		}
+		mark = p.ZScore(ctx, t.key, marker)
 		p.PExpire(ctx, t.key, t.ttl())
 		if a.clock {
 			clock = p.Time(ctx)
@@ -121,8 +144,13 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		return err
 	})
 	recv := t.now()
-	if errors.Is(err, redis.Nil) && probe != nil && errors.Is(probe.Err(), redis.Nil) {
-		err = nil // the probe's "no such member" is an answer, not a failure
+	if errors.Is(err, redis.Nil) {
+		err = nil // ZSCORE's "no such member" is an answer, not a failure
+		for _, c := range []*redis.FloatCmd{probe, mark} {
+			if c != nil && c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+				err = c.Err()
+			}
+		}
 	}
 	if err != nil {
 		return reply{}, err
@@ -130,7 +158,11 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 	if clock != nil {
 		t.clock.observe(sent, recv, clock.Val())
 	}
-	r := reply{counts: make([]int64, len(counts)), lost: probe != nil && errors.Is(probe.Err(), redis.Nil)}
+	r := reply{
+		counts: make([]int64, len(counts)),
+		lost:   probe != nil && errors.Is(probe.Err(), redis.Nil),
+		noMark: errors.Is(mark.Err(), redis.Nil),
+	}
 	for i, c := range counts {
 		r.counts[i] = c.Val()
 	}

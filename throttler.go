@@ -51,6 +51,8 @@ type Throttler struct {
 	journal   journal   // our admissions that still count, to heal a lost window
 	healUntil time.Time // after a lost window: no new admissions before it
 	lastRound time.Time // the last round trip that reached Redis
+	lastSeen  time.Time // the last round trip that found (or wrote) the marker
+	writeMark bool      // the marker was missing: write it with the next round trip
 	lastTrim  time.Time
 	lastClock time.Time
 	lastLog   time.Time
@@ -64,6 +66,9 @@ type Throttler struct {
 	// onAdmit, when set (tests), sees every admission with its server-time
 	// score in microseconds and its members, under t.mu.
 	onAdmit func(score int64, members []string)
+	// onRelease, when set (tests), sees admitted members given back because
+	// their call did not go (abandoned, or woken too late), under t.mu.
+	onRelease func(members []string)
 }
 
 // New returns a Throttler that admits at most limit calls in any window of

@@ -134,7 +134,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again boo
 		// Not called yet, so the slot can go back; it is removed in the
 		// same transaction that reserves the next one.
 		t.giveBack = append(t.giveBack, w.members...)
-		t.journal.forget(w.members)
+		t.forgetLocked(w.members)
 		w.members, w.state, w.at = nil, stQueued, time.Time{}
 		t.lateWakes++
 		t.mu.Unlock()
@@ -210,13 +210,24 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 	}
 	members := append(w.members, w.stale...)
 	w.members, w.stale, w.gone = nil, nil, true
-	t.journal.forget(members)
+	if w.state == stAdmitted {
+		t.forgetLocked(members)
+	}
 	if !w.localAt.IsZero() && t.local != nil {
 		t.local.release(w.localAt, w.n)
 	}
 	t.mu.Unlock()
 	t.release(ctx, members)
 	return ctxError(ctx)
+}
+
+// forgetLocked notes that admitted members were given back: their call
+// did not go.
+func (t *Throttler) forgetLocked(members []string) {
+	t.journal.forget(members)
+	if t.onRelease != nil {
+		t.onRelease(members)
+	}
 }
 
 // nudge wakes a sleeping worker so that it notices an emptied queue.
@@ -317,7 +328,6 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	a.adds = append(a.adds, t.replay...)
 	t.replay = nil
 
-	horizon := serverNow + t.opt.ahead.Microseconds()
 	room := t.batchUnits()
 	// Far from the limit every call fits now: no slots to look up, and no
 	// need for a transaction.
@@ -331,6 +341,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	}
 	t.journal.trim(serverNow, t.w)
 	a.probe, _ = t.journal.probe()
+	a.mark, t.writeMark = t.writeMark, false
 	healing := now.Before(t.healUntil)
 	full := healing
 	pos := 0
@@ -338,6 +349,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	// A call admitted now goes when the reply is back: score it then.
 	soonest := serverNow + t.clock.roundTrip()
 	a.soonest = soonest
+	horizon := soonest + t.opt.ahead.Microseconds()
 	for _, w := range t.queue {
 		g := soonest
 		if known {
@@ -433,14 +445,24 @@ func (t *Throttler) jitter() time.Duration {
 // next round trip.
 func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) {
 	ok := admit(claims, a.checks, r.counts, t.limit, t.w)
-	if r.lost {
+	now := t.now()
+	// Our last round trip refreshed the key's TTL: if that was less than a
+	// TTL ago, the key cannot have expired on its own, so a missing marker
+	// means Redis lost it.
+	seenRecently := !t.lastSeen.IsZero() && now.Sub(t.lastSeen) < t.ttl()
+	t.lastSeen = now
+	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
+	if missing {
+		t.writeMark = true // with the journal, in the next round trip
+	}
+	if r.lost || (missing && seenRecently) {
 		// Redis lost the window (restarted empty, failed over without our
 		// recent writes, or the key was deleted). The counts undercount every
 		// replica's recent calls: trust none of them, write our own back,
 		// and admit nothing new until the others have had time to do the same.
 		clear(ok)
 		t.replay = append(t.replay, t.journal.live()...)
-		t.healUntil = t.now().Add(min(time.Duration(t.w)*time.Microsecond, healGrace))
+		t.healUntil = now.Add(min(time.Duration(t.w)*time.Microsecond, healGrace))
 		t.heals++
 		t.opt.logger.Warn("throttler: redis lost the shared window; restoring this process's recent calls",
 			slog.String("key", t.key), slog.Int("calls", len(t.journal.entries)))
