@@ -69,6 +69,10 @@ type Throttler struct {
 	// onRelease, when set (tests), sees admitted members given back because
 	// their call did not go (abandoned, or woken too late), under t.mu.
 	onRelease func(members []string)
+	// onResolved, when set (fault-injection tests), runs after a reply was
+	// applied, with how many claims it rejected: their members are still in
+	// Redis until the next round trip gives them back. Under t.mu.
+	onResolved func(rejected int)
 }
 
 // New returns a Throttler that admits at most limit calls in any window of

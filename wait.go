@@ -515,4 +515,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		t.slots = nextSlots(t.sane(r), dropped, t.limit, a.slots, len(a.adds), t.w)
 	}
 	t.recovered()
+	if t.onResolved != nil {
+		t.onResolved(len(requeue))
+	}
 }
