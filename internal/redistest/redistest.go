@@ -132,7 +132,7 @@ func startExternal(t testing.TB, url string) *Server {
 // port when the one picked was taken before the server could bind it.
 // For cluster nodes (cluster true) the port+10000 of the cluster bus must be
 // free too.
-func startLocal(t testing.TB, bin string, cluster bool) *Server {
+func startLocal(t testing.TB, bin string, cluster bool, extra ...string) *Server {
 	t.Helper()
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
 	s.logPath = filepath.Join(s.dir, "redis.log")
@@ -143,6 +143,7 @@ func startLocal(t testing.TB, bin string, cluster bool) *Server {
 			"--cluster-node-timeout", "2000",
 		}
 	}
+	s.extra = append(s.extra, extra...)
 	t.Cleanup(s.stop)
 
 	for try := 1; ; try++ {
