@@ -3,6 +3,9 @@ package throttler
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,5 +115,73 @@ func BenchmarkNextSlots(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		nextSlots(tail, dropped, limit, k, 8, 1_000_000)
+	}
+}
+
+// BenchmarkCancellationStorm: 32 goroutines per core keep a Throttler
+// saturated (100 calls per 200ms). In "storm", every Wait has a deadline of
+// 10-500ms, so most give up; in "calm", none does. Reported per run:
+//
+//	late-p99-ms   how long after its deadline an abandoned Wait returned (p99
+//	late-max-ms   and max; one refused at once, its slot being past the
+//	              deadline, counts 0)
+//	abandoned     Waits that returned an error
+//	util-%        admissions against limit per (interval + buffer)
+//	left          members of abandoned calls left in the set afterwards
+//
+// Compare util-% of the two to see what cancellations cost in quota.
+func BenchmarkCancellationStorm(b *testing.B) {
+	for _, storm := range []bool{false, true} {
+		name := "calm"
+		if storm {
+			name = "storm"
+		}
+		b.Run(name, func(b *testing.B) {
+			const limit, interval = 100, 200 * time.Millisecond
+			srv := redistest.Start(b)
+			var rec recorder
+			th := rec.watch(mustNew(b, srv.NewClient(), srv.Key(b, "storm"), limit, interval))
+			var mu sync.Mutex
+			var late []time.Duration
+			start := time.Now()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					var deadline time.Time
+					if storm {
+						deadline = time.Now().Add(time.Duration(10+rand.IntN(490)) * time.Millisecond)
+						ctx, cancel = context.WithDeadline(ctx, deadline)
+					}
+					err := th.Wait(ctx)
+					back := time.Now()
+					cancel()
+					if err != nil {
+						mu.Lock()
+						late = append(late, max(0, back.Sub(deadline)))
+						mu.Unlock()
+					}
+				}
+			})
+			elapsed := time.Since(start)
+			waitIdle(b, th)
+			ours := rec.members()
+			left := 0
+			zs, _ := srv.NewClient().ZRange(context.Background(), th.Key(), 0, -1).Result()
+			for _, m := range zs {
+				if m != marker && !ours[m] {
+					left++
+				}
+			}
+			w := interval + th.opt.buffer
+			b.ReportMetric(100*float64(len(rec.scores()))/(float64(limit)*elapsed.Seconds()/w.Seconds()), "util-%")
+			b.ReportMetric(float64(left), "left")
+			if len(late) > 0 {
+				slices.Sort(late)
+				b.ReportMetric(float64(late[len(late)*99/100].Microseconds())/1000, "late-p99-ms")
+				b.ReportMetric(float64(late[len(late)-1].Microseconds())/1000, "late-max-ms")
+				b.ReportMetric(float64(len(late)), "abandoned")
+			}
+		})
 	}
 }

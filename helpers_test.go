@@ -119,7 +119,7 @@ func assertWindow(t *testing.T, scores []int64, w time.Duration, limit int) {
 	}
 }
 
-func mustNew(t *testing.T, c redis.UniversalClient, key string, limit int, interval time.Duration, opts ...Option) *Throttler {
+func mustNew(t testing.TB, c redis.UniversalClient, key string, limit int, interval time.Duration, opts ...Option) *Throttler {
 	t.Helper()
 	th, err := New(c, key, limit, interval, opts...)
 	if err != nil {
@@ -130,7 +130,7 @@ func mustNew(t *testing.T, c redis.UniversalClient, key string, limit int, inter
 
 // waitIdle waits until th's worker has exited, so that nothing it still had
 // to give back is in flight.
-func waitIdle(t *testing.T, th *Throttler) {
+func waitIdle(t testing.TB, th *Throttler) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
