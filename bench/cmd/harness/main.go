@@ -1,0 +1,103 @@
+// Command harness compares this library with the seed design, redis_rate and
+// x/time/rate: it starts its own redis-server and a fake API on loopback,
+// runs replica processes (itself, re-executed) against each implementation
+// in several scenarios, and prints a Markdown table.
+//
+//	cd bench && go run ./cmd/harness            # full run, about 3 minutes
+//	cd bench && go run ./cmd/harness -quick     # CI-sized, about a minute
+//	go run ./cmd/harness -scenarios saturate,herd -impls throttler,seed -json out.json -svg chart.svg
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-throttler/throttler/bench/internal/harness"
+	"github.com/go-throttler/throttler/bench/internal/impls"
+)
+
+func main() {
+	if os.Getenv(harness.ReplicaEnv) != "" {
+		os.Exit(harness.ReplicaMain())
+	}
+	var (
+		quick     = flag.Bool("quick", false, "short CI-sized run")
+		scenarios = flag.String("scenarios", "", "comma-separated scenarios to run (default all: "+strings.Join(harness.ScenarioNames, ",")+")")
+		implList  = flag.String("impls", "", "comma-separated implementations (default all: "+strings.Join(impls.Names, ",")+")")
+		duration  = flag.Duration("duration", 0, "override the duration of every timed scenario")
+		buffer    = flag.Duration("buffer", 50*time.Millisecond, "buffer of throttler and seed (admission-to-arrival margin)")
+		jsonOut   = flag.String("json", "", "write the results as JSON to this file")
+		svgOut    = flag.String("svg", "", "write the chart (saturate, herd) as SVG to this file")
+		mdOut     = flag.String("md", "", "also write the Markdown tables to this file")
+		_         = flag.Bool("replica", false, "internal: run as a replica (configured through "+harness.ReplicaEnv+")")
+	)
+	flag.Parse()
+
+	all := harness.Scenarios(*quick)
+	if *duration > 0 {
+		for i := range all {
+			if all[i].Kind != harness.KindMemory {
+				all[i].Duration = *duration
+				all[i].Warmup = min(all[i].Warmup, *duration/2)
+			}
+		}
+	}
+	sel, err := harness.Select(all, split(*scenarios), split(*implList))
+	if err != nil {
+		fatal(err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, Quick: *quick, Progress: os.Stderr})
+	if err != nil {
+		fatal(err)
+	}
+	md := rep.Markdown()
+	fmt.Print("\n" + md)
+	if *mdOut != "" {
+		write(*mdOut, []byte(md))
+	}
+	if *jsonOut != "" {
+		b, err := rep.JSON()
+		if err != nil {
+			fatal(err)
+		}
+		write(*jsonOut, append(b, '\n'))
+	}
+	if *svgOut != "" {
+		svg := rep.SVG()
+		if svg == "" {
+			fmt.Fprintln(os.Stderr, "harness: no saturate or herd run, no chart written")
+		} else {
+			write(*svgOut, []byte(svg))
+		}
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func write(path string, b []byte) {
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "harness:", err)
+	os.Exit(1)
+}

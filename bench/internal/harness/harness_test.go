@@ -1,0 +1,190 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-throttler/throttler/bench/internal/redisserver"
+)
+
+// TestMain lets the test binary serve as a replica: the smoke test
+// re-executes it with ReplicaEnv set, as the harness command does itself.
+func TestMain(m *testing.M) {
+	if os.Getenv(ReplicaEnv) != "" {
+		os.Exit(ReplicaMain())
+	}
+	os.Exit(m.Run())
+}
+
+func requireRedis(t *testing.T) {
+	t.Helper()
+	if redisserver.Available() {
+		return
+	}
+	if os.Getenv("THROTTLER_REQUIRE_REDIS") == "1" {
+		t.Fatal("redis-server is not on PATH and THROTTLER_REQUIRE_REDIS=1")
+	}
+	t.Skip("redis-server is not on PATH (set THROTTLER_REQUIRE_REDIS=1 to make this a failure)")
+}
+
+// TestSmoke runs the saturate scenario, shrunk to 2 processes x 4 goroutines
+// for 1.5s, against this library, through the whole harness: redis-server,
+// fake API, replica processes, metrics and every output format.
+func TestSmoke(t *testing.T) {
+	requireRedis(t)
+	all, err := Select(Scenarios(true), []string{"saturate"}, []string{"throttler"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := all[0]
+	sc.Procs, sc.Goroutines, sc.Duration = 2, 4, 1500*time.Millisecond
+
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rep.Rows))
+	}
+	row := rep.Rows[0]
+	t.Logf("row: %+v", row.summary())
+	switch {
+	case row.Admitted == 0:
+		t.Fatal("nothing admitted")
+	case row.Errors != 0 || row.APIErrors != 0:
+		t.Fatalf("%d wait errors, %d API errors: %s", row.Errors, row.APIErrors, row.FirstError)
+	case int64(row.APICalls) != row.Admitted:
+		t.Errorf("%d calls reached the API, %d were admitted", row.APICalls, row.Admitted)
+	case row.Utilization == nil || *row.Utilization <= 0:
+		t.Errorf("utilization %v", row.Utilization)
+	case row.RoundTrips == 0 || row.CommandsPerAdm == 0:
+		t.Errorf("no Redis traffic counted: %d round trips, %.2f commands/admission", row.RoundTrips, row.CommandsPerAdm)
+	case len(row.PerProc) != 2 || row.Jain == nil:
+		t.Errorf("per-process counts %v, Jain %v", row.PerProc, row.Jain)
+	case len(row.Series) == 0:
+		t.Error("no series for the chart")
+	}
+	// The library's guarantee, checked at the API.
+	if *row.MaxInWindow > row.Limit || *row.StrictRejects != 0 {
+		t.Errorf("max in window %d (limit %d), strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
+	}
+	checkOutputs(t, rep)
+}
+
+func checkOutputs(t *testing.T, rep *Report) {
+	t.Helper()
+	md := rep.Markdown()
+	for _, r := range rep.Rows {
+		if !strings.Contains(md, "| "+r.Scenario+" | "+r.Impl+" |") {
+			t.Errorf("Markdown lacks the row %s/%s:\n%s", r.Scenario, r.Impl, md)
+		}
+	}
+	b, err := rep.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(rep.Rows) {
+		t.Errorf("JSON does not round-trip: %v", err)
+	}
+	svg := rep.SVG()
+	if !strings.HasPrefix(svg, "<svg") {
+		t.Fatalf("SVG: %.80q", svg)
+	}
+	d := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		if _, err := d.Token(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Errorf("SVG is not well-formed XML: %v", err)
+			}
+			break
+		}
+	}
+}
+
+// TestOutputs renders a made-up report without running anything.
+func TestOutputs(t *testing.T) {
+	u, mx, rej, j := 0.95, 100, 0, 0.99
+	over := 120
+	rep := &Report{
+		Meta: Meta{OS: "linux/amd64", CPUs: 2, RedisVersion: "7", GoVersion: "go1", BufferMs: 50},
+		Scenarios: []ScenarioInfo{
+			{Name: "saturate", Kind: KindAPI, Procs: 3, Goroutines: 50, Limit: 100, IntervalMs: 1000, DurationS: 2, Description: "saturate <&>"},
+			{Name: "latency", Kind: KindLatency, Procs: 1, Goroutines: 1, Limit: 1e6, IntervalMs: 1000, DurationS: 1},
+		},
+		Rows: []Row{
+			{Scenario: "saturate", Impl: "throttler", Limit: 100, Utilization: &u, MaxInWindow: &mx, StrictRejects: &rej, Jain: &j,
+				SeriesStepMs: 500, Series: []int{100, 100, 95, 100}},
+			{Scenario: "saturate", Impl: "redis_rate", Limit: 100, Utilization: &u, MaxInWindow: &over, StrictRejects: &over,
+				SeriesStepMs: 500, Series: []int{120, 100, 100, 100}, Errors: 1, FirstError: "boom"},
+			{Scenario: "latency", Impl: "seed", Limit: 1e6},
+		},
+		Latency: []LatencyRow{{Impl: "seed", PingP50Us: 50, WaitP50Us: 100, RatioP50: 2}},
+		Memory:  []MemoryRow{{Impl: "seed", Calls: 10, Members: 10, Bytes: 1380, BytesPerMember: 138}},
+	}
+	checkOutputs(t, rep)
+	md := rep.Markdown()
+	for _, want := range []string{"**120**", "| latency | seed | 0.0 | — | — | — |", "| seed | 10 | 10 | 1380 | 138.0 |", "boom", "95.0%"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(rep.SVG(), "<&>") {
+		t.Error("SVG does not escape text")
+	}
+}
+
+func TestSelect(t *testing.T) {
+	all := Scenarios(false)
+	got, err := Select(all, []string{"herd", "memory"}, []string{"seed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "herd" || got[1].Name != "memory" || len(got[0].Impls) != 1 || got[0].Impls[0] != "seed" {
+		t.Errorf("Select = %+v", got)
+	}
+	if len(all[0].Impls) != 4 {
+		t.Errorf("Select modified its input: %v", all[0].Impls)
+	}
+	if _, err := Select(all, []string{"nope"}, nil); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+	if _, err := Select(all, nil, []string{"nope"}); err == nil {
+		t.Error("unknown implementation accepted")
+	}
+	if _, err := Select(all, []string{"memory"}, []string{"xrate"}); err == nil {
+		t.Error("an empty selection accepted")
+	}
+}
+
+func TestFmtMs(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 0.0005: "500ns", 0.121: "121µs", 5.123: "5.12ms", 42: "42ms", 1500: "1.50s"} {
+		if got := fmtMs(v); got != want {
+			t.Errorf("fmtMs(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+// testWriter logs whole lines (the progress output writes a line in parts).
+type testWriter struct {
+	t   *testing.T
+	buf *strings.Builder
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if s := w.buf.String(); strings.HasSuffix(s, "\n") {
+		w.t.Log(strings.TrimSuffix(s, "\n"))
+		w.buf.Reset()
+	}
+	return len(p), nil
+}

@@ -1,0 +1,268 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-throttler/throttler/bench/internal/fakeapi"
+	"github.com/go-throttler/throttler/bench/internal/impls"
+	"github.com/redis/go-redis/v9"
+)
+
+// ReplicaEnv is the environment variable that carries a replica's
+// configuration (JSON) to the re-executed binary.
+const ReplicaEnv = "THROTTLER_BENCH_REPLICA"
+
+// ReplicaFlag is the argument the harness passes to the binary it re-executes
+// as a replica (informative: the configuration is in ReplicaEnv).
+const ReplicaFlag = "-replica"
+
+// ReplicaConfig is what the parent tells a replica.
+type ReplicaConfig struct {
+	Index      int           `json:"index"`
+	Impl       string        `json:"impl"`
+	Kind       Kind          `json:"kind"`
+	RedisAddr  string        `json:"redis_addr"`
+	Key        string        `json:"key"`
+	Limit      int           `json:"limit"`
+	Interval   time.Duration `json:"interval"`
+	Buffer     time.Duration `json:"buffer"`
+	Procs      int           `json:"procs"`
+	Goroutines int           `json:"goroutines"`
+	Duration   time.Duration `json:"duration"`
+	Warmup     time.Duration `json:"warmup"`
+	APIURL     string        `json:"api_url"`
+}
+
+// ReplicaResult is what a replica reports on stdout at the end.
+type ReplicaResult struct {
+	Index      int     `json:"index"`
+	Admitted   int64   `json:"admitted"`    // successful waits, whole run
+	Measured   int64   `json:"measured"`    // of which returned at or after Warmup
+	WaitNs     []int64 `json:"wait_ns"`     // wait of each measured admission
+	PingNs     []int64 `json:"ping_ns"`     // KindLatency: the PING before each measured Wait
+	RoundTrips int64   `json:"round_trips"` // Redis round trips of the implementation (hook count)
+	Errors     int64   `json:"errors"`      // waits that failed other than by the run ending
+	FirstError string  `json:"first_error,omitempty"`
+	APIErrors  int64   `json:"api_errors"`
+	Unfinished int     `json:"unfinished"` // goroutines still waiting when the run ended
+}
+
+// ReplicaMain runs a replica from the configuration in ReplicaEnv, talking to
+// the parent on stdin/stdout, and returns the process exit code.
+func ReplicaMain() int {
+	var cfg ReplicaConfig
+	if err := json.Unmarshal([]byte(os.Getenv(ReplicaEnv)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "replica: bad %s: %v\n", ReplicaEnv, err)
+		return 2
+	}
+	if err := runReplica(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "replica %d (%s): %v\n", cfg.Index, cfg.Impl, err)
+		return 1
+	}
+	return 0
+}
+
+// harnessCall marks a context whose Redis commands are the harness's own
+// (the PING of the latency scenario, the readiness check): the round-trip
+// hook does not count them.
+type harnessCall struct{}
+
+func harnessCtx(ctx context.Context) context.Context {
+	return context.WithValue(ctx, harnessCall{}, true)
+}
+
+// tripCounter is a go-redis hook counting round trips: one per command sent
+// alone, one per pipeline or transaction.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) count(ctx context.Context, first redis.Cmder) {
+	if ctx.Value(harnessCall{}) != nil {
+		return
+	}
+	if name := first.Name(); name == "hello" || name == "client" || name == "auth" || name == "select" {
+		return // connection set-up
+	}
+	c.n.Add(1)
+}
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(ctx, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 {
+			first := cmds[0]
+			if first.Name() == "multi" && len(cmds) > 1 {
+				first = cmds[1]
+			}
+			c.count(ctx, first)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// goroutineLog is one goroutine's record, merged at the end.
+type goroutineLog struct {
+	admitted, measured, errors, apiErrors int64
+	waits, pings                          []int64
+	unfinished                            bool
+	firstErr                              error
+}
+
+func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Writer) error {
+	var rdb *redis.Client
+	trips := &tripCounter{}
+	if impls.UsesRedis(cfg.Impl) || cfg.Kind == KindLatency {
+		rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+		defer rdb.Close()
+		rdb.AddHook(trips)
+		if err := rdb.Ping(harnessCtx(ctx)).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+	}
+	w, err := impls.New(cfg.Impl, rdb, impls.Config{
+		Key: cfg.Key, Limit: cfg.Limit, Interval: cfg.Interval, Buffer: cfg.Buffer, Procs: cfg.Procs,
+	})
+	if err != nil {
+		return err
+	}
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Goroutines, IdleConnTimeout: time.Minute},
+		Timeout:   10 * time.Second,
+	}
+	defer client.CloseIdleConnections()
+
+	// Ready; wait for the parent's go, so that every replica starts together.
+	if _, err := fmt.Fprintln(out, "ready"); err != nil {
+		return err
+	}
+	if _, err := bufio.NewReader(in).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for go: %w", err)
+	}
+	start := time.Now()
+	// The run ends by cancellation, not by a deadline: an implementation
+	// that refuses a wait whose slot lies beyond its context's deadline
+	// would see one, and waits in production rarely have one.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopAt := time.AfterFunc(cfg.Duration, cancel)
+	defer stopAt.Stop()
+	warmEnd := start.Add(cfg.Warmup)
+
+	logs := make([]*goroutineLog, cfg.Goroutines)
+	var wg sync.WaitGroup
+	for g := range logs {
+		l := &goroutineLog{}
+		logs[g] = l
+		wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
+	}
+	wg.Wait()
+
+	res := ReplicaResult{Index: cfg.Index, RoundTrips: trips.n.Load()}
+	for _, l := range logs {
+		res.Admitted += l.admitted
+		res.Measured += l.measured
+		res.Errors += l.errors
+		res.APIErrors += l.apiErrors
+		res.WaitNs = append(res.WaitNs, l.waits...)
+		res.PingNs = append(res.PingNs, l.pings...)
+		if l.unfinished {
+			res.Unfinished++
+		}
+		if l.firstErr != nil && res.FirstError == "" {
+			res.FirstError = l.firstErr.Error()
+		}
+	}
+	return json.NewEncoder(out).Encode(res)
+}
+
+// loop is one goroutine of a replica: wait, then (KindAPI) call the API,
+// until the run's context ends.
+func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Client, client *http.Client, warmEnd time.Time, l *goroutineLog) {
+	for ctx.Err() == nil {
+		var ping time.Duration
+		if cfg.Kind == KindLatency {
+			p0 := time.Now()
+			if err := rdb.Ping(harnessCtx(ctx)).Err(); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				l.errors++
+				l.firstErr = firstOf(l.firstErr, err)
+				continue
+			}
+			ping = time.Since(p0)
+		}
+		w0 := time.Now()
+		err := w.Wait(ctx)
+		done := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				l.unfinished = true
+				return
+			}
+			l.errors++
+			l.firstErr = firstOf(l.firstErr, err)
+			time.Sleep(10 * time.Millisecond) // do not spin on a broken Redis
+			continue
+		}
+		l.admitted++
+		if !done.Before(warmEnd) {
+			l.measured++
+			l.waits = append(l.waits, int64(done.Sub(w0)))
+			if cfg.Kind == KindLatency {
+				l.pings = append(l.pings, int64(ping))
+			}
+		}
+		if cfg.Kind == KindAPI {
+			if err := call(client, cfg); err != nil {
+				l.apiErrors++
+				l.firstErr = firstOf(l.firstErr, err)
+			}
+		}
+	}
+}
+
+// call makes the API call: not bound to the run's context, so that a call
+// admitted just before the end is still made (it was counted).
+func call(client *http.Client, cfg ReplicaConfig) error {
+	req, err := http.NewRequest(http.MethodGet, cfg.APIURL, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(fakeapi.ReplicaHeader, strconv.Itoa(cfg.Index))
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New("api: " + resp.Status)
+	}
+	return nil
+}
+
+func firstOf(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}

@@ -1,0 +1,231 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is everything one harness run measured.
+type Report struct {
+	Meta      Meta           `json:"meta"`
+	Scenarios []ScenarioInfo `json:"scenarios"`
+	Rows      []Row          `json:"rows"`
+	Latency   []LatencyRow   `json:"latency,omitempty"`
+	Memory    []MemoryRow    `json:"memory,omitempty"`
+}
+
+// Meta describes the machine and the run.
+type Meta struct {
+	Started      string  `json:"started"`
+	GoVersion    string  `json:"go_version"`
+	OS           string  `json:"os"`
+	CPUs         int     `json:"cpus"`
+	RedisVersion string  `json:"redis_version"`
+	Quick        bool    `json:"quick"`
+	BufferMs     float64 `json:"buffer_ms"`
+}
+
+// ScenarioInfo is a scenario's parameters, as run.
+type ScenarioInfo struct {
+	Name        string   `json:"name"`
+	Kind        Kind     `json:"kind"`
+	Procs       int      `json:"procs,omitempty"`
+	Goroutines  int      `json:"goroutines"`
+	Limit       int      `json:"limit"`
+	IntervalMs  float64  `json:"interval_ms"`
+	DurationS   float64  `json:"duration_s,omitempty"`
+	WarmupS     float64  `json:"warmup_s,omitempty"`
+	Calls       int      `json:"calls,omitempty"`
+	Impls       []string `json:"impls"`
+	Description string   `json:"description"`
+}
+
+// Row is one scenario run with one implementation.
+type Row struct {
+	Scenario   string  `json:"scenario"`
+	Impl       string  `json:"impl"`
+	Procs      int     `json:"procs"`
+	Goroutines int     `json:"goroutines"`
+	Limit      int     `json:"limit"`
+	IntervalMs float64 `json:"interval_ms"`
+	DurationS  float64 `json:"duration_s"`
+
+	Admitted int64 `json:"admitted"`  // successful waits, whole run, all replicas
+	Measured int64 `json:"measured"`  // of which after the warm-up (replica clocks)
+	APICalls int   `json:"api_calls"` // arrivals at the API, whole run
+	// APICallsMeasured counts arrivals in [Warmup, Duration).
+	APICallsMeasured int     `json:"api_calls_measured"`
+	AdmittedPerSec   float64 `json:"admitted_per_sec"` // after the warm-up (at the API when there is one)
+	// Utilization is AdmittedPerSec / (limit/interval); only when throttled.
+	Utilization   *float64 `json:"utilization,omitempty"`
+	MaxInWindow   *int     `json:"max_in_window,omitempty"`  // most API arrivals in any window of length interval
+	StrictRejects *int     `json:"strict_rejects,omitempty"` // arrivals a strict sliding-window API would reject
+
+	RoundTrips       int64            `json:"round_trips"`
+	RoundTripsPerAdm float64          `json:"round_trips_per_admission"`
+	CommandsPerAdm   float64          `json:"commands_per_admission"`
+	Commands         map[string]int64 `json:"commands"` // INFO commandstats delta, overhead left out
+	RedisCPUMs       float64          `json:"redis_cpu_ms"`
+	RedisCPUUsPerAdm float64          `json:"redis_cpu_us_per_admission"`
+
+	PerProc []int64  `json:"per_proc"`       // admissions per process after the warm-up
+	Jain    *float64 `json:"jain,omitempty"` // Jain's index of PerProc; only with several processes
+
+	WaitP50Ms float64 `json:"wait_p50_ms"`
+	WaitP99Ms float64 `json:"wait_p99_ms"`
+
+	Errors     int64  `json:"errors"`
+	APIErrors  int64  `json:"api_errors"`
+	FirstError string `json:"first_error,omitempty"`
+	Unfinished int    `json:"unfinished"` // goroutines still waiting at the end
+
+	SeriesStepMs int64 `json:"series_step_ms,omitempty"`
+	// Series[i] is the number of API arrivals in the window of length
+	// interval ending at (i+1)·SeriesStepMs after the start.
+	Series []int `json:"series,omitempty"`
+}
+
+// LatencyRow is the latency scenario for one implementation.
+type LatencyRow struct {
+	Impl      string  `json:"impl"`
+	Samples   int     `json:"samples"`
+	PingP50Us float64 `json:"ping_p50_us"`
+	PingP99Us float64 `json:"ping_p99_us"`
+	WaitP50Us float64 `json:"wait_p50_us"`
+	WaitP99Us float64 `json:"wait_p99_us"`
+	RatioP50  float64 `json:"wait_over_ping_p50"`
+}
+
+// MemoryRow is the memory scenario for one implementation.
+type MemoryRow struct {
+	Impl           string  `json:"impl"`
+	Calls          int     `json:"calls"`
+	Members        int64   `json:"members"`
+	Keys           int     `json:"keys"`
+	Bytes          int64   `json:"bytes"` // MEMORY USAGE ... SAMPLES 0, summed over the keys
+	BytesPerMember float64 `json:"bytes_per_member"`
+	AdmitSeconds   float64 `json:"admit_seconds"`
+}
+
+// JSON returns the report, indented.
+func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
+
+// Markdown returns the report as Markdown tables, ready for a README.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
+		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
+	if len(r.Rows) > 0 {
+		b.WriteString("| scenario | impl | admitted/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm | Jain | wait p50 | wait p99 |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, row := range r.Rows {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.1f | %s | %s | %s |\n",
+				row.Scenario, row.Impl, fmtRate(row.AdmittedPerSec),
+				optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
+				optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0),
+				row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm,
+				optF(row.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
+				fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Latency) > 0 {
+		b.WriteString("| latency (unthrottled, 1 goroutine) | PING p50 | PING p99 | Wait p50 | Wait p99 | Wait/PING p50 |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+		for _, l := range r.Latency {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f |\n", l.Impl,
+				fmtMs(l.PingP50Us/1000), fmtMs(l.PingP99Us/1000), fmtMs(l.WaitP50Us/1000), fmtMs(l.WaitP99Us/1000), l.RatioP50)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Memory) > 0 {
+		b.WriteString("| memory (one window) | calls | members | MEMORY USAGE | bytes/member |\n")
+		b.WriteString("|---|---:|---:|---:|---:|\n")
+		for _, m := range r.Memory {
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f |\n", m.Impl, m.Calls, m.Members, m.Bytes, m.BytesPerMember)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Scenarios:\n\n")
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(&b, "- %s\n", s.Description)
+	}
+	var notes []string
+	for _, row := range r.Rows {
+		if row.Errors > 0 || row.APIErrors > 0 {
+			notes = append(notes, fmt.Sprintf("- %s/%s: %d wait errors, %d API errors (first: %s)",
+				row.Scenario, row.Impl, row.Errors, row.APIErrors, row.FirstError))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nErrors:\n\n" + strings.Join(notes, "\n") + "\n")
+	}
+	return b.String()
+}
+
+// summary is the row in one line, for progress output.
+func (row Row) summary() string {
+	s := fmt.Sprintf("%s/s", fmtRate(row.AdmittedPerSec))
+	if row.MaxInWindow != nil {
+		s += fmt.Sprintf(", max in window %d/%d, strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
+	}
+	s += fmt.Sprintf(", %.2f RT/adm, wait p50 %s p99 %s", row.RoundTripsPerAdm, fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms))
+	if row.Errors+row.APIErrors > 0 {
+		s += fmt.Sprintf(", %d errors (%s)", row.Errors+row.APIErrors, row.FirstError)
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func us(ns int64) float64 { return float64(ns) / 1000 }
+
+func slicesSort(s []int64) { slices.Sort(s) }
+
+func optF(v *float64, f func(float64) string) string {
+	if v == nil {
+		return "—"
+	}
+	return f(*v)
+}
+
+// optI formats an optional count, in bold when it is over the bound given
+// (bound 0: any non-zero value).
+func optI(v *int, bound int) string {
+	if v == nil {
+		return "—"
+	}
+	if *v > bound {
+		return fmt.Sprintf("**%d**", *v)
+	}
+	return fmt.Sprintf("%d", *v)
+}
+
+func fmtRate(r float64) string {
+	if r >= 1000 {
+		return fmt.Sprintf("%.0f", r)
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+// fmtMs formats milliseconds with a unit that suits them.
+func fmtMs(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 0.001:
+		return fmt.Sprintf("%.0fns", v*1e6)
+	case v < 1:
+		return fmt.Sprintf("%.0fµs", v*1000)
+	case v < 10:
+		return fmt.Sprintf("%.2fms", v)
+	case v < 1000:
+		return fmt.Sprintf("%.0fms", v)
+	}
+	return fmt.Sprintf("%.2fs", v/1000)
+}

@@ -1,0 +1,427 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-throttler/throttler/bench/internal/fakeapi"
+	"github.com/go-throttler/throttler/bench/internal/impls"
+	"github.com/go-throttler/throttler/bench/internal/metrics"
+	"github.com/go-throttler/throttler/bench/internal/redisserver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configure Run.
+type Options struct {
+	Scenarios []Scenario    // what to run, in order
+	Buffer    time.Duration // the throttler's and the seed's buffer
+	Quick     bool          // recorded in the report
+	// Exe is the binary re-executed as a replica (with ReplicaFlag and
+	// ReplicaEnv); default os.Executable(). It must call ReplicaMain when
+	// ReplicaEnv is set.
+	Exe string
+	// Progress receives a line per run; nil discards.
+	Progress io.Writer
+	// Stderr receives the replicas' stderr; nil means os.Stderr.
+	Stderr io.Writer
+}
+
+type harness struct {
+	opt   Options
+	redis *redisserver.Server
+	rdb   *redis.Client
+	api   *fakeapi.Server
+}
+
+// Run starts a redis-server and the fake API, runs every scenario for each of
+// its implementations, stops everything and returns the report. When ctx
+// ends, the replicas are killed and the server stopped before Run returns.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	if opt.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opt.Exe = exe
+	}
+	if opt.Progress == nil {
+		opt.Progress = io.Discard
+	}
+	if opt.Stderr == nil {
+		opt.Stderr = os.Stderr
+	}
+	srv, err := redisserver.Start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	api, err := fakeapi.Start()
+	if err != nil {
+		return nil, err
+	}
+	defer api.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	h := &harness{opt: opt, redis: srv, rdb: rdb, api: api}
+
+	rep := &Report{Meta: Meta{
+		Started:      time.Now().UTC().Format(time.RFC3339),
+		GoVersion:    runtime.Version(),
+		OS:           runtime.GOOS + "/" + runtime.GOARCH,
+		CPUs:         runtime.NumCPU(),
+		RedisVersion: srv.Version,
+		Quick:        opt.Quick,
+		BufferMs:     ms(opt.Buffer),
+	}}
+	total := 0
+	for _, sc := range opt.Scenarios {
+		total += len(sc.Impls)
+		rep.Scenarios = append(rep.Scenarios, ScenarioInfo{
+			Name: sc.Name, Kind: sc.Kind, Procs: sc.Procs, Goroutines: sc.Goroutines, Limit: sc.Limit,
+			IntervalMs: ms(sc.Interval), DurationS: sc.Duration.Seconds(), WarmupS: sc.Warmup.Seconds(),
+			Calls: sc.Calls, Impls: sc.Impls, Description: sc.String(),
+		})
+	}
+	n := 0
+	for _, sc := range opt.Scenarios {
+		for _, impl := range sc.Impls {
+			n++
+			fmt.Fprintf(opt.Progress, "[%2d/%d] %-8s %-10s ", n, total, sc.Name, impl)
+			began := time.Now()
+			if sc.Kind == KindMemory {
+				m, err := h.runMemory(ctx, sc, impl)
+				if err != nil {
+					fmt.Fprintln(opt.Progress, "failed")
+					return nil, fmt.Errorf("%s/%s: %w", sc.Name, impl, err)
+				}
+				rep.Memory = append(rep.Memory, m)
+				fmt.Fprintf(opt.Progress, "%5.1fs  %d members, %d bytes (%.1f/member)\n",
+					time.Since(began).Seconds(), m.Members, m.Bytes, m.BytesPerMember)
+				continue
+			}
+			row, lat, err := h.runReplicas(ctx, sc, impl)
+			if err != nil {
+				fmt.Fprintln(opt.Progress, "failed")
+				return nil, fmt.Errorf("%s/%s: %w", sc.Name, impl, err)
+			}
+			rep.Rows = append(rep.Rows, row)
+			if lat != nil {
+				rep.Latency = append(rep.Latency, *lat)
+			}
+			fmt.Fprintf(opt.Progress, "%5.1fs  %s\n", time.Since(began).Seconds(), row.summary())
+		}
+	}
+	return rep, nil
+}
+
+// replica is a running replica process.
+type replica struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	ready  chan error
+	result chan replicaOutcome
+	exited chan struct{}
+}
+
+type replicaOutcome struct {
+	res ReplicaResult
+	err error
+}
+
+func (h *harness) spawn(ctx context.Context, cfg ReplicaConfig) (*replica, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, h.opt.Exe, ReplicaFlag)
+	cmd.Env = append(os.Environ(), ReplicaEnv+"="+string(b))
+	cmd.Stderr = h.opt.Stderr
+	cmd.WaitDelay = 5 * time.Second
+	redisserver.Configure(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &replica{cmd: cmd, stdin: stdin, ready: make(chan error, 1), result: make(chan replicaOutcome, 1), exited: make(chan struct{})}
+	go func() {
+		rd := bufio.NewReader(stdout)
+		line, err := rd.ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != "ready" {
+			r.ready <- fmt.Errorf("replica %d did not get ready (read %q, %v)", cfg.Index, line, err)
+			return
+		}
+		r.ready <- nil
+		var res ReplicaResult
+		if err := json.NewDecoder(rd).Decode(&res); err != nil {
+			r.result <- replicaOutcome{err: fmt.Errorf("replica %d: reading its result: %w", cfg.Index, err)}
+			return
+		}
+		r.result <- replicaOutcome{res: res}
+	}()
+	return r, nil
+}
+
+// stop kills the replica if it still runs and reaps it.
+func (r *replica) stop() {
+	if r.cmd.ProcessState == nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+	}
+}
+
+func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Row, *LatencyRow, error) {
+	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
+		return Row{}, nil, err
+	}
+	h.api.Take()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	reps := make([]*replica, sc.Procs)
+	defer func() {
+		for _, r := range reps {
+			if r != nil {
+				r.stop()
+			}
+		}
+	}()
+	for i := range reps {
+		r, err := h.spawn(ctx, ReplicaConfig{
+			Index: i, Impl: impl, Kind: sc.Kind, RedisAddr: h.redis.Addr, Key: "bench:" + sc.Name,
+			Limit: sc.Limit, Interval: sc.Interval, Buffer: h.opt.Buffer, Procs: sc.Procs,
+			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: h.api.URL,
+		})
+		if err != nil {
+			return Row{}, nil, err
+		}
+		reps[i] = r
+	}
+	for _, r := range reps {
+		if err := await(ctx, r.ready, 60*time.Second, "replica start"); err != nil {
+			return Row{}, nil, err
+		}
+	}
+
+	before, err := redisserver.Take(ctx, h.rdb)
+	if err != nil {
+		return Row{}, nil, err
+	}
+	t0 := time.Now()
+	for _, r := range reps {
+		if _, err := io.WriteString(r.stdin, "go\n"); err != nil {
+			return Row{}, nil, fmt.Errorf("starting replica: %w", err)
+		}
+	}
+	results := make([]ReplicaResult, len(reps))
+	for i, r := range reps {
+		var out replicaOutcome
+		select {
+		case out = <-r.result:
+		case <-time.After(time.Until(t0.Add(sc.Duration + 60*time.Second))):
+			out.err = fmt.Errorf("replica %d did not report within a minute of the run's end", i)
+		case <-ctx.Done():
+			out.err = ctx.Err()
+		}
+		if out.err != nil {
+			return Row{}, nil, out.err
+		}
+		results[i] = out.res
+		if err := r.cmd.Wait(); err != nil {
+			return Row{}, nil, fmt.Errorf("replica %d: %w", i, err)
+		}
+	}
+	after, err := redisserver.Take(ctx, h.rdb)
+	if err != nil {
+		return Row{}, nil, err
+	}
+	arrivals := h.api.Take()
+	row, lat := compute(sc, impl, t0, results, arrivals, before, after)
+	return row, lat, nil
+}
+
+func await(ctx context.Context, ch <-chan error, d time.Duration, what string) error {
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("%s: timed out after %s", what, d)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// compute turns one run's raw results into its row.
+func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, arrivals []fakeapi.Arrival,
+	before, after redisserver.Snapshot) (Row, *LatencyRow) {
+	row := Row{
+		Scenario: sc.Name, Impl: impl, Procs: sc.Procs, Goroutines: sc.Goroutines,
+		Limit: sc.Limit, IntervalMs: ms(sc.Interval), DurationS: sc.Duration.Seconds(),
+	}
+	var waits, pings []int64
+	perProc := make([]float64, sc.Procs)
+	var trips int64
+	for _, r := range results {
+		row.Admitted += r.Admitted
+		row.Measured += r.Measured
+		row.Errors += r.Errors
+		row.APIErrors += r.APIErrors
+		row.Unfinished += r.Unfinished
+		if r.FirstError != "" && row.FirstError == "" {
+			row.FirstError = r.FirstError
+		}
+		trips += r.RoundTrips
+		waits = append(waits, r.WaitNs...)
+		pings = append(pings, r.PingNs...)
+		if r.Index >= 0 && r.Index < len(perProc) {
+			perProc[r.Index] = float64(r.Measured)
+		}
+	}
+	span := (sc.Duration - sc.Warmup).Seconds()
+	row.AdmittedPerSec = float64(row.Measured) / span
+
+	if sc.Kind == KindAPI {
+		ts := make([]int64, len(arrivals))
+		clear(perProc)
+		from, to := int64(sc.Warmup), int64(sc.Duration)
+		for i, a := range arrivals {
+			ts[i] = int64(a.At.Sub(t0))
+			if ts[i] >= from && ts[i] < to && a.Replica >= 0 && a.Replica < len(perProc) {
+				perProc[a.Replica]++
+			}
+		}
+		w := int64(sc.Interval)
+		row.APICalls = len(ts)
+		row.APICallsMeasured = metrics.CountIn(ts, from, to)
+		// The rate is the sliding window's average fill over [Warmup,
+		// Duration) per interval: the same as counting calls over the span
+		// for an even flow, without the ±1 burst a bursty one gains or
+		// loses at the span's edges.
+		mean := metrics.MeanInWindow(ts, w, from, to)
+		row.AdmittedPerSec = mean / sc.Interval.Seconds()
+		row.Utilization = ptr(mean / float64(sc.Limit))
+		row.MaxInWindow = ptr(metrics.MaxInWindow(ts, w))
+		row.StrictRejects = ptr(metrics.StrictRejects(ts, sc.Limit, w))
+		row.SeriesStepMs = seriesStep.Milliseconds()
+		row.Series = metrics.Rolling(ts, w, int64(seriesStep), int64(sc.Duration))
+	}
+	for _, c := range perProc {
+		row.PerProc = append(row.PerProc, int64(c))
+	}
+	if sc.Procs > 1 {
+		row.Jain = ptr(metrics.Jain(perProc))
+	}
+
+	cmds, total, cpu := redisserver.Delta(before, after)
+	row.Commands = cmds
+	if row.Admitted > 0 {
+		a := float64(row.Admitted)
+		row.RoundTripsPerAdm = float64(trips) / a
+		row.CommandsPerAdm = float64(total) / a
+		row.RedisCPUUsPerAdm = float64(cpu.Microseconds()) / a
+	}
+	row.RoundTrips = trips
+	row.RedisCPUMs = float64(cpu.Microseconds()) / 1000
+
+	slicesSort(waits)
+	row.WaitP50Ms = ms(time.Duration(metrics.PercentileSorted(waits, 50)))
+	row.WaitP99Ms = ms(time.Duration(metrics.PercentileSorted(waits, 99)))
+
+	if sc.Kind != KindLatency {
+		return row, nil
+	}
+	slicesSort(pings)
+	lat := &LatencyRow{
+		Impl:      impl,
+		Samples:   len(waits),
+		PingP50Us: us(metrics.PercentileSorted(pings, 50)),
+		PingP99Us: us(metrics.PercentileSorted(pings, 99)),
+		WaitP50Us: us(metrics.PercentileSorted(waits, 50)),
+		WaitP99Us: us(metrics.PercentileSorted(waits, 99)),
+	}
+	if lat.PingP50Us > 0 {
+		lat.RatioP50 = lat.WaitP50Us / lat.PingP50Us
+	}
+	return row, lat
+}
+
+// seriesStep is the sampling step of the rolling window count in the chart.
+const seriesStep = 25 * time.Millisecond
+
+// memoryKey is the key the memory scenario fills.
+const memoryKey = "bench:memory"
+
+// runMemory admits sc.Calls calls in one window with sc.Goroutines
+// goroutines in this process, then measures the key.
+func (h *harness) runMemory(ctx context.Context, sc Scenario, impl string) (MemoryRow, error) {
+	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
+		return MemoryRow{}, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: h.redis.Addr})
+	defer rdb.Close()
+	w, err := impls.New(impl, rdb, impls.Config{
+		Key: memoryKey, Limit: sc.Limit, Interval: sc.Interval, Buffer: h.opt.Buffer, Procs: 1,
+	})
+	if err != nil {
+		return MemoryRow{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	began := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, sc.Goroutines)
+	for g := range sc.Goroutines {
+		wg.Go(func() {
+			for next.Add(1) <= int64(sc.Calls) {
+				if err := w.Wait(ctx); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return MemoryRow{}, err
+	}
+	elapsed := time.Since(began)
+
+	row := MemoryRow{Impl: impl, Calls: sc.Calls, AdmitSeconds: elapsed.Seconds()}
+	if row.Members, err = h.rdb.ZCard(ctx, memoryKey).Result(); err != nil {
+		return row, err
+	}
+	keys, err := h.rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		return row, err
+	}
+	row.Keys = len(keys)
+	for _, k := range keys {
+		n, err := h.rdb.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			return row, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
+		}
+		row.Bytes += n
+	}
+	if row.Members > 0 {
+		row.BytesPerMember = float64(row.Bytes) / float64(row.Members)
+	}
+	return row, nil
+}

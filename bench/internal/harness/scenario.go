@@ -1,0 +1,118 @@
+// Package harness runs the comparison: a redis-server, a fake API, replica
+// processes that wait on each implementation and call the API, and the
+// report (a Markdown table, JSON and an SVG chart).
+package harness
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-throttler/throttler/bench/internal/impls"
+)
+
+// Kind is what a scenario's replicas do after each admission.
+type Kind string
+
+const (
+	// KindAPI: wait, then GET the fake API. Throttled: demand exceeds limit.
+	KindAPI Kind = "api"
+	// KindLatency: one goroutine times a PING, then a Wait; limit never reached.
+	KindLatency Kind = "latency"
+	// KindCeiling: Wait in a loop, nothing else; limit never reached.
+	KindCeiling Kind = "ceiling"
+	// KindMemory: admit Calls calls in one long window, in the harness
+	// process, then measure the key.
+	KindMemory Kind = "memory"
+)
+
+// Scenario is one workload, run once per implementation.
+type Scenario struct {
+	Name       string
+	Kind       Kind
+	Procs      int           // replica processes
+	Goroutines int           // per process
+	Limit      int           // calls per Interval, shared by all processes
+	Interval   time.Duration // window
+	Duration   time.Duration // how long each replica runs
+	// Warmup is left out of rates, fairness and wait percentiles: the first
+	// window, where every implementation may admit a full quota at once.
+	Warmup time.Duration
+	Calls  int      // KindMemory: calls to admit
+	Impls  []string // implementations that take part
+}
+
+func (s Scenario) String() string {
+	switch s.Kind {
+	case KindMemory:
+		return fmt.Sprintf("%s: admit %d calls in one window (limit %d per %s), %d goroutines, then MEMORY USAGE",
+			s.Name, s.Calls, s.Limit, s.Interval, s.Goroutines)
+	case KindAPI:
+		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, wait then GET the API",
+			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
+	case KindLatency:
+		return fmt.Sprintf("%s: %d proc x %d goroutine, limit %d per %s (never reached), %s, PING then Wait",
+			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
+	}
+	return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s (never reached), %s, Wait in a loop",
+		s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
+}
+
+// ScenarioNames lists the scenarios in the order they run.
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory"}
+
+// Scenarios returns the standard scenarios, full-length or quick.
+func Scenarios(quick bool) []Scenario {
+	pick := func(full, short time.Duration) time.Duration {
+		if quick {
+			return short
+		}
+		return full
+	}
+	all := impls.Names
+	return []Scenario{
+		{Name: "saturate", Kind: KindAPI, Procs: 3, Goroutines: 50, Limit: 100, Interval: time.Second,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all},
+		{Name: "herd", Kind: KindAPI, Procs: 3, Goroutines: 300, Limit: 50, Interval: time.Second,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all},
+		{Name: "latency", Kind: KindLatency, Procs: 1, Goroutines: 1, Limit: 1_000_000, Interval: time.Second,
+			Duration: pick(3*time.Second, 1500*time.Millisecond), Warmup: 250 * time.Millisecond, Impls: all},
+		{Name: "ceiling", Kind: KindCeiling, Procs: 2, Goroutines: 64, Limit: 1_000_000, Interval: time.Second,
+			Duration: pick(5*time.Second, 2*time.Second), Warmup: pick(time.Second, 500*time.Millisecond), Impls: all},
+		{Name: "memory", Kind: KindMemory, Goroutines: 16, Limit: 20_000, Interval: time.Hour, Calls: 10_000,
+			Impls: []string{"throttler", "seed"}},
+	}
+}
+
+// Select keeps the scenarios named (all when names is empty) and, in each,
+// the implementations named (all when impls is empty). Unknown names are
+// errors.
+func Select(all []Scenario, names, implNames []string) ([]Scenario, error) {
+	for _, n := range names {
+		if !slices.ContainsFunc(all, func(s Scenario) bool { return s.Name == n }) {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", n, strings.Join(ScenarioNames, ","))
+		}
+	}
+	for _, n := range implNames {
+		if !slices.Contains(impls.Names, n) {
+			return nil, fmt.Errorf("unknown implementation %q (have %s)", n, strings.Join(impls.Names, ","))
+		}
+	}
+	var out []Scenario
+	for _, s := range all {
+		if len(names) > 0 && !slices.Contains(names, s.Name) {
+			continue
+		}
+		if len(implNames) > 0 {
+			s.Impls = slices.DeleteFunc(slices.Clone(s.Impls), func(i string) bool { return !slices.Contains(implNames, i) })
+		}
+		if len(s.Impls) > 0 {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scenario left to run")
+	}
+	return out, nil
+}

@@ -1,0 +1,66 @@
+// Package impls holds the implementations the harness compares, each behind
+// the one method a caller of an outbound throttler needs: Wait until a call
+// may go.
+package impls
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiter blocks until one call may proceed, or returns an error (the
+// context's, or Redis's).
+type Waiter interface {
+	Wait(ctx context.Context) error
+}
+
+// Config is what every implementation is built from.
+type Config struct {
+	Key      string        // the Redis key (or key prefix) of the shared quota
+	Limit    int           // calls per Interval, across all processes
+	Interval time.Duration // window length
+	Buffer   time.Duration // admission-to-arrival margin (throttler, seed)
+	Procs    int           // number of processes sharing the quota (xrate)
+}
+
+// Names lists the implementations in the order the harness runs them.
+var Names = []string{"throttler", "seed", "redis_rate", "xrate"}
+
+// New builds the implementation called name. rdb may be nil for xrate.
+func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
+	if cfg.Limit < 1 || cfg.Interval <= 0 {
+		return nil, fmt.Errorf("impls: limit %d / interval %s", cfg.Limit, cfg.Interval)
+	}
+	switch name {
+	case "throttler":
+		return newThrottler(rdb, cfg)
+	case "seed":
+		return newSeed(rdb, cfg), nil
+	case "redis_rate":
+		return newRedisRate(rdb, cfg), nil
+	case "xrate":
+		return newXRate(cfg), nil
+	}
+	return nil, fmt.Errorf("impls: unknown implementation %q (have %v)", name, Names)
+}
+
+// UsesRedis reports whether an implementation talks to Redis.
+func UsesRedis(name string) bool { return name != "xrate" }
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
