@@ -47,7 +47,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	}
 	now := t.now()
 	g := t.clock.server(now) + t.clock.roundTrip()
-	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1)), exact: true, clock: true}
+	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1)), exact: true, clock: true, expire: true}
 	t.mu.Lock()
 	if now.Sub(t.lastTrim) >= trimEvery {
 		a.trim, t.lastTrim = true, now
@@ -71,7 +71,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	t.recovered()
 	t.mu.Unlock()
 	others := int(r.counts[0]) - n
-	if admit([]claim{{score: g, n: n}}, a.checks, r.counts, t.limit, t.w)[0] {
+	if admit([]claim{{score: g, n: n}}, a.checks, r.counts, t.limit, t.w, nil)[0] {
 		if t.onAdmit != nil {
 			t.mu.Lock()
 			t.onAdmit(g, members)

@@ -99,7 +99,7 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				admit(claims, checks, counts, 1000, 1000)
+				admit(claims, checks, counts, 1000, 1000, nil)
 			}
 		})
 	}

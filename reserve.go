@@ -22,10 +22,9 @@ import (
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
 //	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
-//	ZSCORE key <our newest admitted member>     (did Redis lose our calls?)
-//	ZSCORE key <marker>                         (did Redis lose the window?)
-//	PEXPIRE key <ttl>
-//	TIME                                        (exact attempts, and every 250ms)
+//	ZMSCORE key <marker> <our newest member>    (did Redis lose the window, or our calls?)
+//	PEXPIRE key <ttl>                           (at most every second, and on a new key)
+//	TIME                                        (at most every 250ms)
 //	EXEC                                        (exact attempts only)
 //
 // Adding before counting makes the decision safe without atomicity, as in the
@@ -44,10 +43,12 @@ type attempt struct {
 	exact  bool    // MULTI/EXEC; otherwise a plain pipeline
 	trim   bool    // include the ZREMRANGEBYSCORE trim
 	clock  bool    // include TIME
+	expire bool    // include PEXPIRE
 
 	soonest int64  // the score of a call that goes as soon as the reply is back
 	probe   string // a member of ours that must still be in the set ("" = none)
 	mark    bool   // write the marker (with the journal, in the same ZADD)
+	room    int    // units of the batch (or fair share) left unclaimed
 }
 
 // reply is what an attempt's round trip returned.
@@ -86,8 +87,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		counts = make([]*redis.IntCmd, 0, len(a.checks))
 		tail   *redis.ZSliceCmd
 		clock  *redis.TimeCmd
-		probe  *redis.FloatCmd
-		mark   *redis.FloatCmd
+		checks *redis.FloatSliceCmd
 	)
 	queue := func(p redis.Pipeliner) error {
 		if len(a.remove) > 0 {
@@ -98,10 +98,10 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 			p.ZRem(ctx, t.key, members...)
 		}
 		if a.trim {
-			p.ZRemRangeByScore(ctx, t.key, trimFloor, "("+strconv.FormatInt(serverNow-t.w-trimSlack, 10))
+			p.ZRemRangeByScore(ctx, t.key, trimFloor, exclusive(serverNow-t.w-trimSlack))
 		}
 		if t.trimFuture.Swap(false) {
-			p.ZRemRangeByScore(ctx, t.key, "("+strconv.FormatInt(serverNow+futureBound, 10), "+inf")
+			p.ZRemRangeByScore(ctx, t.key, exclusive(serverNow+futureBound), "+inf")
 		}
 		zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
 		for i, e := range a.adds {
@@ -114,8 +114,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 			p.ZAdd(ctx, t.key, zs...)
 		}
 		for _, g := range a.checks {
-			counts = append(counts, p.ZCount(ctx, t.key,
-				"("+strconv.FormatInt(g-t.w, 10), "("+strconv.FormatInt(g+t.w, 10)))
+			counts = append(counts, p.ZCount(ctx, t.key, exclusive(g-t.w), exclusive(g+t.w)))
 		}
 		if a.slots > 0 {
 			tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
@@ -124,10 +123,13 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		// between two commands of the pipeline, and counts taken after it
 		// must not go unnoticed. Counts taken before it were true.
 		if a.probe != "" {
-			probe = p.ZScore(ctx, t.key, a.probe)
+			checks = p.ZMScore(ctx, t.key, marker, a.probe)
+		} else {
+			checks = p.ZMScore(ctx, t.key, marker)
 		}
-		mark = p.ZScore(ctx, t.key, marker)
-		p.PExpire(ctx, t.key, t.ttl())
+		if a.expire {
+			p.PExpire(ctx, t.key, t.ttl())
+		}
 		if a.clock {
 			clock = p.Time(ctx)
 		}
@@ -144,24 +146,19 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		return err
 	})
 	recv := t.now()
-	if errors.Is(err, redis.Nil) {
-		err = nil // ZSCORE's "no such member" is an answer, not a failure
-		for _, c := range []*redis.FloatCmd{probe, mark} {
-			if c != nil && c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
-				err = c.Err()
-			}
-		}
-	}
 	if err != nil {
 		return reply{}, err
 	}
 	if clock != nil {
 		t.clock.observe(sent, recv, clock.Val())
 	}
+	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
+	// no member of ours, nor the marker, ever scores exactly 0.
+	found := checks.Val()
 	r := reply{
 		counts: make([]int64, len(counts)),
-		lost:   probe != nil && errors.Is(probe.Err(), redis.Nil),
-		noMark: errors.Is(mark.Err(), redis.Nil),
+		noMark: len(found) < 1 || found[0] == 0,
+		lost:   a.probe != "" && (len(found) < 2 || found[1] == 0),
 	}
 	for i, c := range counts {
 		r.counts[i] = c.Val()
@@ -175,6 +172,12 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		}
 	}
 	return r, nil
+}
+
+// exclusive formats an exclusive score bound, "(v".
+func exclusive(v int64) string {
+	var b [24]byte
+	return string(strconv.AppendInt(append(b[:0], '('), v, 10))
 }
 
 // futureBound is how far past the server's now a member's score can lie

@@ -44,9 +44,17 @@ type claim struct {
 // limit. Because the set was read in one atomic step after the insert, a
 // kept claim satisfies the invariant whatever any other client does: others
 // that add members later count ours, including those about to be removed.
-func admit(claims []claim, checks []int64, counts []int64, limit int, w int64) []bool {
+//
+// The result is appended to ok[:0], whose storage it may reuse.
+func admit(claims []claim, checks []int64, counts []int64, limit int, w int64, ok []bool) []bool {
+	var othersBuf, keptBuf [16]int64
+	others, kept := othersBuf[:0], keptBuf[:0]
+	if len(checks) > len(othersBuf) {
+		others, kept = make([]int64, 0, len(checks)), make([]int64, 0, len(checks))
+	}
 	// others[i]: members near checks[i] that are not part of this attempt.
-	others := make([]int64, len(checks))
+	others, kept = others[:len(checks)], kept[:len(checks)]
+	clear(kept)
 	for i, h := range checks {
 		var ours int64
 		for _, c := range claims {
@@ -56,8 +64,10 @@ func admit(claims []claim, checks []int64, counts []int64, limit int, w int64) [
 		}
 		others[i] = counts[i] - ours
 	}
-	kept := make([]int64, len(checks))
-	ok := make([]bool, len(claims))
+	ok = ok[:0]
+	for range claims {
+		ok = append(ok, false)
+	}
 	for ci, c := range claims {
 		fits := true
 		for i, h := range checks {

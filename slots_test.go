@@ -57,7 +57,7 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 				}
 			}
 		}
-		ok := admit(claims, checks, counts, limit, w)
+		ok := admit(claims, checks, counts, limit, w, nil)
 		kept := append([]int64(nil), set...)
 		for i, c := range claims {
 			if ok[i] {
@@ -196,7 +196,7 @@ func FuzzAdmitKeepsInvariant(f *testing.F) {
 				}
 			}
 		}
-		ok := admit(claims, checks, counts, limit, w)
+		ok := admit(claims, checks, counts, limit, w, nil)
 		for i, c := range claims {
 			if ok[i] {
 				for range c.n {

@@ -39,26 +39,28 @@ type Throttler struct {
 	clock    clockSync
 	now      func() time.Time
 
-	mu        sync.Mutex
-	queue     []*waiter // FIFO, not yet reserved
-	running   bool      // a worker goroutine serves the queue
-	kick      chan struct{}
-	slots     []int64   // next free slots (server µs, 0 = now) learned from the last reply
-	giveBack  []string  // members to remove with the next round trip
-	replay    []entry   // members admitted without Redis, to count once it answers
-	degraded  time.Time // while now is before it, Redis is not tried (fallback)
-	near      bool      // the last reply left little room: reserve exactly (MULTI)
-	journal   journal   // our admissions that still count, to heal a lost window
-	healUntil time.Time // after a lost window: no new admissions before it
-	lastRound time.Time // the last round trip that reached Redis
-	lastSeen  time.Time // the last round trip that found (or wrote) the marker
-	writeMark bool      // the marker was missing: write it with the next round trip
-	lastTrim  time.Time
-	lastClock time.Time
-	lastLog   time.Time
-	local     *localWindow // the fallback's in-process window, when configured
-	lateWakes int          // calls that re-reserved after waking too late
-	heals     int          // lost windows found and restored
+	mu         sync.Mutex
+	queue      []*waiter // FIFO, not yet reserved
+	running    bool      // a worker goroutine serves the queue
+	kick       chan struct{}
+	slots      []int64   // next free slots (server µs, 0 = now) learned from the last reply
+	giveBack   []string  // members to remove with the next round trip
+	replay     []entry   // members admitted without Redis, to count once it answers
+	degraded   time.Time // while now is before it, Redis is not tried (fallback)
+	near       bool      // the last reply left little room: reserve exactly (MULTI)
+	journal    journal   // our admissions that still count, to heal a lost window
+	healUntil  time.Time // after a lost window: no new admissions before it
+	lastRound  time.Time // the last round trip that reached Redis
+	lastSeen   time.Time // the last round trip that found (or wrote) the marker
+	writeMark  bool      // the marker was missing: write it with the next round trip
+	lastTrim   time.Time
+	lastClock  time.Time
+	lastExpire time.Time
+	lastLog    time.Time
+	local      *localWindow // the fallback's in-process window, when configured
+	scratch    roundScratch
+	lateWakes  int // calls that re-reserved after waking too late
+	heals      int // lost windows found and restored
 
 	trimFuture  atomic.Bool // a reply showed members beyond futureBound
 	ctxTimeouts bool        // the client honours context deadlines itself
@@ -144,6 +146,14 @@ func (t *Throttler) Interval() time.Duration { return t.interval }
 
 // Key returns the Redis key holding the shared window.
 func (t *Throttler) Key() string { return t.key }
+
+// roundScratch holds the buffers of a round, reused by the next one.
+type roundScratch struct {
+	a      *attempt
+	batch  []*waiter
+	claims []claim
+	ok     []bool
+}
 
 // batchUnits is how many members one round trip may add, and how many
 // upcoming slots it learns.

@@ -311,10 +311,24 @@ func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
+		// A round trip that timed out may still be running, reading a: the
+		// next round must not reuse its buffers.
+		t.scratch.a = nil
 		return t.failLocked(batch, a, err), true
 	}
 	t.lastRound = now
-	t.resolveLocked(a, r, batch, claims)
+	admitted := t.resolveLocked(a, r, batch, claims)
+	switch {
+	case len(batch) == 0:
+		// Only upkeep (give-backs, a probe): keep the sleep planned.
+		return sleep, true
+	case admitted == len(batch) && a.room <= 0 && a.exact:
+		// Took a full share while other processes may want the same slots:
+		// let them have a turn. The slots left are reserved ahead of their
+		// time, and the pause is short enough for one process alone to
+		// take shares faster than slots free, so it costs no throughput.
+		return t.sharePause(), true
+	}
 	return 0, true
 }
 
@@ -323,7 +337,15 @@ func (t *Throttler) round() (time.Duration, bool) {
 // that slot lies within the reserve-ahead horizon and the batch has room.
 // Waiters whose slot would be after their deadline fail at once.
 func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batch []*waiter, claims []claim, sleep time.Duration) {
-	a = &attempt{remove: t.giveBack}
+	// One round runs at a time: its buffers are reused from the last one.
+	sc := &t.scratch
+	clear(sc.batch)
+	if sc.a == nil {
+		sc.a = new(attempt)
+	}
+	*sc.a = attempt{remove: t.giveBack, adds: sc.a.adds[:0], checks: sc.a.checks[:0]}
+	a, batch, claims = sc.a, sc.batch[:0], sc.claims[:0]
+	defer func() { sc.batch, sc.claims = batch, claims }()
 	t.giveBack = nil
 	a.adds = append(a.adds, t.replay...)
 	t.replay = nil
@@ -336,8 +358,11 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	if now.Sub(t.lastTrim) >= trimEvery {
 		a.trim, t.lastTrim = true, now
 	}
-	if a.exact || now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() {
+	if now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() {
 		a.clock, t.lastClock = true, now
+	}
+	if now.Sub(t.lastExpire) >= expireEvery || t.writeMark {
+		a.expire, t.lastExpire = true, now
 	}
 	t.journal.trim(serverNow, t.w)
 	a.probe, _ = t.journal.probe()
@@ -350,6 +375,11 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	soonest := serverNow + t.clock.roundTrip()
 	a.soonest = soonest
 	horizon := soonest + t.opt.ahead.Microseconds()
+	if a.exact {
+		// Near the limit, other processes may be waiting for the same slots.
+		room = min(room, t.fairShare())
+	}
+	defer func() { a.room = room }()
 	for _, w := range t.queue {
 		g := soonest
 		if known {
@@ -369,7 +399,9 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 			}
 		}
 		pos += w.n
-		if full || g > horizon || w.n > room {
+		// The share bounds what joins a batch, never its first claim: a
+		// weighted call larger than the share must still get through.
+		if full || g > horizon || (w.n > room && len(batch) > 0) {
 			if !full && len(batch) == 0 && g > horizon {
 				sleep = t.clock.local(g-t.opt.ahead.Microseconds()).Sub(now) + t.jitter()
 			}
@@ -416,6 +448,9 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 const (
 	trimEvery  = 100 * time.Millisecond
 	clockEvery = 250 * time.Millisecond
+	// The key's TTL outlives its newest member by 2s (see ttl), so a
+	// refresh a second late still keeps every member that counts.
+	expireEvery = time.Second
 )
 
 // maxQuiet is the longest a worker with waiters goes without a round trip,
@@ -443,8 +478,9 @@ func (t *Throttler) jitter() time.Duration {
 // resolveLocked applies a reply: claims that fit are admitted, the others go
 // back to the head of the queue and their members are given back with the
 // next round trip.
-func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) {
-	ok := admit(claims, a.checks, r.counts, t.limit, t.w)
+func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) (admitted int) {
+	ok := admit(claims, a.checks, r.counts, t.limit, t.w, t.scratch.ok[:0])
+	t.scratch.ok = ok
 	now := t.now()
 	// Our last round trip refreshed the key's TTL: if that was less than a
 	// TTL ago, the key cannot have expired on its own, so a missing marker
@@ -471,7 +507,11 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	for _, c := range r.counts {
 		busiest = max(busiest, c)
 	}
-	t.near = slices.Contains(ok, false) || busiest+int64(t.batchUnits()) > int64(t.limit)
+	if len(claims) > 0 {
+		// A round that claimed nothing says nothing about room.
+		t.near = slices.Contains(ok, false) || busiest+int64(t.batchUnits()) > int64(t.limit)
+	}
+
 	var dropped []entry
 	var requeue []*waiter
 	for i, w := range batch {
@@ -491,6 +531,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			}
 			w.signal()
 		case ok[i]:
+			admitted++
 			w.stale = nil
 			w.state, w.at = stAdmitted, t.clock.local(claims[i].score)
 			// Scored for when the reply arrives, which is now: a timer for
@@ -518,4 +559,21 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	if t.onResolved != nil {
 		t.onResolved(len(requeue))
 	}
+	return admitted
+}
+
+// fairShare is how many slots a round near the limit may take: about a
+// sixteenth of the limit, so that the first process to wake does not reserve a
+// whole window ahead of the others, which wake at random points of the
+// jitter span and take their own shares.
+func (t *Throttler) fairShare() int {
+	return max(1, min(t.batchUnits(), (t.limit+15)/16))
+}
+
+// sharePause is how long a worker waits after taking a full share: random,
+// with a mean of 90% of the time the window takes to free a share's worth of
+// slots (w*share/limit).
+func (t *Throttler) sharePause() time.Duration {
+	mean := 0.9 * float64(t.w) * float64(time.Microsecond) * float64(t.fairShare()) / float64(t.limit)
+	return rand.N(time.Duration(2*mean) + 1)
 }
