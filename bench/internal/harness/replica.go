@@ -130,7 +130,9 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	var rdb *redis.Client
 	trips := &tripCounter{}
 	if impls.UsesRedis(cfg.Impl) || cfg.Kind == KindLatency {
-		rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+		opts := &redis.Options{Addr: cfg.RedisAddr}
+		impls.ClientOptions(cfg.Impl, opts)
+		rdb = redis.NewClient(opts)
 		defer rdb.Close()
 		rdb.AddHook(trips)
 		if err := rdb.Ping(harnessCtx(ctx)).Err(); err != nil {

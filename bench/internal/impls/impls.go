@@ -27,7 +27,19 @@ type Config struct {
 }
 
 // Names lists the implementations in the order the harness runs them.
-var Names = []string{"throttler", "seed", "redis_rate", "xrate"}
+// "throttler-ctx" is this library with the go-redis client built with
+// ContextTimeoutEnabled, as its README recommends: the client then honours
+// the Redis timeout itself and each round trip runs in the caller's
+// goroutine.
+var Names = []string{"throttler", "throttler-ctx", "seed", "redis_rate", "xrate"}
+
+// ClientOptions adjusts the go-redis options an implementation's client is
+// built with.
+func ClientOptions(name string, o *redis.Options) {
+	if name == "throttler-ctx" {
+		o.ContextTimeoutEnabled = true
+	}
+}
 
 // New builds the implementation called name. rdb may be nil for xrate.
 func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
@@ -35,7 +47,7 @@ func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
 		return nil, fmt.Errorf("impls: limit %d / interval %s", cfg.Limit, cfg.Interval)
 	}
 	switch name {
-	case "throttler":
+	case "throttler", "throttler-ctx":
 		return newThrottler(rdb, cfg)
 	case "seed":
 		return newSeed(rdb, cfg), nil
