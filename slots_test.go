@@ -209,3 +209,44 @@ func FuzzAdmitKeepsInvariant(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNextSlots: whatever the set, the slots nextSlots computes fit (adding
+// j+1 members at the tail at slot j keeps every window within the limit).
+func FuzzNextSlots(f *testing.F) {
+	f.Add(uint8(3), uint8(2), uint8(20), []byte{1, 5, 9, 30, 31, 32}, uint8(1))
+	f.Add(uint8(1), uint8(1), uint8(1), []byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, limit8, k8, w8 uint8, raw []byte, dropEvery uint8) {
+		limit := 1 + int(limit8%8)
+		k := 1 + int(k8)%limit
+		w := 1 + int64(w8)
+		var set []entry
+		var scores []int64
+		for i, b := range raw {
+			if s := int64(b); bruteFits(scores, s, 1, limit, w) {
+				scores = append(scores, s)
+				set = append(set, entry{score: s, member: fmt.Sprint("m", i)})
+			}
+		}
+		var dropped []entry
+		var clean []int64
+		for i, e := range set {
+			if dropEvery > 0 && i%int(dropEvery) == 0 {
+				dropped = append(dropped, e)
+			} else {
+				clean = append(clean, e.score)
+			}
+		}
+		sort.Slice(set, func(i, j int) bool { return set[i].less(set[j]) })
+		extra := len(dropped)
+		slots := nextSlots(zrange(set, -(limit+extra), -(limit-k+1)), dropped, limit, k, extra, w)
+		last := int64(0)
+		for _, s := range clean {
+			last = max(last, s)
+		}
+		for j, s := range slots {
+			if !bruteFits(clean, max(s, last), j+1, limit, w) {
+				t.Fatalf("limit %d w %d set %v dropped %v: slot %d = %d does not fit %d", limit, w, clean, dropped, j, s, j+1)
+			}
+		}
+	})
+}

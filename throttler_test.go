@@ -426,3 +426,35 @@ func TestLateWakeReReserves(t *testing.T) {
 		}
 	})
 }
+
+// FuzzNew: any parameters give either a Throttler or an error wrapping
+// ErrInvalidArgument, never a panic; a Throttler's WaitN and AllowN reject
+// n out of range the same way.
+func FuzzNew(f *testing.F) {
+	f.Add("k", 10, int64(time.Second), int64(50*time.Millisecond), int64(time.Second), 0.5, 3)
+	f.Add("", 0, int64(0), int64(-1), int64(-1), 0.0, 0)
+	f.Add("{tag}:x", 1<<30, int64(time.Millisecond), int64(0), int64(10*time.Minute), 1.0, -1)
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	f.Cleanup(func() { c.Close() })
+	f.Fuzz(func(t *testing.T, key string, limit int, interval, buffer, ahead int64, share float64, n int) {
+		th, err := New(c, key, limit, time.Duration(interval),
+			WithBuffer(time.Duration(buffer)), WithReserveAhead(time.Duration(ahead)),
+			WithFailurePolicy(FallbackLocal(share)))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("New: %v does not wrap ErrInvalidArgument", err)
+			}
+			return
+		}
+		if n < 1 || n > th.Limit() {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := th.WaitN(ctx, n); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("WaitN(%d) with limit %d: %v", n, th.Limit(), err)
+			}
+			if _, err := th.AllowN(ctx, n); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("AllowN(%d) with limit %d: %v", n, th.Limit(), err)
+			}
+		}
+	})
+}

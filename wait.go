@@ -435,7 +435,9 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 		}
 	}
 	if a.exact && (len(batch) > 0 || (len(rest) > 0 && sleep == 0) || a.probe != "") {
-		k := t.batchUnits()
+		// A round near the limit claims at most a fair share: learning more
+		// upcoming slots than that only costs Redis time.
+		k := t.fairShare()
 		if len(rest) > 0 {
 			k = max(k, rest[0].n)
 		}
