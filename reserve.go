@@ -18,7 +18,8 @@ import (
 //
 //	MULTI                                       (exact attempts only)
 //	ZREM key <given back>...                    (when there are any)
-//	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (at most every 100ms)
+//	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (at most every 100ms, with
+//	ZREMRANGEBYSCORE key (<now+1h> +inf          garbage no Throttler wrote)
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
 //	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
@@ -99,8 +100,6 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		}
 		if a.trim {
 			p.ZRemRangeByScore(ctx, t.key, trimFloor, exclusive(serverNow-t.w-trimSlack))
-		}
-		if t.trimFuture.Swap(false) {
 			p.ZRemRangeByScore(ctx, t.key, exclusive(serverNow+futureBound), "+inf")
 		}
 		zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
@@ -183,16 +182,15 @@ func exclusive(v int64) string {
 // futureBound is how far past the server's now a member's score can lie
 // when a Throttler wrote it: WithReserveAhead is capped well below it. A
 // member beyond it (a seed-design "pending" score a year ahead, or garbage)
-// counts in no window; it is trimmed once a reply shows one.
+// counts in no window; it is trimmed with the expired ones.
 const futureBound = int64(time.Hour / time.Microsecond)
 
-// sane returns the reply's tail without members beyond futureBound, and
-// schedules their removal.
+// sane returns the reply's tail without members beyond futureBound, which
+// would otherwise pass for the newest calls when slots are worked out.
 func (t *Throttler) sane(r reply) []entry {
 	limit := t.clock.server(t.now()) + futureBound
 	for i, e := range r.tail {
 		if e.score > limit {
-			t.trimFuture.Store(true)
 			return r.tail[:i]
 		}
 	}

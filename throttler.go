@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,8 +61,7 @@ type Throttler struct {
 	lateWakes  int // calls that re-reserved after waking too late
 	heals      int // lost windows found and restored
 
-	trimFuture  atomic.Bool // a reply showed members beyond futureBound
-	ctxTimeouts bool        // the client honours context deadlines itself
+	ctxTimeouts bool // the client honours context deadlines itself
 
 	// onAdmit, when set (tests), sees every admission with its server-time
 	// score in microseconds and its members, under t.mu.
