@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,7 @@ func TestOutputs(t *testing.T) {
 
 func TestSelect(t *testing.T) {
 	all := Scenarios(false)
+	before := slices.Clone(all[0].Impls)
 	got, err := Select(all, []string{"herd", "memory"}, []string{"seed"})
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +154,7 @@ func TestSelect(t *testing.T) {
 	if len(got) != 2 || got[0].Name != "herd" || got[1].Name != "memory" || len(got[0].Impls) != 1 || got[0].Impls[0] != "seed" {
 		t.Errorf("Select = %+v", got)
 	}
-	if len(all[0].Impls) != 4 {
+	if !slices.Equal(all[0].Impls, before) {
 		t.Errorf("Select modified its input: %v", all[0].Impls)
 	}
 	if _, err := Select(all, []string{"nope"}, nil); err == nil {
