@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -34,21 +35,35 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 // decides from the local window, FailClosed returns an error wrapping
 // ErrRedis.
 func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
-	if n < 1 || n > t.limit {
-		return Result{}, invalidf("AllowN(%d): n must be in 1..%d", n, t.limit)
+	if n < 1 || n > t.minLimit {
+		return Result{}, invalidf("AllowN(%d): n must be in 1..%d", n, t.minLimit)
 	}
 	if ctx.Err() != nil {
 		return Result{}, ctxError(ctx)
 	}
 	if !t.clock.synced() {
 		if err := t.syncClock(ctx); err != nil {
+			t.observeRedisError(err)
 			return t.allowDegraded(n, err)
 		}
 	}
 	now := t.now()
-	g := t.clock.server(now) + t.clock.roundTrip()
-	a := &attempt{checks: []int64{g}, slots: min(t.limit, max(n, 1)), exact: true, clock: true, expire: true}
+	serverNow := t.clock.server(now)
+	g := serverNow + t.clock.roundTrip()
 	t.mu.Lock()
+	lims := t.limitsLocked(serverNow, nil)
+	if t.pausedTill > g {
+		res := Result{RetryAfter: t.clock.local(t.pausedTill).Sub(now)}
+		t.mu.Unlock()
+		t.stats.refused.Add(1)
+		return res, nil
+	}
+	if n > lims[0] {
+		t.mu.Unlock()
+		return Result{}, invalidf("AllowN(%d): more calls at once than the limit, lowered to %d", n, lims[0])
+	}
+	a := &attempt{checks: []int64{g}, lims: lims, slots: min(slices.Min(lims), n),
+		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0])}
 	if now.Sub(t.lastTrim) >= trimEvery {
 		a.trim, t.lastTrim = true, now
 	}
@@ -58,7 +73,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		members[i] = t.ids.next()
 		a.adds = append(a.adds, entry{score: g, member: members[i]})
 	}
-	r, err := t.exec(ctx, a, g)
+	r, err := t.exec(ctx, a, serverNow)
 	if err != nil {
 		// Redis failed: the members, if they arrived, go with the next round
 		// trip that works (and stop counting on their own regardless).
@@ -69,20 +84,38 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	}
 	t.mu.Lock()
 	t.recovered()
+	t.learnMetaLocked(r)
+	pausedTill := t.pausedTill
+	lims = t.limitsLocked(serverNow, nil) // what the reply said is in force
 	t.mu.Unlock()
-	others := int(r.counts[0]) - n
-	if admit([]claim{{score: g, n: n}}, a.checks, r.counts, t.limit, t.w, nil)[0] {
+	ok := t.decide(a, lims, r, []claim{{score: g, n: n}}, nil)[0] && g >= pausedTill
+	// Remaining: the room left under the tightest limit.
+	remaining := t.limit
+	for wi, counts := range r.counts {
+		others := int(counts[0]) - n
+		left := lims[wi] - others
+		if ok {
+			left -= n
+		}
+		remaining = min(remaining, max(0, left))
+	}
+	if ok {
 		if t.onAdmit != nil {
 			t.mu.Lock()
 			t.onAdmit(g, members)
 			t.mu.Unlock()
 		}
-		return Result{Allowed: true, Remaining: t.limit - others - n}, nil
+		t.observeAllowed(n)
+		return Result{Allowed: true, Remaining: remaining}, nil
 	}
 	t.release(ctx, members)
-	res := Result{Remaining: max(0, t.limit-others)}
-	if slots := nextSlots(t.sane(r), a.adds, t.limit, a.slots, n, t.w); len(slots) >= n && slots[n-1] > g {
+	t.stats.refused.Add(1)
+	res := Result{Remaining: remaining}
+	if slots := t.upcoming(a, r, a.adds, n); len(slots) >= n && slots[n-1] > g {
 		res.RetryAfter = t.clock.local(slots[n-1]).Sub(now)
+	}
+	if pausedTill > g {
+		res.RetryAfter = max(res.RetryAfter, t.clock.local(pausedTill).Sub(now))
 	}
 	return res, nil
 }
@@ -95,10 +128,11 @@ func (t *Throttler) allowDegraded(n int, err error) (Result, error) {
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
+		t.observeAllowed(n)
 		return Result{Allowed: true}, nil
 	case policyLocal:
 		t.logRedis(err, "calls throttled locally")
-		t.degraded = now.Add(retryRedisAfter)
+		t.degradeLocked(now)
 		if n > t.local.limit {
 			return Result{}, redisError(err)
 		}
@@ -111,9 +145,11 @@ func (t *Throttler) allowDegraded(n int, err error) (Result, error) {
 		for range n {
 			t.replay = append(t.replay, entry{score: serverAt, member: t.ids.next()})
 		}
+		t.observeAllowed(n)
 		return Result{Allowed: true}, nil
 	default:
 		t.logRedis(err, "calls fail")
+		t.stats.failed.Add(1)
 		return Result{}, redisError(err)
 	}
 }

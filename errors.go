@@ -43,3 +43,6 @@ func deadlineError(slot, deadline time.Time) error {
 	return fmt.Errorf("throttler: next slot at %s is after the context deadline %s: %w",
 		slot.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
 }
+
+func isRedis(err error) bool   { return errors.Is(err, ErrRedis) }
+func isInvalid(err error) bool { return errors.Is(err, ErrInvalidArgument) }

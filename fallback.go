@@ -27,7 +27,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
-		t.degraded = now.Add(retryRedisAfter)
+		t.degradeLocked(now)
 		for _, w := range batch {
 			// Its members may have reached Redis; they count, as they should.
 			w.members = nil
@@ -37,7 +37,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		return t.idleAfterFailureLocked()
 	case policyLocal:
 		t.logRedis(err, "calls throttled locally")
-		t.degraded = now.Add(retryRedisAfter)
+		t.degradeLocked(now)
 		var requeue []*waiter
 		for _, w := range batch {
 			t.giveBack = append(t.giveBack, w.members...)
@@ -167,10 +167,24 @@ func (t *Throttler) trimReplayLocked(serverNow int64) {
 	t.replay = keep
 }
 
+// degradeLocked stops trying Redis for a while after it failed, under the
+// FailOpen and FallbackLocal policies.
+func (t *Throttler) degradeLocked(now time.Time) {
+	if t.degraded.IsZero() {
+		if o := t.opt.observer.Degraded; o != nil {
+			o(true)
+		}
+	}
+	t.degraded = now.Add(retryRedisAfter)
+}
+
 // recovered notes a successful round trip.
 func (t *Throttler) recovered() {
 	if !t.degraded.IsZero() {
 		t.degraded = time.Time{}
 		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.key))
+		if o := t.opt.observer.Degraded; o != nil {
+			o(false)
+		}
 	}
 }

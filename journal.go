@@ -10,7 +10,8 @@ import "slices"
 // Guarded by the Throttler's mu.
 type journal struct {
 	entries []entry
-	cap     int
+	cap     int   // twice the largest limit
+	w       int64 // the longest window: entries older than it count nowhere
 }
 
 // add records members admitted at score.
@@ -24,9 +25,9 @@ func (j *journal) add(score int64, members []string) {
 }
 
 // trim forgets admissions no window counts any longer.
-func (j *journal) trim(serverNow, w int64) {
+func (j *journal) trim(serverNow int64) {
 	i := 0
-	for i < len(j.entries) && j.entries[i].score <= serverNow-w {
+	for i < len(j.entries) && j.entries[i].score <= serverNow-j.w {
 		i++
 	}
 	j.entries = slices.Delete(j.entries, 0, i)

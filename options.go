@@ -18,6 +18,8 @@ type options struct {
 	ahead        time.Duration
 	aheadSet     bool
 	maxBatch     int
+	extra        []window // WithLimit
+	observer     Observer
 }
 
 func defaultOptions() options {

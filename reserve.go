@@ -10,11 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// attempt is one reservation round trip on the key. It gives back rejected
-// members, adds new members at the scores they would be admitted at, counts
-// the neighbourhood of each new score, and, near the limit, reads the
-// upcoming free slots; it also checks that Redis still holds the window
-// (see journal and marker):
+// attempt is one reservation round trip. For each limit (window) of the
+// Throttler, on its key, it gives back rejected members, adds new members at
+// the scores they would be admitted at, counts the neighbourhood of each new
+// score, and, near the limit, reads the upcoming free slots; on the first
+// limit's key it also reads the members that are not calls (the marker, a
+// shared pause, a lowered limit) and checks that Redis still holds the
+// window (see journal and marker):
 //
 //	MULTI                                       (exact attempts only)
 //	ZREM key <given back>...                    (when there are any)
@@ -23,8 +25,9 @@ import (
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
 //	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
-//	ZMSCORE key <marker> <our newest member>    (did Redis lose the window, or our calls?)
 //	PEXPIRE key <ttl>                           (at most every second, and on a new key)
+//	... the same for the key of every other limit (WithLimit) ...
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <our newest member>
 //	TIME                                        (at most every 250ms)
 //	EXEC                                        (exact attempts only)
 //
@@ -32,19 +35,21 @@ import (
 // seed design: two clients adding at once each count the other, so a race can
 // only refuse a call that would have fitted, never admit one too many. Far
 // from the limit, where such races cost nothing, an attempt is a plain
-// pipeline of ZADD, ZCOUNT and PEXPIRE. Near the limit, MULTI buys exactness
+// pipeline of ZADD, ZCOUNT and ZMSCORE. Near the limit, MULTI buys exactness
 // and progress: the count sees exactly the state its own insert produced, so
 // of two callers racing for the last slot exactly one wins, and the free
 // slots read (for waiters to reserve without polling) agree with that count.
 type attempt struct {
 	remove []string
 	adds   []entry
-	checks []int64 // distinct scores among adds
-	slots  int     // k: how many upcoming free slots to learn (0 = none)
-	exact  bool    // MULTI/EXEC; otherwise a plain pipeline
-	trim   bool    // include the ZREMRANGEBYSCORE trim
-	clock  bool    // include TIME
-	expire bool    // include PEXPIRE
+	checks []int64       // distinct scores among adds
+	lims   []int         // the limit in force per window
+	slots  int           // k: how many upcoming free slots to learn (0 = none)
+	exact  bool          // MULTI/EXEC; otherwise a plain pipeline
+	trim   bool          // include the ZREMRANGEBYSCORE trim
+	clock  bool          // include TIME
+	expire bool          // include PEXPIRE
+	ttl0   time.Duration // the first key's TTL (longer during a pause)
 
 	soonest int64  // the score of a call that goes as soon as the reply is back
 	probe   string // a member of ours that must still be in the set ("" = none)
@@ -54,10 +59,12 @@ type attempt struct {
 
 // reply is what an attempt's round trip returned.
 type reply struct {
-	counts []int64 // per check
-	tail   []entry
-	lost   bool // the probe member is gone: Redis lost the window
-	noMark bool // the marker member was missing before this attempt wrote it
+	counts [][]int64 // per window, per check
+	tails  [][]entry // per window
+	lost   bool      // the probe member is gone: Redis lost the window
+	noMark bool      // the marker member was missing before this attempt wrote it
+	// The members that are not calls, in server µs (0 = absent).
+	pause, limit, limitEnd int64
 }
 
 // marker is a member at score -1, where no window counts it and no trim
@@ -85,49 +92,59 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 
 	extra := len(a.adds)
 	var (
-		counts = make([]*redis.IntCmd, 0, len(a.checks))
-		tail   *redis.ZSliceCmd
+		counts = make([][]*redis.IntCmd, len(t.wins))
+		tails  = make([]*redis.ZSliceCmd, len(t.wins))
 		clock  *redis.TimeCmd
 		checks *redis.FloatSliceCmd
 	)
+	zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
+	for i, e := range a.adds {
+		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+	}
+	if a.mark {
+		zs = append(zs, redis.Z{Score: -1, Member: marker})
+	}
+	var remove []any
+	if len(a.remove) > 0 {
+		remove = toAny(a.remove)
+	}
 	queue := func(p redis.Pipeliner) error {
-		if len(a.remove) > 0 {
-			members := make([]any, len(a.remove))
-			for i, m := range a.remove {
-				members[i] = m
+		for wi, x := range t.wins {
+			if remove != nil {
+				p.ZRem(ctx, x.key, remove...)
 			}
-			p.ZRem(ctx, t.key, members...)
-		}
-		if a.trim {
-			p.ZRemRangeByScore(ctx, t.key, trimFloor, exclusive(serverNow-t.w-trimSlack))
-			p.ZRemRangeByScore(ctx, t.key, exclusive(serverNow+futureBound), "+inf")
-		}
-		zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
-		for i, e := range a.adds {
-			zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
-		}
-		if a.mark {
-			zs = append(zs, redis.Z{Score: -1, Member: marker})
-		}
-		if len(zs) > 0 {
-			p.ZAdd(ctx, t.key, zs...)
-		}
-		for _, g := range a.checks {
-			counts = append(counts, p.ZCount(ctx, t.key, exclusive(g-t.w), exclusive(g+t.w)))
-		}
-		if a.slots > 0 {
-			tail = p.ZRangeWithScores(ctx, t.key, int64(-(t.limit + extra)), int64(-(t.limit - a.slots + 1)))
+			if a.trim {
+				p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(serverNow-x.w-trimSlack))
+				p.ZRemRangeByScore(ctx, x.key, exclusive(serverNow+futureBound), "+inf")
+			}
+			if wi == 0 && len(zs) > 0 {
+				p.ZAdd(ctx, x.key, zs...)
+			} else if wi > 0 && len(a.adds) > 0 {
+				p.ZAdd(ctx, x.key, zs[:len(a.adds)]...)
+			}
+			counts[wi] = make([]*redis.IntCmd, 0, len(a.checks))
+			for _, g := range a.checks {
+				counts[wi] = append(counts[wi], p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
+			}
+			if a.slots > 0 {
+				lim := a.lims[wi]
+				tails[wi] = p.ZRangeWithScores(ctx, x.key, int64(-(lim + extra)), int64(-(lim - a.slots + 1)))
+			}
+			if a.expire {
+				ttl := t.ttl(x)
+				if wi == 0 {
+					ttl = a.ttl0
+				}
+				p.PExpire(ctx, x.key, ttl)
+			}
 		}
 		// The checks come after the counts: without MULTI, a loss can fall
 		// between two commands of the pipeline, and counts taken after it
 		// must not go unnoticed. Counts taken before it were true.
 		if a.probe != "" {
-			checks = p.ZMScore(ctx, t.key, marker, a.probe)
+			checks = p.ZMScore(ctx, t.key, marker, pauseMember, limitMember, limitEndMember, a.probe)
 		} else {
-			checks = p.ZMScore(ctx, t.key, marker)
-		}
-		if a.expire {
-			p.PExpire(ctx, t.key, t.ttl())
+			checks = p.ZMScore(ctx, t.key, marker, pauseMember, limitMember, limitEndMember)
 		}
 		if a.clock {
 			clock = p.Time(ctx)
@@ -146,31 +163,82 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 	})
 	recv := t.now()
 	if err != nil {
+		t.observeRedisError(err)
 		return reply{}, err
 	}
+	t.stats.roundTrips.Add(1)
 	if clock != nil {
 		t.clock.observe(sent, recv, clock.Val())
 	}
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
 	found := checks.Val()
+	meta := func(i int) int64 {
+		if i < len(found) {
+			return -int64(found[i])
+		}
+		return 0
+	}
 	r := reply{
-		counts: make([]int64, len(counts)),
-		noMark: len(found) < 1 || found[0] == 0,
-		lost:   a.probe != "" && (len(found) < 2 || found[1] == 0),
+		counts:   make([][]int64, len(t.wins)),
+		noMark:   meta(0) == 0,
+		pause:    max(0, meta(1)),
+		limit:    max(0, meta(2)),
+		limitEnd: max(0, meta(3)),
+		lost:     a.probe != "" && meta(4) == 0,
 	}
-	for i, c := range counts {
-		r.counts[i] = c.Val()
+	for wi := range t.wins {
+		r.counts[wi] = make([]int64, len(counts[wi]))
+		for i, c := range counts[wi] {
+			r.counts[wi][i] = c.Val()
+		}
 	}
-	if tail != nil {
-		zs := tail.Val()
-		r.tail = make([]entry, len(zs))
-		for i, z := range zs {
-			m, _ := z.Member.(string)
-			r.tail[i] = entry{score: int64(z.Score), member: m}
+	if a.slots > 0 {
+		r.tails = make([][]entry, len(t.wins))
+		for wi, tail := range tails {
+			r.tails[wi] = zEntries(tail.Val())
 		}
 	}
 	return r, nil
+}
+
+// decide returns which claims of the attempt fit under every limit, given
+// the limits in force (as the reply told them: the counts are exact under
+// whichever limit holds, so the newest word on the limit is the one to
+// use). Each
+// limit keeps claims greedily on its own (see admit); a claim is admitted
+// only when all keep it. A claim one limit would have kept but another
+// refused still counts against the first's later claims in this attempt,
+// which can only refuse more, never admit more.
+func (t *Throttler) decide(a *attempt, lims []int, r reply, claims []claim, ok []bool) []bool {
+	ok = admit(claims, a.checks, r.counts[0], lims[0], t.wins[0].w, ok)
+	for wi := 1; wi < len(t.wins); wi++ {
+		more := admit(claims, a.checks, r.counts[wi], lims[wi], t.wins[wi].w, nil)
+		for i := range ok {
+			ok[i] = ok[i] && more[i]
+		}
+	}
+	return ok
+}
+
+// upcoming returns the next free slots under every limit: for j = 0..k-1,
+// the earliest score at which j+1 members could be added at once under all
+// limits, the latest of each limit's (see nextSlots).
+func (t *Throttler) upcoming(a *attempt, r reply, dropped []entry, extra int) []int64 {
+	var slots []int64
+	limit := t.clock.server(t.now()) + futureBound
+	for wi, x := range t.wins {
+		s := nextSlots(sane(r.tails[wi], limit), dropped, a.lims[wi], a.slots, extra, x.w)
+		if wi == 0 {
+			slots = s
+			continue
+		}
+		slots = slots[:min(len(slots), len(s))]
+		for j := range slots {
+			slots[j] = max(slots[j], s[j])
+		}
+	}
+	return slots
 }
 
 // exclusive formats an exclusive score bound, "(v".
@@ -179,28 +247,31 @@ func exclusive(v int64) string {
 	return string(strconv.AppendInt(append(b[:0], '('), v, 10))
 }
 
+// itoa formats an inclusive score bound.
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
 // futureBound is how far past the server's now a member's score can lie
 // when a Throttler wrote it: WithReserveAhead is capped well below it. A
 // member beyond it (a seed-design "pending" score a year ahead, or garbage)
 // counts in no window; it is trimmed with the expired ones.
 const futureBound = int64(time.Hour / time.Microsecond)
 
-// sane returns the reply's tail without members beyond futureBound, which
-// would otherwise pass for the newest calls when slots are worked out.
-func (t *Throttler) sane(r reply) []entry {
-	limit := t.clock.server(t.now()) + futureBound
-	for i, e := range r.tail {
+// sane returns tail without members scored after limit (server µs):
+// garbage beyond futureBound would otherwise pass for the newest calls when
+// slots are worked out.
+func sane(tail []entry, limit int64) []entry {
+	for i, e := range tail {
 		if e.score > limit {
-			return r.tail[:i]
+			return tail[:i]
 		}
 	}
-	return r.tail
+	return tail
 }
 
 // ttl keeps the key alive for as long as its newest member can matter: a
 // member is at most ahead in the future and counts for w after its score.
-func (t *Throttler) ttl() time.Duration {
-	return time.Duration(t.w)*time.Microsecond + t.opt.ahead + 2*time.Second
+func (t *Throttler) ttl(x window) time.Duration {
+	return time.Duration(x.w)*time.Microsecond + t.opt.ahead + 2*time.Second
 }
 
 // syncClock takes a first sample of the server clock.
@@ -228,12 +299,21 @@ func (t *Throttler) release(ctx context.Context, members []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.releaseTimeout())
 	defer cancel()
-	args := make([]any, len(members))
-	for i, m := range members {
-		args[i] = m
-	}
-	err := t.bounded(ctx, func(ctx context.Context) error { return t.rdb.ZRem(ctx, t.key, args...).Err() })
+	args := toAny(members)
+	err := t.bounded(ctx, func(ctx context.Context) error {
+		if len(t.wins) == 1 {
+			return t.rdb.ZRem(ctx, t.key, args...).Err()
+		}
+		_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, x := range t.wins {
+				p.ZRem(ctx, x.key, args...)
+			}
+			return nil
+		})
+		return err
+	})
 	if err != nil {
+		t.observeRedisError(err)
 		t.mu.Lock()
 		t.giveBack = append(t.giveBack, members...)
 		t.logRedis(err, "members given back later")

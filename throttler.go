@@ -34,9 +34,12 @@ type Throttler struct {
 	interval time.Duration
 	w        int64 // interval + buffer, microseconds: how long a call holds its slot
 	opt      options
+	wins     []window // wins[0] is the limit New was given; the others come from WithLimit
+	minLimit int      // the smallest configured limit: the most one call may claim
 	ids      *memberSource
 	clock    clockSync
 	now      func() time.Time
+	stats    counters
 
 	mu         sync.Mutex
 	queue      []*waiter // FIFO, not yet reserved
@@ -58,8 +61,11 @@ type Throttler struct {
 	lastLog    time.Time
 	local      *localWindow // the fallback's in-process window, when configured
 	scratch    roundScratch
-	lateWakes  int // calls that re-reserved after waking too late
-	heals      int // lost windows found and restored
+	lateWakes  int   // calls that re-reserved after waking too late
+	heals      int   // lost windows found and restored
+	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
+	lowered    int   // the first limit lowered through Redis (SetLimit); 0 = not lowered
+	lowerTill  int64 // server µs at which the lowering ends
 
 	ctxTimeouts bool // the client honours context deadlines itself
 
@@ -116,19 +122,39 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	if !o.aheadSet {
 		o.ahead = min(interval, time.Second)
 	}
+	wins := append([]window{{key: key, limit: limit, interval: interval}}, o.extra...)
+	for i := range wins {
+		wins[i].w = (wins[i].interval + o.buffer).Microseconds()
+		if err := sameSlot(wins[0].key, wins[i].key); err != nil {
+			return nil, err
+		}
+		for _, x := range wins[:i] {
+			if x.key == wins[i].key {
+				return nil, invalidf("New(%q): key %q holds two limits", key, x.key)
+			}
+		}
+	}
 	t := &Throttler{
 		rdb:      client,
 		key:      key,
 		limit:    limit,
 		interval: interval,
-		w:        (interval + o.buffer).Microseconds(),
+		w:        wins[0].w,
+		wins:     wins,
 		opt:      o,
 		ids:      newMemberSource(),
 		now:      o.now,
 		kick:     make(chan struct{}, 1),
 		near:     true,
 	}
-	t.journal.cap = 2 * limit
+	t.minLimit = limit
+	longest, most := wins[0].w, limit
+	for _, x := range wins[1:] {
+		t.minLimit = min(t.minLimit, x.limit)
+		longest, most = max(longest, x.w), max(most, x.limit)
+	}
+	t.journal.cap = 2 * most
+	t.journal.w = longest
 	t.ctxTimeouts = honoursContext(client)
 	if o.policy.kind == policyLocal {
 		t.local = newLocalWindow(max(1, int(math.Floor(float64(limit)*o.policy.share))), interval+o.buffer)
@@ -136,7 +162,9 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	return t, nil
 }
 
-// Limit returns the number of calls allowed per interval.
+// Limit returns the number of calls allowed per interval, as given to New.
+// A limit lowered by SetLimit or by an API's answer (see Transport) does not
+// change it.
 func (t *Throttler) Limit() int { return t.limit }
 
 // Interval returns the length of the sliding window.
@@ -151,11 +179,12 @@ type roundScratch struct {
 	batch  []*waiter
 	claims []claim
 	ok     []bool
+	lims   []int
 }
 
 // batchUnits is how many members one round trip may add, and how many
 // upcoming slots it learns.
-func (t *Throttler) batchUnits() int { return min(t.limit, t.opt.maxBatch) }
+func (t *Throttler) batchUnits() int { return min(t.minLimit, t.opt.maxBatch) }
 
 // logRedis logs a Redis failure at most once a second.
 func (t *Throttler) logRedis(err error, what string) {

@@ -34,22 +34,28 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // Waiters on one Throttler are served in the order they called, and one
 // Redis round trip reserves for as many of them as fit. A waiter given a
 // slot in the future sleeps until then without further Redis traffic.
-func (t *Throttler) WaitN(ctx context.Context, n int) error {
-	if n < 1 || n > t.limit {
-		return invalidf("WaitN(%d): n must be in 1..%d", n, t.limit)
+func (t *Throttler) WaitN(ctx context.Context, n int) (err error) {
+	if n < 1 || n > t.minLimit {
+		return invalidf("WaitN(%d): n must be in 1..%d", n, t.minLimit)
 	}
 	if ctx.Err() != nil {
+		t.stats.abandoned.Add(1)
 		return ctxError(ctx)
 	}
+	start := t.now()
+	defer func() { t.observeWait(n, start, err) }()
 	w := &waiter{n: n, wake: make(chan struct{}, 1)}
 	w.deadline, _ = ctx.Deadline()
-	for late := 0; ; late++ {
+	for late := 0; ; {
 		if t.enqueue(w) {
 			t.serveInline()
 		}
-		again, err := t.await(ctx, w, late < maxLateRetries)
+		again, paused, err := t.await(ctx, w, late < maxLateRetries)
 		if !again {
 			return err
+		}
+		if !paused {
+			late++
 		}
 	}
 }
@@ -90,14 +96,15 @@ func (t *Throttler) serveInline() {
 }
 
 // await waits for w's reservation and then for its slot. It returns again =
-// true when w was woken more than half the buffer after its slot (and retry
-// allows another attempt): the slot is given back and w must queue anew, for
-// going late would spend the margin the buffer keeps for the network.
-func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again bool, err error) {
+// true when w must queue anew, its slot given back: when a shared pause
+// covers the slot (paused = true), or when w was woken more than half the
+// buffer after its slot (and retry allows another attempt), for going late
+// would spend the margin the buffer keeps for the network.
+func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, paused bool, err error) {
 	select {
 	case <-w.wake:
 	case <-ctx.Done():
-		return false, t.abandon(ctx, w)
+		return false, false, t.abandon(ctx, w)
 	}
 	t.mu.Lock()
 	state, at, immediate := w.state, w.at, w.immediate
@@ -113,22 +120,32 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again boo
 		}
 		t.mu.Unlock()
 		t.release(ctx, held)
-		return false, err
+		return false, false, err
 	}
 	t.mu.Unlock()
 	if d := at.Sub(t.now()); d > 0 && !immediate {
 		if !w.deadline.IsZero() && at.After(w.deadline) {
 			t.abandon(ctx, w)
-			return false, deadlineError(at, w.deadline)
+			return false, false, deadlineError(at, w.deadline)
 		}
 		timer := time.NewTimer(d)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return false, t.abandon(ctx, w)
+			return false, false, t.abandon(ctx, w)
 		}
 	}
+	t.mu.Lock()
+	if t.clock.server(at) < t.pausedTill && t.clock.server(t.now()) < t.pausedTill {
+		// A shared pause began after this slot was reserved: wait it out.
+		t.giveBack = append(t.giveBack, w.members...)
+		t.forgetLocked(w.members)
+		w.members, w.state, w.at = nil, stQueued, time.Time{}
+		t.mu.Unlock()
+		return true, true, nil
+	}
+	t.mu.Unlock()
 	if late := t.now().Sub(at); retry && t.opt.buffer > 0 && late > t.opt.buffer/2 {
 		t.mu.Lock()
 		// Not called yet, so the slot can go back; it is removed in the
@@ -138,9 +155,9 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again boo
 		w.members, w.state, w.at = nil, stQueued, time.Time{}
 		t.lateWakes++
 		t.mu.Unlock()
-		return true, nil
+		return true, false, nil
 	}
-	return false, nil
+	return false, false, nil
 }
 
 type waitState uint8
@@ -343,7 +360,8 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	if sc.a == nil {
 		sc.a = new(attempt)
 	}
-	*sc.a = attempt{remove: t.giveBack, adds: sc.a.adds[:0], checks: sc.a.checks[:0]}
+	*sc.a = attempt{remove: t.giveBack, adds: sc.a.adds[:0], checks: sc.a.checks[:0],
+		lims: t.limitsLocked(serverNow, sc.a.lims)}
 	a, batch, claims = sc.a, sc.batch[:0], sc.claims[:0]
 	defer func() { sc.batch, sc.claims = batch, claims }()
 	t.giveBack = nil
@@ -364,7 +382,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	if now.Sub(t.lastExpire) >= expireEvery || t.writeMark {
 		a.expire, t.lastExpire = true, now
 	}
-	t.journal.trim(serverNow, t.w)
+	t.journal.trim(serverNow)
 	a.probe, _ = t.journal.probe()
 	a.mark, t.writeMark = t.writeMark, false
 	healing := now.Before(t.healUntil)
@@ -375,13 +393,21 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	soonest := serverNow + t.clock.roundTrip()
 	a.soonest = soonest
 	horizon := soonest + t.opt.ahead.Microseconds()
+	// No call goes before a shared pause ends; the key lives at least as long.
+	floor := max(soonest, t.pausedTill)
+	a.ttl0 = t.ttl(t.wins[0]) + time.Duration(max(0, t.pausedTill-serverNow))*time.Microsecond
 	if a.exact {
 		// Near the limit, other processes may be waiting for the same slots.
 		room = min(room, t.fairShare())
 	}
 	defer func() { a.room = room }()
 	for _, w := range t.queue {
-		g := soonest
+		if w.n > a.lims[0] {
+			w.state, w.err = stFailed, invalidf("WaitN(%d): more calls at once than the limit, lowered to %d", w.n, a.lims[0])
+			w.signal()
+			continue
+		}
+		g := floor
 		if known {
 			if pos+w.n > len(t.slots) {
 				// Beyond what the last reply told: learn more first.
@@ -389,7 +415,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 				rest = append(rest, w)
 				continue
 			}
-			g = max(soonest, t.slots[pos+w.n-1])
+			g = max(floor, t.slots[pos+w.n-1])
 		}
 		if !w.deadline.IsZero() {
 			if at := t.clock.local(g); at.After(w.deadline) {
@@ -441,7 +467,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 		if len(rest) > 0 {
 			k = max(k, rest[0].n)
 		}
-		a.slots = min(t.limit, k)
+		a.slots = min(slices.Min(a.lims), k)
 	}
 	return a, batch, claims, sleep
 }
@@ -481,13 +507,22 @@ func (t *Throttler) jitter() time.Duration {
 // back to the head of the queue and their members are given back with the
 // next round trip.
 func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) (admitted int) {
-	ok := admit(claims, a.checks, r.counts, t.limit, t.w, t.scratch.ok[:0])
+	t.learnMetaLocked(r)
+	lims := t.limitsLocked(t.clock.server(t.now()), t.scratch.lims[:0])
+	t.scratch.lims = lims
+	ok := t.decide(a, lims, r, claims, t.scratch.ok[:0])
 	t.scratch.ok = ok
+	for i, c := range claims {
+		// A pause another process set while this attempt was on its way.
+		if c.score < t.pausedTill {
+			ok[i] = false
+		}
+	}
 	now := t.now()
 	// Our last round trip refreshed the key's TTL: if that was less than a
 	// TTL ago, the key cannot have expired on its own, so a missing marker
 	// means Redis lost it.
-	seenRecently := !t.lastSeen.IsZero() && now.Sub(t.lastSeen) < t.ttl()
+	seenRecently := !t.lastSeen.IsZero() && now.Sub(t.lastSeen) < t.ttl(t.wins[0])
 	t.lastSeen = now
 	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
 	if missing {
@@ -505,13 +540,14 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		t.opt.logger.Warn("throttler: redis lost the shared window; restoring this process's recent calls",
 			slog.String("key", t.key), slog.Int("calls", len(t.journal.entries)))
 	}
-	busiest := int64(0)
-	for _, c := range r.counts {
-		busiest = max(busiest, c)
-	}
 	if len(claims) > 0 {
 		// A round that claimed nothing says nothing about room.
-		t.near = slices.Contains(ok, false) || busiest+int64(t.batchUnits()) > int64(t.limit)
+		t.near = slices.Contains(ok, false)
+		for wi, counts := range r.counts {
+			for _, c := range counts {
+				t.near = t.near || c+int64(t.batchUnits()) > int64(lims[wi])
+			}
+		}
 	}
 
 	var dropped []entry
@@ -555,7 +591,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		t.queue = append(requeue, t.queue...)
 	}
 	if a.slots > 0 {
-		t.slots = nextSlots(t.sane(r), dropped, t.limit, a.slots, len(a.adds), t.w)
+		t.slots = t.upcoming(a, r, dropped, len(a.adds))
 	}
 	t.recovered()
 	if t.onResolved != nil {

@@ -1,0 +1,151 @@
+package throttler
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// window is one limit a Throttler enforces: a sorted set in which no window
+// of w microseconds (interval + buffer) holds more than limit members.
+type window struct {
+	key      string
+	limit    int
+	interval time.Duration
+	w        int64
+}
+
+// WithLimit adds a limit that every call also counts against: at most limit
+// calls in any window of length interval, kept in its own sorted set under
+// key. A call is admitted only when every limit of the Throttler has room,
+// in one Redis round trip, and a call refused by one limit leaves no member
+// in the others. Use it for an API that states several limits at once (10
+// per second and 5000 per hour), or for per-user and per-account quotas.
+//
+// All keys of one Throttler must hash to the same Redis Cluster slot: give
+// them the same {tag}, as in "{github}:hourly" and "{github}:burst". New
+// refuses keys that do not share one, whatever the client, so that code
+// tested on one server keeps working on a Cluster. Other Throttlers that
+// share one of the keys must use the same limit and interval for it.
+func WithLimit(key string, limit int, interval time.Duration) Option {
+	return func(o *options) error {
+		switch {
+		case key == "":
+			return invalidf("WithLimit: empty key")
+		case limit < 1:
+			return invalidf("WithLimit(%q): limit %d must be at least 1", key, limit)
+		case interval < time.Millisecond:
+			return invalidf("WithLimit(%q): interval %s must be at least 1ms", key, interval)
+		case interval > 366*24*time.Hour:
+			return invalidf("WithLimit(%q): interval %s is longer than a year", key, interval)
+		}
+		o.extra = append(o.extra, window{key: key, limit: limit, interval: interval})
+		return nil
+	}
+}
+
+// hashTag returns the part of key that Redis Cluster hashes: the text
+// between the first '{' and the next '}' when it is not empty, else the
+// whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// sameSlot checks that key shares first's Redis Cluster hash slot.
+func sameSlot(first, key string) error {
+	if hashTag(first) != hashTag(key) {
+		return invalidf("keys %q and %q may lie in different Redis Cluster slots: give them the same {tag}", first, key)
+	}
+	return nil
+}
+
+// Members of the first limit's sorted set that are not calls. Their scores
+// are negative, where no window counts them and no trim reaches them, and
+// every reservation reads them with the same ZMSCORE that checks the marker:
+// the shared pause and the lowered limit cost no extra command.
+const (
+	// pauseMember's score is minus the server time, in microseconds, before
+	// which no call may go (PauseUntil).
+	pauseMember = "\x00pause"
+	// limitMember's score is minus the lowered limit (SetLimit);
+	// limitEndMember's is minus the server time at which the lowering ends.
+	limitMember    = "\x00limit"
+	limitEndMember = "\x00limit-end"
+)
+
+// SetLimit lowers the first limit (the one given to New) to n calls per
+// interval for every Throttler on the key, for the next d, through Redis.
+// Calls already admitted still count: after lowering from 100 to 50, no new
+// call goes until fewer than 50 calls remain in the window.
+//
+// The lowered limit never exceeds the one given to New: a Throttler that
+// reads a lower one uses it, and n at or above New's limit ends a lowering.
+// It lasts for d, or until the key goes unused for longer than its TTL
+// (interval + buffer + reserve-ahead + 2s) and Redis drops it. Calls of
+// WaitN with more than n calls at once fail while it lasts.
+//
+// Throttlers learn of it with their next round trip: within a round trip
+// for one that is busy, within 500ms for one with callers waiting. It
+// returns an error wrapping ErrInvalidArgument when n < 1 or d <= 0, and
+// one wrapping ErrRedis when Redis fails.
+func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {
+	if n < 1 || d <= 0 {
+		return invalidf("SetLimit(%d, %s): n must be at least 1 and d positive", n, d)
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
+	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
+		if n >= t.limit {
+			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowered, t.lowerTill = 0, 0 }}
+		}
+		end := serverNow + d.Microseconds()
+		return metaWrite{
+			set:   []entry{{score: int64(-n), member: limitMember}, {score: -end, member: limitEndMember}},
+			apply: func() { t.lowered, t.lowerTill = n, end },
+		}
+	})
+}
+
+// limitsLocked returns the limits in force now, one per window, for an
+// attempt planned at serverNow.
+func (t *Throttler) limitsLocked(serverNow int64, buf []int) []int {
+	buf = buf[:0]
+	for _, x := range t.wins {
+		buf = append(buf, x.limit)
+	}
+	if t.lowered > 0 && serverNow < t.lowerTill {
+		buf[0] = min(buf[0], t.lowered)
+	}
+	return buf
+}
+
+// learnMetaLocked takes the pause and the lowered limit a round trip read.
+func (t *Throttler) learnMetaLocked(r reply) {
+	if r.pause > t.pausedTill {
+		t.pausedTill = r.pause
+		t.stats.pauses.Add(1)
+		if o := t.opt.observer.Paused; o != nil {
+			o(t.clock.local(r.pause))
+		}
+	}
+	lowered, till := 0, int64(0)
+	if r.limit > 0 && r.limitEnd > 0 && r.limit < int64(t.limit) {
+		lowered, till = int(r.limit), r.limitEnd
+	}
+	if lowered != t.lowered || till != t.lowerTill {
+		t.lowered, t.lowerTill = lowered, till
+		if o := t.opt.observer.LimitChanged; o != nil {
+			eff := t.limit
+			if lowered > 0 {
+				eff = lowered
+			}
+			o(eff)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Several replicas with two limits on one call (a burst limit and a longer
+// one): every window of each limit holds at most its limit.
+func TestWithLimitInvariant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		burst, total := "{"+key+"}:burst", "{"+key+"}:total"
+		const (
+			burstLimit, burstEvery = 4, 200 * time.Millisecond
+			totalLimit, totalEvery = 10, 1500 * time.Millisecond
+			buffer                 = 20 * time.Millisecond
+			calls                  = 30
+		)
+		var rec recorder
+		var ths []*Throttler
+		for range 3 {
+			ths = append(ths, rec.watch(mustNew(t, dial(), burst, burstLimit, burstEvery,
+				WithBuffer(buffer), WithLimit(total, totalLimit, totalEvery))))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		admitted := 0
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				th := ths[i%len(ths)]
+				for {
+					mu.Lock()
+					if admitted >= calls {
+						mu.Unlock()
+						return
+					}
+					admitted++
+					mu.Unlock()
+					if err := th.Wait(ctx); err != nil {
+						t.Errorf("Wait: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		scores := rec.scores()
+		if len(scores) != calls {
+			t.Fatalf("admitted %d calls, want %d", len(scores), calls)
+		}
+		assertWindow(t, scores, burstEvery+buffer, burstLimit)
+		assertWindow(t, scores, totalEvery+buffer, totalLimit)
+		for _, th := range ths {
+			waitIdle(t, th)
+		}
+		// Nothing but admitted calls is left in either key: no refused claim
+		// stayed behind.
+		c := dial()
+		ours := rec.members()
+		for _, k := range []string{burst, total} {
+			for m := range keyMembers(t, c, k) {
+				if !ours[m] {
+					t.Errorf("%s holds a member %q that was never admitted", k, m)
+				}
+			}
+		}
+	})
+}
+
+// A call refused by one limit leaves no member in the other.
+func TestWithLimitRefusedLeavesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		c := dial()
+		fast, slow := "{"+key+"}:fast", "{"+key+"}:slow"
+		th := mustNew(t, c, fast, 100, time.Second, WithLimit(slow, 3, time.Minute))
+		for i := range 3 {
+			if res, err := th.Allow(ctx); err != nil || !res.Allowed {
+				t.Fatalf("Allow %d: (%+v, %v), want allowed", i, res, err)
+			}
+		}
+		res, err := th.Allow(ctx)
+		if err != nil || res.Allowed {
+			t.Fatalf("Allow over the slow limit: (%+v, %v), want refused", res, err)
+		}
+		if res.RetryAfter < 50*time.Second {
+			t.Errorf("RetryAfter %s, want about a minute (the slow limit's window)", res.RetryAfter)
+		}
+		if res.Remaining != 0 {
+			t.Errorf("Remaining %d, want 0 (the slow limit is full)", res.Remaining)
+		}
+		for _, k := range []string{fast, slow} {
+			if got := len(keyMembers(t, c, k)); got != 3 {
+				t.Errorf("%s holds %d members after the refusal, want the 3 admitted", k, got)
+			}
+		}
+		// A Wait that cannot fit before its deadline fails at once, and also
+		// leaves nothing behind.
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if err := th.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait over the slow limit: %v, want DeadlineExceeded", err)
+		}
+		waitIdle(t, th)
+		for _, k := range []string{fast, slow} {
+			if got := len(keyMembers(t, c, k)); got != 3 {
+				t.Errorf("%s holds %d members after the refused Wait, want 3", k, got)
+			}
+		}
+	})
+}
+
+func TestWithLimitRejectsBadInput(t *testing.T) {
+	c := miniThrottler(t, 1, time.Second).rdb
+	for _, tc := range []struct {
+		name string
+		key  string
+		opts []Option
+	}{
+		{"different slots", "a", []Option{WithLimit("b", 1, time.Second)}},
+		{"different tags", "{a}:x", []Option{WithLimit("{b}:x", 1, time.Second)}},
+		{"same key twice", "{a}", []Option{WithLimit("{a}", 1, time.Second)}},
+		{"empty key", "{a}", []Option{WithLimit("", 1, time.Second)}},
+		{"limit 0", "{a}:x", []Option{WithLimit("{a}:y", 0, time.Second)}},
+		{"interval 0", "{a}:x", []Option{WithLimit("{a}:y", 1, 0)}},
+	} {
+		if _, err := New(c, tc.key, 5, time.Second, tc.opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: New: %v, want ErrInvalidArgument", tc.name, err)
+		}
+	}
+	th, err := New(c, "{a}:x", 5, time.Second, WithLimit("{a}:y", 2, time.Second))
+	if err != nil {
+		t.Fatalf("keys sharing a tag: %v", err)
+	}
+	if err := th.WaitN(context.Background(), 3); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("WaitN(3) with a limit of 2: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// SetLimit lowers the limit for every replica; the lowering ends when set
+// back to New's limit.
+func TestSetLimit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		var (
+			mu      sync.Mutex
+			changed []int
+		)
+		a := mustNew(t, dial(), key, 10, time.Minute)
+		b := mustNew(t, dial(), key, 10, time.Minute, WithObserver(Observer{
+			LimitChanged: func(n int) { mu.Lock(); changed = append(changed, n); mu.Unlock() },
+		}))
+		if err := a.SetLimit(ctx, 3, time.Hour); err != nil {
+			t.Fatalf("SetLimit: %v", err)
+		}
+		allowed := 0
+		for range 6 {
+			res, err := b.Allow(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 3 {
+			t.Fatalf("b allowed %d calls under a limit lowered to 3, want 3", allowed)
+		}
+		if got := b.Stats().Limit; got != 3 {
+			t.Errorf("b.Stats().Limit = %d, want 3", got)
+		}
+		if err := b.WaitN(ctx, 4); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("WaitN(4) under a limit lowered to 3: %v, want ErrInvalidArgument", err)
+		}
+		if err := a.SetLimit(ctx, 10, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.Allow(ctx)
+		if err != nil || !res.Allowed {
+			t.Fatalf("Allow after the lowering ended: (%+v, %v), want allowed", res, err)
+		}
+		mu.Lock()
+		if len(changed) != 2 || changed[0] != 3 || changed[1] != 10 {
+			t.Errorf("LimitChanged saw %v, want [3 10]", changed)
+		}
+		mu.Unlock()
+		for _, bad := range []struct {
+			n int
+			d time.Duration
+		}{{0, time.Second}, {3, 0}, {-1, time.Second}} {
+			if err := a.SetLimit(ctx, bad.n, bad.d); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("SetLimit(%d, %s): %v, want ErrInvalidArgument", bad.n, bad.d, err)
+			}
+		}
+		waitIdle(t, b)
+	})
+}

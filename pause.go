@@ -1,0 +1,124 @@
+package throttler
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PauseUntil makes every Throttler on the key (every replica, through Redis)
+// admit no call before until, read on the local clock. Use it when the API
+// itself says to back off, as a 429 or 503 with Retry-After does; the
+// Transport does it for HTTP responses.
+//
+// Pauses only extend: a pause that ends before one already in force changes
+// nothing, and one in the past is a no-op. Calls waiting in this process
+// whose slot falls inside the pause give the slot back and wait for one
+// after it; calls already on their way are not recalled. Other processes
+// learn of the pause with their next round trip: within a round trip for a
+// busy one, within 500ms for one with callers waiting.
+//
+// While a pause lasts, WaitN waits for it to end (or fails at once if it
+// ends after the context's deadline), and AllowN refuses with RetryAfter
+// set to what is left of it. It returns an error wrapping ErrRedis when
+// Redis fails, and the context's error when ctx ends first.
+func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
+	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
+		end := t.clock.server(until)
+		if end <= serverNow {
+			return metaWrite{}
+		}
+		return metaWrite{
+			pause: end,
+			apply: func() {
+				if end > t.pausedTill {
+					t.pausedTill = end
+					t.stats.pauses.Add(1)
+					if o := t.opt.observer.Paused; o != nil {
+						o(until)
+					}
+				}
+			},
+		}
+	})
+}
+
+// metaWrite is a change to the members that are not calls.
+type metaWrite struct {
+	pause  int64    // server µs; 0 = no pause to write
+	set    []entry  // members to set
+	remove []string // members to remove
+	apply  func()   // what the change means for this Throttler, under t.mu, once written
+}
+
+// writeMeta writes what plan returns for the server's now to the first
+// limit's key, keeping the key alive at least as long as the pause.
+func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) metaWrite) error {
+	if !t.clock.synced() {
+		if err := t.syncClock(ctx); err != nil {
+			return redisError(err)
+		}
+	}
+	serverNow := t.clock.server(t.now())
+	m := plan(serverNow)
+	if m.pause == 0 && len(m.set) == 0 && len(m.remove) == 0 {
+		return nil
+	}
+	ttl := t.ttl(t.wins[0])
+	if m.pause > 0 {
+		ttl += time.Duration(m.pause-serverNow) * time.Microsecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+	err := t.bounded(ctx, func(ctx context.Context) error {
+		_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if m.pause > 0 {
+				// Negative scores: the lower one is the later pause.
+				p.ZAddLT(ctx, t.key, redis.Z{Score: float64(-m.pause), Member: pauseMember})
+			}
+			if len(m.set) > 0 {
+				zs := make([]redis.Z, len(m.set))
+				for i, e := range m.set {
+					zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+				}
+				p.ZAdd(ctx, t.key, zs...)
+			}
+			if len(m.remove) > 0 {
+				p.ZRem(ctx, t.key, toAny(m.remove)...)
+			}
+			// Never shorten the TTL another writer set for a longer pause.
+			secs := ttl.Round(time.Second) + time.Second
+			p.ExpireNX(ctx, t.key, secs)
+			p.ExpireGT(ctx, t.key, secs)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		t.mu.Lock()
+		t.logRedis(err, "the change was not written")
+		t.mu.Unlock()
+		t.observeRedisError(err)
+		return redisError(err)
+	}
+	if m.apply != nil {
+		t.mu.Lock()
+		m.apply()
+		t.mu.Unlock()
+		t.nudge()
+	}
+	return nil
+}
+
+// toAny converts members to the arguments go-redis takes.
+func toAny(members []string) []any {
+	args := make([]any, len(members))
+	for i, m := range members {
+		args[i] = m
+	}
+	return args
+}

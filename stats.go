@@ -1,0 +1,148 @@
+package throttler
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of a Throttler's counters, taken by Stats. Counters
+// start at zero when the Throttler is created and only grow; they are this
+// process's view, not the key's (Usage reads the key).
+type Stats struct {
+	// Admitted is how many calls were admitted (a WaitN or AllowN of n
+	// counts n), whether Redis or the failure policy admitted them.
+	Admitted uint64
+	// Waited is the total time admitted callers spent in WaitN: divided by
+	// the number of WaitN calls that returned nil, it is the mean wait.
+	Waited time.Duration
+	// Waits is how many WaitN calls returned nil.
+	Waits uint64
+	// Abandoned is how many WaitN calls returned because their context
+	// ended or its deadline came before their slot.
+	Abandoned uint64
+	// Failed is how many WaitN and AllowN calls returned an error wrapping
+	// ErrRedis.
+	Failed uint64
+	// Refused is how many AllowN calls answered Allowed: false.
+	Refused uint64
+	// RoundTrips is how many reservation round trips reached Redis;
+	// RedisErrors how many Redis calls failed or timed out.
+	RoundTrips, RedisErrors uint64
+	// Pauses is how many shared pauses this Throttler set or learned of.
+	Pauses uint64
+	// Heals is how many times this Throttler found that Redis had lost the
+	// window and wrote its own recent calls back.
+	Heals uint64
+	// LateWakes is how many calls gave their slot back and reserved again
+	// because they were woken too late (see WaitN).
+	LateWakes uint64
+
+	// PausedUntil is the end of the shared pause known to this Throttler;
+	// zero when none is in force.
+	PausedUntil time.Time
+	// Limit is the first limit in force: New's, or lower while SetLimit (or
+	// a Transport reading the API's limit) has lowered it.
+	Limit int
+	// Degraded reports that Redis failed recently and calls follow the
+	// failure policy (FailOpen or FallbackLocal) instead of Redis.
+	Degraded bool
+}
+
+// counters are the Stats counters that are not state.
+type counters struct {
+	admitted, waits, abandoned, failed, refused atomic.Uint64
+	roundTrips, redisErrors, pauses             atomic.Uint64
+	waited                                      atomic.Int64 // nanoseconds
+}
+
+// Stats returns a snapshot of t's counters and state. It takes no Redis
+// round trip and is cheap enough to call on every metrics scrape.
+func (t *Throttler) Stats() Stats {
+	s := Stats{
+		Admitted:    t.stats.admitted.Load(),
+		Waited:      time.Duration(t.stats.waited.Load()),
+		Waits:       t.stats.waits.Load(),
+		Abandoned:   t.stats.abandoned.Load(),
+		Failed:      t.stats.failed.Load(),
+		Refused:     t.stats.refused.Load(),
+		RoundTrips:  t.stats.roundTrips.Load(),
+		RedisErrors: t.stats.redisErrors.Load(),
+		Pauses:      t.stats.pauses.Load(),
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	serverNow := t.clock.server(now)
+	s.Heals, s.LateWakes = uint64(t.heals), uint64(t.lateWakes)
+	if t.pausedTill > serverNow {
+		s.PausedUntil = t.clock.local(t.pausedTill)
+	}
+	var lims [1]int
+	s.Limit = t.limitsLocked(serverNow, lims[:0])[0]
+	s.Degraded = now.Before(t.degraded)
+	return s
+}
+
+// Observer receives a Throttler's events as they happen. Set the fields
+// you need; nil fields cost nothing. The functions are called synchronously,
+// sometimes while the Throttler holds its internal lock: they must return
+// quickly and must not call the Throttler's methods. Counting, recording a
+// histogram sample or logging is fine.
+type Observer struct {
+	// Admitted is called when a WaitN or AllowN call admits n calls, with
+	// how long the caller waited (zero for AllowN).
+	Admitted func(n int, waited time.Duration)
+	// Paused is called when the Throttler sets or learns of a shared pause
+	// (PauseUntil, or a Transport that saw Retry-After), with its end.
+	Paused func(until time.Time)
+	// LimitChanged is called when the first limit in force changes (see
+	// SetLimit), with the new one.
+	LimitChanged func(limit int)
+	// RedisError is called for every Redis call that failed or timed out.
+	RedisError func(err error)
+	// Degraded is called with true when Redis fails and calls start to
+	// follow the FailOpen or FallbackLocal policy, and with false once
+	// Redis answers again.
+	Degraded func(on bool)
+}
+
+// WithObserver sets the functions that receive t's events. Default none.
+func WithObserver(o Observer) Option {
+	return func(opts *options) error {
+		opts.observer = o
+		return nil
+	}
+}
+
+func (t *Throttler) observeRedisError(err error) {
+	t.stats.redisErrors.Add(1)
+	if o := t.opt.observer.RedisError; o != nil {
+		o(err)
+	}
+}
+
+// observeWait counts the outcome of a WaitN call that took since start.
+func (t *Throttler) observeWait(n int, start time.Time, err error) {
+	switch {
+	case err == nil:
+		waited := t.now().Sub(start)
+		t.stats.admitted.Add(uint64(n))
+		t.stats.waits.Add(1)
+		t.stats.waited.Add(int64(waited))
+		if o := t.opt.observer.Admitted; o != nil {
+			o(n, waited)
+		}
+	case isRedis(err):
+		t.stats.failed.Add(1)
+	case !isInvalid(err):
+		t.stats.abandoned.Add(1)
+	}
+}
+
+// observeAllowed counts n calls AllowN admitted.
+func (t *Throttler) observeAllowed(n int) {
+	t.stats.admitted.Add(uint64(n))
+	if o := t.opt.observer.Admitted; o != nil {
+		o(n, 0)
+	}
+}

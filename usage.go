@@ -1,0 +1,145 @@
+package throttler
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Usage describes one limit's shared window as Redis holds it, read by
+// Throttler.Usage. Times are on the local clock.
+type Usage struct {
+	// Key is the sorted set holding the window.
+	Key string
+	// Limit is the limit in force: the one configured, or lower while
+	// SetLimit has lowered it (first limit only).
+	Limit int
+	// Interval is the length of the window.
+	Interval time.Duration
+	// Used is how many calls count in the window that ends now (their
+	// slot is within the last interval plus buffer).
+	Used int
+	// Reserved is how many calls hold a slot after now: waiters sleeping
+	// until their turn, and calls just admitted, which are scored for when
+	// the reply reaches them (a round trip ahead).
+	Reserved int
+	// NextFree is the earliest time one more call could go under this
+	// limit: now when there is room.
+	NextFree time.Time
+	// PausedUntil is the end of a shared pause (first limit only; zero when
+	// none is in force).
+	PausedUntil time.Time
+	// Now is the time the window was read, on the Redis server's clock.
+	Now time.Time
+}
+
+// Usage reads every limit's window from Redis, the first limit (New's)
+// first, in one round trip. It changes nothing and admits nothing; it is
+// meant for dashboards and the throttler command. It returns an error
+// wrapping ErrRedis when Redis fails.
+func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+	type reads struct {
+		used, reserved *redis.IntCmd
+		tail           *redis.ZSliceCmd
+	}
+	rs := make([]reads, len(t.wins))
+	var (
+		clock *redis.TimeCmd
+		meta  *redis.FloatSliceCmd
+	)
+	err := t.bounded(ctx, func(ctx context.Context) error {
+		_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			clock = p.Time(ctx)
+			meta = p.ZMScore(ctx, t.key, pauseMember, limitMember, limitEndMember)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		now := clock.Val().UnixMicro()
+		lims := t.usageLimits(now, meta.Val())
+		// A second round trip, now that the server's clock and the limit in
+		// force are known: what it counts is consistent within each key.
+		_, err = t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i, x := range t.wins {
+				rs[i].used = p.ZCount(ctx, x.key, exclusive(now-x.w), itoa(now))
+				rs[i].reserved = p.ZCount(ctx, x.key, exclusive(now), itoa(now+futureBound))
+				rs[i].tail = p.ZRangeWithScores(ctx, x.key, int64(-lims[i]), int64(-lims[i]))
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		t.observeRedisError(err)
+		return nil, redisError(err)
+	}
+	server := clock.Val()
+	now := server.UnixMicro()
+	// Server time to local: the offset this read observed.
+	local := func(us int64) time.Time {
+		return t.now().Add(time.Duration(us-now) * time.Microsecond)
+	}
+	found := meta.Val()
+	lims := t.usageLimits(now, found)
+	out := make([]Usage, len(t.wins))
+	for i, x := range t.wins {
+		u := Usage{
+			Key:      x.key,
+			Limit:    lims[i],
+			Interval: x.interval,
+			Used:     int(rs[i].used.Val()),
+			Reserved: int(rs[i].reserved.Val()),
+			NextFree: local(now),
+			Now:      server,
+		}
+		// The limit-th newest member must leave the window before one more
+		// call fits.
+		if zs := sane(zEntries(rs[i].tail.Val()), now+futureBound); len(zs) == 1 && zs[0].score > 0 {
+			if free := zs[0].score + x.w; free > now {
+				u.NextFree = local(free)
+			}
+		}
+		if i == 0 && len(found) > 0 && -int64(found[0]) > now {
+			u.PausedUntil = local(-int64(found[0]))
+			u.NextFree = maxTime(u.NextFree, u.PausedUntil)
+		}
+		out[i] = u
+	}
+	return out, nil
+}
+
+// usageLimits returns the limits in force at server time now, given the
+// ZMSCORE of the pause, limit and limit-end members.
+func (t *Throttler) usageLimits(now int64, found []float64) []int {
+	lims := make([]int, len(t.wins))
+	for i, x := range t.wins {
+		lims[i] = x.limit
+	}
+	if len(found) == 3 {
+		n, end := -int64(found[1]), -int64(found[2])
+		if n > 0 && end > now && n < int64(lims[0]) {
+			lims[0] = int(n)
+		}
+	}
+	return lims
+}
+
+func zEntries(zs []redis.Z) []entry {
+	out := make([]entry, len(zs))
+	for i, z := range zs {
+		m, _ := z.Member.(string)
+		out[i] = entry{score: int64(z.Score), member: m}
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
