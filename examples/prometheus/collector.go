@@ -1,0 +1,167 @@
+package main
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/go-throttler/throttler"
+)
+
+// Collector exports the Stats of one or more Throttlers as Prometheus
+// metrics, each labelled with the Throttler's key. It reads Stats at scrape
+// time, which takes no Redis round trip, so it adds nothing to the
+// Throttlers' work between scrapes.
+//
+// The Throttlers given to one Collector (and to every Collector registered
+// in the same registry) must have distinct keys: two with the same key
+// would export the same series twice, which the registry reports as an
+// error when it gathers.
+//
+// Counters are this process's view (see throttler.Stats): sum them across
+// replicas to see what the key admitted.
+type Collector struct {
+	ts []*throttler.Throttler
+
+	admitted, waits, waitSeconds, abandoned, failed, refused *prometheus.Desc
+	roundTrips, redisErrors, pauses, heals, lateWakes        *prometheus.Desc
+	limit, interval, pausedUntil, degraded                   *prometheus.Desc
+}
+
+// NewCollector returns a Collector of the Throttlers ts. Register it with a
+// prometheus.Registerer; it implements prometheus.Collector.
+func NewCollector(ts ...*throttler.Throttler) *Collector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"key"}, nil)
+	}
+	return &Collector{
+		ts: append([]*throttler.Throttler(nil), ts...),
+
+		admitted:    desc("throttler_admitted_total", "Calls admitted (a WaitN or AllowN of n counts n), by Redis or by the failure policy."),
+		waits:       desc("throttler_waits_total", "WaitN calls that returned nil."),
+		waitSeconds: desc("throttler_wait_seconds_total", "Time admitted callers spent in WaitN; divided by throttler_waits_total it is the mean wait."),
+		abandoned:   desc("throttler_abandoned_total", "WaitN calls that returned because their context ended or its deadline came before their slot."),
+		failed:      desc("throttler_failed_total", "WaitN and AllowN calls that returned an error wrapping ErrRedis."),
+		refused:     desc("throttler_refused_total", "AllowN calls that answered Allowed: false."),
+		roundTrips:  desc("throttler_redis_round_trips_total", "Reservation round trips that reached Redis."),
+		redisErrors: desc("throttler_redis_errors_total", "Redis calls that failed or timed out."),
+		pauses:      desc("throttler_pauses_total", "Shared pauses this Throttler set or learned of."),
+		heals:       desc("throttler_heals_total", "Times this Throttler found that Redis had lost the window and wrote its own recent calls back."),
+		lateWakes:   desc("throttler_late_wakes_total", "Calls that gave their slot back and reserved again because they were woken too late."),
+		limit:       desc("throttler_limit", "The first limit in force: New's, or lower while SetLimit or an API's answer lowers it."),
+		interval:    desc("throttler_interval_seconds", "The length of the sliding window."),
+		pausedUntil: desc("throttler_paused_until_seconds", "End of the shared pause in force, in Unix seconds; 0 when none."),
+		degraded:    desc("throttler_degraded", "1 while Redis has failed recently and calls follow the failure policy, else 0."),
+	}
+}
+
+// Describe sends the descriptors of every metric the Collector exports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.admitted, c.waits, c.waitSeconds, c.abandoned, c.failed, c.refused,
+		c.roundTrips, c.redisErrors, c.pauses, c.heals, c.lateWakes,
+		c.limit, c.interval, c.pausedUntil, c.degraded,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads each Throttler's Stats and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range c.ts {
+		s := t.Stats()
+		key := t.Key()
+		counter := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, key)
+		}
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, key)
+		}
+		counter(c.admitted, float64(s.Admitted))
+		counter(c.waits, float64(s.Waits))
+		counter(c.waitSeconds, s.Waited.Seconds())
+		counter(c.abandoned, float64(s.Abandoned))
+		counter(c.failed, float64(s.Failed))
+		counter(c.refused, float64(s.Refused))
+		counter(c.roundTrips, float64(s.RoundTrips))
+		counter(c.redisErrors, float64(s.RedisErrors))
+		counter(c.pauses, float64(s.Pauses))
+		counter(c.heals, float64(s.Heals))
+		counter(c.lateWakes, float64(s.LateWakes))
+		gauge(c.limit, float64(s.Limit))
+		gauge(c.interval, t.Interval().Seconds())
+		gauge(c.pausedUntil, unixSeconds(s.PausedUntil))
+		gauge(c.degraded, boolValue(s.Degraded))
+	}
+}
+
+// DefaultWaitBuckets are the buckets NewWaitHistogram uses when given none,
+// in seconds. The first, 0, holds AllowN's admissions, which report no
+// wait; a WaitN always reports the (however short) time it took.
+var DefaultWaitBuckets = []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// WaitHistogram is the throttler_wait_seconds histogram, labelled key: how
+// long each admitted call waited for its slot. It implements
+// prometheus.Collector; register it once and feed it from the Observer of
+// each Throttler, which must be set when the Throttler is created:
+//
+//	h := NewWaitHistogram()
+//	reg.MustRegister(h)
+//	t, err := throttler.New(rdb, key, limit, interval, throttler.WithObserver(h.Observer(key)))
+//
+// It records one sample per admission, as Observer.Admitted reports them: a
+// WaitN of n is one sample of its wait, and an AllowN that admitted its
+// calls is one sample of 0 (AllowN never waits). Refused, abandoned and
+// failed calls are not admissions and record nothing; see the Collector's
+// counters for them.
+type WaitHistogram struct {
+	vec *prometheus.HistogramVec
+}
+
+// NewWaitHistogram returns a WaitHistogram with the given bucket upper
+// bounds in seconds, or DefaultWaitBuckets when none are given.
+func NewWaitHistogram(buckets ...float64) *WaitHistogram {
+	if len(buckets) == 0 {
+		buckets = DefaultWaitBuckets
+	}
+	return &WaitHistogram{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "throttler_wait_seconds",
+		Help:    "How long each admitted call waited for its slot (0 for AllowN).",
+		Buckets: buckets,
+	}, []string{"key"})}
+}
+
+// Observer returns a throttler.Observer whose Admitted records into the
+// histogram under key; pass it to throttler.WithObserver when creating the
+// Throttler on that key. Its other fields are nil: set them on the returned
+// value to receive the other events too. Admitted is cheap (one histogram
+// observation) and never calls the Throttler, as the Observer contract
+// requires.
+func (h *WaitHistogram) Observer(key string) throttler.Observer {
+	o := h.vec.WithLabelValues(key)
+	return throttler.Observer{
+		Admitted: func(_ int, waited time.Duration) { o.Observe(waited.Seconds()) },
+	}
+}
+
+// Describe sends the histogram's descriptor.
+func (h *WaitHistogram) Describe(ch chan<- *prometheus.Desc) { h.vec.Describe(ch) }
+
+// Collect sends the histogram of every key that recorded a sample.
+func (h *WaitHistogram) Collect(ch chan<- prometheus.Metric) { h.vec.Collect(ch) }
+
+// unixSeconds returns t in Unix seconds, or 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+// boolValue returns 1 for true and 0 for false.
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
