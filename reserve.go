@@ -92,11 +92,14 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 
 	extra := len(a.adds)
 	var (
-		counts = make([][]*redis.IntCmd, len(t.wins))
-		tails  = make([]*redis.ZSliceCmd, len(t.wins))
+		counts = make([]*redis.IntCmd, 0, len(t.wins)*len(a.checks)) // window by window
+		tails  []*redis.ZSliceCmd
 		clock  *redis.TimeCmd
 		checks *redis.FloatSliceCmd
 	)
+	if a.slots > 0 {
+		tails = make([]*redis.ZSliceCmd, len(t.wins))
+	}
 	zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
 	for i, e := range a.adds {
 		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
@@ -122,9 +125,8 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 			} else if wi > 0 && len(a.adds) > 0 {
 				p.ZAdd(ctx, x.key, zs[:len(a.adds)]...)
 			}
-			counts[wi] = make([]*redis.IntCmd, 0, len(a.checks))
 			for _, g := range a.checks {
-				counts[wi] = append(counts[wi], p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
+				counts = append(counts, p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
 			}
 			if a.slots > 0 {
 				lim := a.lims[wi]
@@ -187,11 +189,12 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		limitEnd: max(0, meta(3)),
 		lost:     a.probe != "" && meta(4) == 0,
 	}
+	flat := make([]int64, len(counts))
+	for i, c := range counts {
+		flat[i] = c.Val()
+	}
 	for wi := range t.wins {
-		r.counts[wi] = make([]int64, len(counts[wi]))
-		for i, c := range counts[wi] {
-			r.counts[wi][i] = c.Val()
-		}
+		r.counts[wi] = flat[wi*len(a.checks) : (wi+1)*len(a.checks)]
 	}
 	if a.slots > 0 {
 		r.tails = make([][]entry, len(t.wins))
