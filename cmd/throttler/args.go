@@ -1,0 +1,179 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	defaultRedisURL = "redis://127.0.0.1:6379/0"
+	defaultBuffer   = 50 * time.Millisecond // the library's default
+)
+
+// config is a parsed command line.
+type config struct {
+	key      string
+	limit    int
+	interval time.Duration
+	buffer   time.Duration
+	also     []limitSpec
+	redis    *redis.Options
+
+	// watch only
+	every time.Duration
+	count int // redraws before stopping; 0 = until interrupted
+}
+
+// limitSpec is one -also limit: KEY:LIMIT:INTERVAL.
+type limitSpec struct {
+	key      string
+	limit    int
+	interval time.Duration
+}
+
+func (l limitSpec) String() string {
+	return l.key + ":" + strconv.Itoa(l.limit) + ":" + l.interval.String()
+}
+
+// parseLimitSpec parses KEY:LIMIT:INTERVAL, splitting from the right so that
+// the key may contain colons.
+func parseLimitSpec(s string) (limitSpec, error) {
+	bad := func(why string) (limitSpec, error) {
+		return limitSpec{}, fmt.Errorf("%q: %s (want KEY:LIMIT:INTERVAL, e.g. {gh}:hourly:5000:1h)", s, why)
+	}
+	rest, durText, ok := cutLast(s, ':')
+	if !ok {
+		return bad("no LIMIT and INTERVAL")
+	}
+	key, limitText, ok := cutLast(rest, ':')
+	if !ok {
+		return bad("no LIMIT or no INTERVAL")
+	}
+	if key == "" {
+		return bad("empty KEY")
+	}
+	n, err := strconv.Atoi(limitText)
+	if err != nil || n < 1 {
+		return bad(fmt.Sprintf("LIMIT %q is not a whole number of at least 1", limitText))
+	}
+	d, err := time.ParseDuration(durText)
+	if err != nil || d <= 0 {
+		return bad(fmt.Sprintf("INTERVAL %q is not a positive duration such as 1s or 1h", durText))
+	}
+	return limitSpec{key: key, limit: n, interval: d}, nil
+}
+
+// cutLast splits s around the last sep.
+func cutLast(s string, sep byte) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// alsoFlag collects repeated -also flags.
+type alsoFlag []limitSpec
+
+func (a *alsoFlag) String() string {
+	if a == nil {
+		return ""
+	}
+	parts := make([]string, len(*a))
+	for i, l := range *a {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *alsoFlag) Set(s string) error {
+	l, err := parseLimitSpec(s)
+	if err != nil {
+		return err
+	}
+	*a = append(*a, l)
+	return nil
+}
+
+// parseArgs parses the arguments of command cmd ("status" or "watch"), flags
+// and the positional KEY in any order. getenv supplies REDIS_URL. It returns
+// flag.ErrHelp for -h, and a *usageError for anything wrong.
+func parseArgs(cmd string, args []string, getenv func(string) string) (*config, error) {
+	cfg := &config{}
+	var (
+		redisURL = defaultRedisURL
+		also     alsoFlag
+	)
+	if u := getenv("REDIS_URL"); u != "" {
+		redisURL = u
+	}
+	fs := flag.NewFlagSet("throttler "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by the caller
+	fs.StringVar(&redisURL, "redis", redisURL, "")
+	fs.IntVar(&cfg.limit, "limit", 0, "")
+	fs.DurationVar(&cfg.interval, "interval", 0, "")
+	fs.DurationVar(&cfg.buffer, "buffer", defaultBuffer, "")
+	fs.Var(&also, "also", "")
+	if cmd == "watch" {
+		fs.DurationVar(&cfg.every, "every", time.Second, "")
+		fs.IntVar(&cfg.count, "count", 0, "")
+	}
+
+	// flag stops at the first argument that is not a flag: take it as a
+	// positional and parse what follows, until nothing is left or "--"
+	// ends the flags.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, err
+			}
+			return nil, usagef("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+
+	switch {
+	case len(positional) == 0:
+		return nil, usagef("missing KEY, the Redis key the Throttlers share")
+	case len(positional) > 1:
+		return nil, usagef("unexpected argument %q: only one KEY is read (use -also for more limits)", positional[1])
+	}
+	cfg.key = positional[0]
+	cfg.also = also
+	switch {
+	case cfg.key == "":
+		return nil, usagef("empty KEY")
+	case cfg.limit < 1:
+		return nil, usagef("-limit must be given, at least 1 (got %d)", cfg.limit)
+	case cfg.interval <= 0:
+		return nil, usagef("-interval must be given, a positive duration such as 1s (got %s)", cfg.interval)
+	case cfg.buffer < 0:
+		return nil, usagef("-buffer must not be negative (got %s)", cfg.buffer)
+	case cmd == "watch" && cfg.every <= 0:
+		return nil, usagef("-every must be positive (got %s)", cfg.every)
+	case cmd == "watch" && cfg.count < 0:
+		return nil, usagef("-count must not be negative (got %d)", cfg.count)
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, usagef("-redis: bad URL: %v (want e.g. %s)", err, defaultRedisURL)
+	}
+	cfg.redis = opts
+	return cfg, nil
+}
