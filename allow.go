@@ -52,6 +52,13 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	g := serverNow + t.clock.roundTrip()
 	t.mu.Lock()
 	lims := t.limitsLocked(serverNow, nil)
+	if now.Before(t.healUntil) {
+		// The shared window is being restored (see WaitN): nothing new yet.
+		res := Result{RetryAfter: t.healUntil.Sub(now)}
+		t.mu.Unlock()
+		t.stats.refused.Add(1)
+		return res, nil
+	}
 	if t.pausedTill > g {
 		res := Result{RetryAfter: t.clock.local(t.pausedTill).Sub(now)}
 		t.mu.Unlock()

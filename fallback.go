@@ -183,6 +183,15 @@ func (t *Throttler) recovered() {
 	if !t.degraded.IsZero() {
 		t.degraded = time.Time{}
 		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.key))
+		if t.opt.policy.kind == policyLocal {
+			// Other processes admitted calls locally too, and write them
+			// back only when they next try Redis (at most retryRedisAfter
+			// from now). Until they have, the counts miss them: admit
+			// nothing new, as after a lost window. Past w, none of them
+			// counts any more.
+			grace := min(time.Duration(t.w)*time.Microsecond, retryRedisAfter+250*time.Millisecond)
+			t.healUntil = maxTime(t.healUntil, t.now().Add(grace))
+		}
 		if o := t.opt.observer.Degraded; o != nil {
 			o(false)
 		}
