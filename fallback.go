@@ -31,7 +31,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		for _, w := range batch {
 			// Its members may have reached Redis; they count, as they should.
 			w.members = nil
-			t.settleLocked(w, stAdmitted, now, nil)
+			t.settleLocked(w, stAdmitted, t.afterPauseLocked(now), nil)
 		}
 		t.serveDegradedLocked(now)
 		return t.idleAfterFailureLocked()
@@ -104,7 +104,7 @@ func (t *Throttler) isOurs(member string, batch []*waiter) bool {
 }
 
 func (t *Throttler) settleLocked(w *waiter, s waitState, at time.Time, err error) {
-	w.state, w.at, w.err = s, at, err
+	w.state, w.at, w.err, w.epoch = s, at, err, t.limitEpoch
 	w.signal()
 }
 
@@ -114,9 +114,10 @@ func (t *Throttler) settleLocked(w *waiter, s waitState, at time.Time, err error
 // before the next round (never past the time Redis is tried again).
 func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 	retry := t.degraded.Sub(now)
+	start := t.afterPauseLocked(now)
 	if t.opt.policy.kind == policyOpen {
 		for _, w := range t.queue {
-			t.settleLocked(w, stAdmitted, now, nil)
+			t.settleLocked(w, stAdmitted, start, nil)
 		}
 		t.queue = t.queue[:0]
 		return retry
@@ -130,7 +131,7 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 				"%d calls at once exceed the local fallback's %d per window", w.n, t.local.limit)))
 			continue
 		}
-		at := t.local.slot(now, w.n)
+		at := t.local.slot(start, w.n)
 		if !w.deadline.IsZero() && at.After(w.deadline) {
 			t.settleLocked(w, stFailed, now, deadlineError(at, w.deadline))
 			continue
@@ -196,4 +197,13 @@ func (t *Throttler) recovered() {
 			o(false)
 		}
 	}
+}
+
+// afterPauseLocked returns now, or the end of the shared pause known to be
+// in force: a pause learned before Redis failed still holds.
+func (t *Throttler) afterPauseLocked(now time.Time) time.Time {
+	if t.pausedTill > t.clock.server(now) {
+		return t.clock.local(t.pausedTill)
+	}
+	return now
 }

@@ -89,10 +89,12 @@ const (
 // (interval + buffer + reserve-ahead + 2s) and Redis drops it. Calls of
 // WaitN with more than n calls at once fail while it lasts.
 //
-// Throttlers learn of it with their next round trip: within a round trip
-// for one that is busy, within 500ms for one with callers waiting. It
-// returns an error wrapping ErrInvalidArgument when n < 1 or d <= 0, and
-// one wrapping ErrRedis when Redis fails.
+// Calls of this process holding slots reserved ahead under the higher limit
+// give them back and reserve again. Other Throttlers learn of the change
+// with their next round trip: within a round trip for one that is busy,
+// within 500ms for one with callers waiting. It returns an error wrapping
+// ErrInvalidArgument when n < 1 or d <= 0, and one wrapping ErrRedis when
+// Redis fails (the change then holds in this process only).
 func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {
 	if n < 1 || d <= 0 {
 		return invalidf("SetLimit(%d, %s): n must be at least 1 and d positive", n, d)
@@ -107,7 +109,7 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 		end := serverNow + d.Microseconds()
 		return metaWrite{
 			set:   []entry{{score: int64(-n), member: limitMember}, {score: -end, member: limitEndMember}},
-			apply: func() { t.lowered, t.lowerTill = n, end },
+			apply: func() { t.lowerLocked(n, end) },
 		}
 	})
 }
@@ -139,7 +141,7 @@ func (t *Throttler) learnMetaLocked(r reply) {
 		lowered, till = int(r.limit), r.limitEnd
 	}
 	if lowered != t.lowered || till != t.lowerTill {
-		t.lowered, t.lowerTill = lowered, till
+		t.lowerLocked(lowered, till)
 		if o := t.opt.observer.LimitChanged; o != nil {
 			eff := t.limit
 			if lowered > 0 {
@@ -148,4 +150,18 @@ func (t *Throttler) learnMetaLocked(r reply) {
 			o(eff)
 		}
 	}
+}
+
+// lowerLocked records the lowered limit n (0 = none) until till. When it
+// makes the limit lower than before, calls holding slots reserved under the
+// higher one must reserve again (see await): a new epoch tells them.
+func (t *Throttler) lowerLocked(n int, till int64) {
+	before := t.limit
+	if t.lowered > 0 {
+		before = t.lowered
+	}
+	if n > 0 && n < before {
+		t.limitEpoch++
+	}
+	t.lowered, t.lowerTill = n, till
 }

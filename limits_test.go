@@ -202,3 +202,43 @@ func TestSetLimit(t *testing.T) {
 		waitIdle(t, b)
 	})
 }
+
+// Calls holding slots reserved ahead under the old limit reserve again when
+// the limit is lowered: what goes after the lowering fits the lower limit.
+func TestSetLimitRecallsReservedSlots(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		var rec recorder
+		const every = 400 * time.Millisecond
+		th := rec.watch(mustNew(t, dial(), key, 4, every, WithBuffer(0)))
+		if err := th.WaitN(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 4)
+		for range 4 {
+			go func() { done <- th.Wait(ctx) }()
+		}
+		// Let them reserve their slots a window ahead, then lower the limit.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(rec.scores()) < 8 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if err := th.SetLimit(ctx, 2, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		scores := rec.scores()
+		if len(scores) != 8 {
+			t.Fatalf("recorded %d admissions after give-backs, want 8", len(scores))
+		}
+		assertWindow(t, scores[4:], every, 2)
+		if st := th.Stats(); st.Limit != 2 {
+			t.Errorf("limit in force %d, want 2", st.Limit)
+		}
+		waitIdle(t, th)
+	})
+}

@@ -21,8 +21,10 @@ import (
 //
 // While a pause lasts, WaitN waits for it to end (or fails at once if it
 // ends after the context's deadline), and AllowN refuses with RetryAfter
-// set to what is left of it. It returns an error wrapping ErrRedis when
-// Redis fails, and the context's error when ctx ends first.
+// set to what is left of it. The pause holds in this process at once, even
+// when the write to Redis fails; PauseUntil then returns an error wrapping
+// ErrRedis (the other processes do not know). It returns the context's
+// error when ctx ends first.
 func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 	if ctx.Err() != nil {
 		return ctxError(ctx)
@@ -52,7 +54,7 @@ type metaWrite struct {
 	pause  int64    // server µs; 0 = no pause to write
 	set    []entry  // members to set
 	remove []string // members to remove
-	apply  func()   // what the change means for this Throttler, under t.mu, once written
+	apply  func()   // what the change means for this Throttler, under t.mu (applied even if the write fails)
 }
 
 // writeMeta writes what plan returns for the server's now to the first
@@ -67,6 +69,14 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 	m := plan(serverNow)
 	if m.pause == 0 && len(m.set) == 0 && len(m.remove) == 0 {
 		return nil
+	}
+	// What the caller knows holds here at once, before the write reaches
+	// the others: this process's own calls must not wait a round trip.
+	if m.apply != nil {
+		t.mu.Lock()
+		m.apply()
+		t.mu.Unlock()
+		t.nudge()
 	}
 	ttl := t.ttl(t.wins[0])
 	if m.pause > 0 {
@@ -104,12 +114,6 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		t.mu.Unlock()
 		t.observeRedisError(err)
 		return redisError(err)
-	}
-	if m.apply != nil {
-		t.mu.Lock()
-		m.apply()
-		t.mu.Unlock()
-		t.nudge()
 	}
 	return nil
 }

@@ -66,6 +66,7 @@ type Throttler struct {
 	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
 	lowered    int   // the first limit lowered through Redis (SetLimit); 0 = not lowered
 	lowerTill  int64 // server µs at which the lowering ends
+	limitEpoch int   // grows each time the limit is lowered
 
 	ctxTimeouts bool // the client honours context deadlines itself
 

@@ -97,7 +97,8 @@ func (t *Throttler) serveInline() {
 
 // await waits for w's reservation and then for its slot. It returns again =
 // true when w must queue anew, its slot given back: when a shared pause
-// covers the slot (paused = true), or when w was woken more than half the
+// covers the slot or the limit was lowered after it was reserved (paused =
+// true), or when w was woken more than half the
 // buffer after its slot (and retry allows another attempt), for going late
 // would spend the margin the buffer keeps for the network.
 func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, paused bool, err error) {
@@ -137,8 +138,11 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, pa
 		}
 	}
 	t.mu.Lock()
-	if t.clock.server(at) < t.pausedTill && t.clock.server(t.now()) < t.pausedTill {
-		// A shared pause began after this slot was reserved: wait it out.
+	if (t.clock.server(at) < t.pausedTill && t.clock.server(t.now()) < t.pausedTill) ||
+		(w.epoch != t.limitEpoch && !immediate) {
+		// A shared pause began after this slot was reserved (wait it
+		// out), or the limit was lowered since: a slot reserved ahead
+		// under the higher limit may not fit the lower one.
 		t.giveBack = append(t.giveBack, w.members...)
 		t.forgetLocked(w.members)
 		w.members, w.state, w.at = nil, stQueued, time.Time{}
@@ -181,6 +185,7 @@ type waiter struct {
 	members   []string // its members in Redis, if any
 	stale     []string // members of its last attempt that did not fit, being given back
 	localAt   time.Time
+	epoch     int       // the Throttler's limitEpoch when admitted
 	at        time.Time // local time at which it may proceed
 	immediate bool      // at is "when the reply arrives": go without a timer
 	err       error
@@ -572,6 +577,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			admitted++
 			w.stale = nil
 			w.state, w.at = stAdmitted, t.clock.local(claims[i].score)
+			w.epoch = t.limitEpoch
 			// Scored for when the reply arrives, which is now: a timer for
 			// the microseconds left would only add its own latency.
 			w.immediate = claims[i].score <= a.soonest
