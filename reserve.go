@@ -143,11 +143,15 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		// The checks come after the counts: without MULTI, a loss can fall
 		// between two commands of the pipeline, and counts taken after it
 		// must not go unnoticed. Counts taken before it were true.
+		// ZMSCORE from arguments boxed once, in New: one allocation here
+		// instead of one per argument.
+		args := make([]any, len(t.metaArgs), len(t.metaArgs)+1)
+		copy(args, t.metaArgs)
 		if a.probe != "" {
-			checks = p.ZMScore(ctx, t.key, marker, pauseMember, limitMember, limitEndMember, a.probe)
-		} else {
-			checks = p.ZMScore(ctx, t.key, marker, pauseMember, limitMember, limitEndMember)
+			args = append(args, a.probe)
 		}
+		checks = redis.NewFloatSliceCmd(ctx, args...)
+		p.Process(ctx, checks)
 		if a.clock {
 			clock = p.Time(ctx)
 		}

@@ -36,6 +36,7 @@ type Throttler struct {
 	opt      options
 	wins     []window // wins[0] is the limit New was given; the others come from WithLimit
 	minLimit int      // the smallest configured limit: the most one call may claim
+	metaArgs []any    // ZMSCORE key marker pause limit limit-end, boxed once
 	ids      *memberSource
 	clock    clockSync
 	now      func() time.Time
@@ -148,6 +149,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		kick:     make(chan struct{}, 1),
 		near:     true,
 	}
+	t.metaArgs = []any{"zmscore", key, marker, pauseMember, limitMember, limitEndMember}
 	t.minLimit = limit
 	longest, most := wins[0].w, limit
 	for _, x := range wins[1:] {
