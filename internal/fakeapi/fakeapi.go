@@ -25,6 +25,20 @@ import (
 // counted under the empty string.
 const ReplicaHeader = "X-Replica"
 
+// LimitHeader is the response header in which an API states, on every
+// response (200 and 429 alike), the limit in force when the request arrived:
+// how many requests it accepts per interval. SetLimit changes what it says
+// from the next request on.
+const LimitHeader = "X-RateLimit-Limit"
+
+// Rejection is one request answered 429.
+type Rejection struct {
+	// At is the request's arrival time, read from the API's clock.
+	At time.Time
+	// Replica is the request's ReplicaHeader value.
+	Replica string
+}
+
 // API is a fake rate-limited third-party API. It implements http.Handler and
 // is safe for concurrent use. Create one with New.
 type API struct {
@@ -34,6 +48,7 @@ type API struct {
 	mu       sync.Mutex
 	limit    int
 	arrivals []time.Time // accepted arrivals, in order of acceptance (non-decreasing)
+	rejected []Rejection // rejected arrivals, in order (non-decreasing)
 	total    Counts      // since New
 	period   Counts      // since the last TakeCounts
 }
@@ -107,7 +122,9 @@ func (c Counts) clone() Counts {
 // and either accepts the request (200, body {"ok":true}) or, if accepting it
 // would put more than the limit into the window of length interval ending at
 // the arrival, rejects it (429 with a Retry-After header in whole seconds,
-// rounded up, at least 1). Rejected requests are not counted in the window.
+// rounded up, at least 1). Rejected requests are not counted in the window;
+// their arrivals are kept for Rejections. Every response states the limit in
+// force in LimitHeader.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	replica := r.Header.Get(ReplicaHeader)
@@ -132,6 +149,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.period.Accepted++
 		a.period.AcceptedByReplica[replica]++
 	} else {
+		a.rejected = append(a.rejected, Rejection{At: now, Replica: replica})
 		a.total.Rejected++
 		a.total.RejectedByReplica[replica]++
 		a.period.Rejected++
@@ -140,7 +158,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-RateLimit-Limit", strconv.Itoa(limit))
+	w.Header().Set(LimitHeader, strconv.Itoa(limit))
 	if ok {
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
@@ -185,6 +203,14 @@ func (a *API) Arrivals() []time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.arrivals)
+}
+
+// Rejections returns a copy of every request answered 429, with its arrival
+// time and replica, in order of arrival.
+func (a *API) Rejections() []Rejection {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.rejected)
 }
 
 // TakeCounts returns the counts since the previous call to TakeCounts (or

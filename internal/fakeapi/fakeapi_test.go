@@ -383,3 +383,60 @@ func TestNewPanics(t *testing.T) {
 		}()
 	}
 }
+
+func TestLimitHeaderAndRejections(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	api := New(2, time.Second, WithClock(clk.Now))
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+
+	do := func(replica string) (status int, limit string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(ReplicaHeader, replica)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get(LimitHeader)
+	}
+	expect := func(step, replica string, status int, limit string) {
+		t.Helper()
+		if s, l := do(replica); s != status || l != limit {
+			t.Fatalf("%s: got %d %s=%q, want %d %q", step, s, LimitHeader, l, status, limit)
+		}
+	}
+
+	expect("1st", "a", 200, "2")
+	expect("2nd", "b", 200, "2")
+	clk.Advance(100 * time.Millisecond)
+	expect("3rd", "b", 429, "2")
+	api.SetLimit(1)
+	clk.Advance(100 * time.Millisecond)
+	expect("after SetLimit(1)", "a", 429, "1")
+	clk.Advance(time.Second)
+	expect("window free", "a", 200, "1")
+
+	want := []Rejection{{At: t0.Add(100 * time.Millisecond), Replica: "b"}, {At: t0.Add(200 * time.Millisecond), Replica: "a"}}
+	got := api.Rejections()
+	if len(got) != len(want) {
+		t.Fatalf("Rejections() = %v, want %v", got, want)
+	}
+	for i := range want {
+		if !got[i].At.Equal(want[i].At) || got[i].Replica != want[i].Replica {
+			t.Fatalf("Rejections()[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	got[0].Replica = "changed"
+	if api.Rejections()[0].Replica != "b" {
+		t.Fatal("Rejections shares its slice with the API")
+	}
+	if s := api.Stats(); s.Rejected != len(want) {
+		t.Fatalf("Stats().Rejected = %d, want %d", s.Rejected, len(want))
+	}
+}
