@@ -59,6 +59,22 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		t.stats.refused.Add(1)
 		return res, nil
 	}
+	var localAt time.Time
+	if now.Before(t.shareUntil) && t.local != nil {
+		// Just back from the fallback: also within this process's share.
+		if n > t.local.limit {
+			localAt = t.shareUntil
+		} else {
+			localAt = t.local.slot(now, n)
+		}
+		if localAt.After(now) {
+			res := Result{RetryAfter: localAt.Sub(now)}
+			t.mu.Unlock()
+			t.stats.refused.Add(1)
+			return res, nil
+		}
+		t.local.take(localAt, n)
+	}
 	if t.pausedTill > g {
 		res := Result{RetryAfter: t.clock.local(t.pausedTill).Sub(now)}
 		t.mu.Unlock()
@@ -86,6 +102,9 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		// trip that works (and stop counting on their own regardless).
 		t.mu.Lock()
 		t.giveBack = append(t.giveBack, members...)
+		if !localAt.IsZero() {
+			t.local.release(localAt, n) // allowDegraded takes it again
+		}
 		t.mu.Unlock()
 		return t.allowDegraded(n, err)
 	}
@@ -117,6 +136,11 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	}
 	t.release(ctx, members)
 	t.stats.refused.Add(1)
+	if !localAt.IsZero() {
+		t.mu.Lock()
+		t.local.release(localAt, n)
+		t.mu.Unlock()
+	}
 	res := Result{Remaining: remaining}
 	if slots := t.upcoming(a, r, a.adds, n); len(slots) >= n && slots[n-1] > g {
 		res.RetryAfter = t.clock.local(slots[n-1]).Sub(now)

@@ -42,6 +42,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		for _, w := range batch {
 			t.giveBack = append(t.giveBack, w.members...)
 			w.members = nil
+			t.dropLocalLocked(w)
 			if w.cancelled {
 				t.settleLocked(w, stFailed, now, redisError(err))
 				continue
@@ -185,18 +186,26 @@ func (t *Throttler) recovered() {
 		t.degraded = time.Time{}
 		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.key))
 		if t.opt.policy.kind == policyLocal {
-			// Other processes admitted calls locally too, and write them
-			// back only when they next try Redis (at most retryRedisAfter
-			// from now). Until they have, the counts miss them: admit
-			// nothing new, as after a lost window. Past w, none of them
-			// counts any more.
-			grace := min(time.Duration(t.w)*time.Microsecond, retryRedisAfter+250*time.Millisecond)
-			t.healUntil = maxTime(t.healUntil, t.now().Add(grace))
+			// Other processes may still be admitting calls locally, and
+			// write them back only when they next try Redis (at most
+			// retryRedisAfter from now). Until then Redis's counts miss
+			// them: keep to this process's share of the limit, in the
+			// local window, as well as to Redis's.
+			t.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
 		}
 		if o := t.opt.observer.Degraded; o != nil {
 			o(false)
 		}
 	}
+}
+
+// dropLocalLocked gives back the local-window slot w held while sharing
+// (see recovered), when w does not keep its reservation.
+func (t *Throttler) dropLocalLocked(w *waiter) {
+	if !w.localAt.IsZero() && t.local != nil {
+		t.local.release(w.localAt, w.n)
+	}
+	w.localAt = time.Time{}
 }
 
 // afterPauseLocked returns now, or the end of the shared pause known to be

@@ -104,7 +104,7 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
 		if n >= t.limit {
-			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowered, t.lowerTill = 0, 0 }}
+			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowerLocked(0, 0) }}
 		}
 		end := serverNow + d.Microseconds()
 		return metaWrite{
@@ -142,13 +142,6 @@ func (t *Throttler) learnMetaLocked(r reply) {
 	}
 	if lowered != t.lowered || till != t.lowerTill {
 		t.lowerLocked(lowered, till)
-		if o := t.opt.observer.LimitChanged; o != nil {
-			eff := t.limit
-			if lowered > 0 {
-				eff = lowered
-			}
-			o(eff)
-		}
 	}
 }
 
@@ -156,12 +149,18 @@ func (t *Throttler) learnMetaLocked(r reply) {
 // makes the limit lower than before, calls holding slots reserved under the
 // higher one must reserve again (see await): a new epoch tells them.
 func (t *Throttler) lowerLocked(n int, till int64) {
-	before := t.limit
+	before, after := t.limit, t.limit
 	if t.lowered > 0 {
 		before = t.lowered
 	}
-	if n > 0 && n < before {
+	if n > 0 {
+		after = n
+	}
+	if after < before {
 		t.limitEpoch++
 	}
 	t.lowered, t.lowerTill = n, till
+	if o := t.opt.observer.LimitChanged; o != nil && after != before {
+		o(after)
+	}
 }

@@ -153,12 +153,18 @@ func TestSetLimit(t *testing.T) {
 			mu      sync.Mutex
 			changed []int
 		)
-		a := mustNew(t, dial(), key, 10, time.Minute)
+		var changedA []int
+		a := mustNew(t, dial(), key, 10, time.Minute, WithObserver(Observer{
+			LimitChanged: func(n int) { mu.Lock(); changedA = append(changedA, n); mu.Unlock() },
+		}))
 		b := mustNew(t, dial(), key, 10, time.Minute, WithObserver(Observer{
 			LimitChanged: func(n int) { mu.Lock(); changed = append(changed, n); mu.Unlock() },
 		}))
 		if err := a.SetLimit(ctx, 3, time.Hour); err != nil {
 			t.Fatalf("SetLimit: %v", err)
+		}
+		if err := a.SetLimit(ctx, 3, 2*time.Hour); err != nil { // only the end moves
+			t.Fatalf("SetLimit again: %v", err)
 		}
 		allowed := 0
 		for range 6 {
@@ -188,7 +194,10 @@ func TestSetLimit(t *testing.T) {
 		}
 		mu.Lock()
 		if len(changed) != 2 || changed[0] != 3 || changed[1] != 10 {
-			t.Errorf("LimitChanged saw %v, want [3 10]", changed)
+			t.Errorf("LimitChanged saw %v on the other Throttler, want [3 10]", changed)
+		}
+		if len(changedA) != 2 || changedA[0] != 3 || changedA[1] != 10 {
+			t.Errorf("LimitChanged saw %v on the Throttler that set it, want [3 10]", changedA)
 		}
 		mu.Unlock()
 		for _, bad := range []struct {

@@ -53,6 +53,7 @@ type Throttler struct {
 	near       bool      // the last reply left little room: reserve exactly (MULTI)
 	journal    journal   // our admissions that still count, to heal a lost window
 	healUntil  time.Time // after a lost window: no new admissions before it
+	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
 	lastRound  time.Time // the last round trip that reached Redis
 	lastSeen   time.Time // the last round trip that found (or wrote) the marker
 	writeMark  bool      // the marker was missing: write it with the next round trip

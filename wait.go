@@ -145,6 +145,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, pa
 		// under the higher limit may not fit the lower one.
 		t.giveBack = append(t.giveBack, w.members...)
 		t.forgetLocked(w.members)
+		t.dropLocalLocked(w)
 		w.members, w.state, w.at = nil, stQueued, time.Time{}
 		t.mu.Unlock()
 		return true, true, nil
@@ -156,6 +157,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, pa
 		// same transaction that reserves the next one.
 		t.giveBack = append(t.giveBack, w.members...)
 		t.forgetLocked(w.members)
+		t.dropLocalLocked(w)
 		w.members, w.state, w.at = nil, stQueued, time.Time{}
 		t.lateWakes++
 		t.mu.Unlock()
@@ -235,9 +237,7 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 	if w.state == stAdmitted {
 		t.forgetLocked(members)
 	}
-	if !w.localAt.IsZero() && t.local != nil {
-		t.local.release(w.localAt, w.n)
-	}
+	t.dropLocalLocked(w)
 	t.mu.Unlock()
 	t.release(ctx, members)
 	return ctxError(ctx)
@@ -391,6 +391,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	a.probe, _ = t.journal.probe()
 	a.mark, t.writeMark = t.writeMark, false
 	healing := now.Before(t.healUntil)
+	sharing := now.Before(t.shareUntil) && t.local != nil
 	full := healing
 	pos := 0
 	rest := t.queue[:0]
@@ -422,6 +423,16 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 			}
 			g = max(floor, t.slots[pos+w.n-1])
 		}
+		var localAt time.Time
+		if sharing {
+			// Just back from the fallback: also within this process's share.
+			if w.n > t.local.limit {
+				g = max(g, t.clock.server(t.shareUntil))
+			} else {
+				localAt = t.local.slot(t.clock.local(g), w.n)
+				g = max(g, t.clock.server(localAt))
+			}
+		}
 		if !w.deadline.IsZero() {
 			if at := t.clock.local(g); at.After(w.deadline) {
 				w.state, w.err = stFailed, deadlineError(at, w.deadline)
@@ -441,6 +452,10 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 			continue
 		}
 		room -= w.n
+		if !localAt.IsZero() {
+			t.local.take(localAt, w.n)
+			w.localAt = localAt
+		}
 		w.state = stInFlight
 		w.members = make([]string, w.n)
 		for i := range w.members {
@@ -588,6 +603,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			w.signal()
 		default:
 			t.giveBack = append(t.giveBack, w.members...)
+			t.dropLocalLocked(w)
 			w.stale, w.members = w.members, nil
 			w.state = stQueued
 			requeue = append(requeue, w)
