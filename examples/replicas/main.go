@@ -33,10 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/internal/exampleredis"
 	"github.com/go-throttler/throttler/internal/fakeapi"
 )
 
@@ -61,7 +59,7 @@ func main() {
 }
 
 func run(replicas, workers, limit int, interval, duration, buffer time.Duration) int {
-	newClient, where, stopRedis, err := startRedis()
+	newClient, where, stopRedis, err := exampleredis.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redis:", err)
 		return 1
@@ -145,30 +143,6 @@ loop:
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 
 	return summary(api.Stats(), names, elapsed, perSecond, errCount.Load())
-}
-
-// startRedis returns a constructor of clients for REDIS_URL if set, or else
-// for a new miniredis, and a function that stops the miniredis.
-func startRedis() (newClient func() *redis.Client, where string, stop func(), err error) {
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-		newClient = func() *redis.Client { o := *opts; return redis.NewClient(&o) }
-		c := newClient()
-		defer c.Close()
-		if err := c.Ping(context.Background()).Err(); err != nil {
-			return nil, "", nil, err
-		}
-		return newClient, "REDIS_URL (" + opts.Addr + ")", func() {}, nil
-	}
-	mr, err := miniredis.Run()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	newClient = func() *redis.Client { return redis.NewClient(&redis.Options{Addr: mr.Addr()}) }
-	return newClient, "embedded miniredis at " + mr.Addr(), mr.Close, nil
 }
 
 // call makes one GET request through the throttled client hc.
