@@ -429,8 +429,10 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 			if w.n > t.local.limit {
 				g = max(g, t.clock.server(t.shareUntil))
 			} else {
-				localAt = t.local.slot(t.clock.local(g), w.n)
-				g = max(g, t.clock.server(localAt))
+				// Any time after the local slot fits it; record the call
+				// at the time it will go.
+				g = max(g, t.clock.server(t.local.slot(now, w.n)))
+				localAt = t.clock.local(g)
 			}
 		}
 		if !w.deadline.IsZero() {
