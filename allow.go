@@ -51,39 +51,34 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	serverNow := t.clock.server(now)
 	g := serverNow + t.clock.roundTrip()
 	t.mu.Lock()
-	lims := t.limitsLocked(serverNow, nil)
-	if now.Before(t.healUntil) {
-		// The shared window is being restored (see WaitN): nothing new yet.
-		res := Result{RetryAfter: t.healUntil.Sub(now)}
+	// Refusals that need no round trip; t.mu is held.
+	refuse := func(until time.Time) (Result, error) {
 		t.mu.Unlock()
 		t.stats.refused.Add(1)
-		return res, nil
+		return Result{RetryAfter: until.Sub(now)}, nil
+	}
+	lims := t.limitsLocked(serverNow, nil)
+	if n > lims[0] {
+		t.mu.Unlock()
+		return Result{}, invalidf("AllowN(%d): more calls at once than the limit, lowered to %d", n, lims[0])
+	}
+	if now.Before(t.healUntil) {
+		// The shared window is being restored (see WaitN): nothing new yet.
+		return refuse(t.healUntil)
+	}
+	if t.pausedTill > g {
+		return refuse(t.clock.local(t.pausedTill))
 	}
 	var localAt time.Time
 	if now.Before(t.shareUntil) && t.local != nil {
 		// Just back from the fallback: also within this process's share.
 		if n > t.local.limit {
-			localAt = t.shareUntil
-		} else {
-			localAt = t.local.slot(now, n)
+			return refuse(t.shareUntil)
 		}
-		if localAt.After(now) {
-			res := Result{RetryAfter: localAt.Sub(now)}
-			t.mu.Unlock()
-			t.stats.refused.Add(1)
-			return res, nil
+		if localAt = t.local.slot(now, n); localAt.After(now) {
+			return refuse(localAt)
 		}
 		t.local.take(localAt, n)
-	}
-	if t.pausedTill > g {
-		res := Result{RetryAfter: t.clock.local(t.pausedTill).Sub(now)}
-		t.mu.Unlock()
-		t.stats.refused.Add(1)
-		return res, nil
-	}
-	if n > lims[0] {
-		t.mu.Unlock()
-		return Result{}, invalidf("AllowN(%d): more calls at once than the limit, lowered to %d", n, lims[0])
 	}
 	a := &attempt{checks: []int64{g}, lims: lims, slots: min(slices.Min(lims), n),
 		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0])}

@@ -154,3 +154,29 @@ func TestRedisHangs(t *testing.T) {
 	}
 	waitIdle(t, th)
 }
+
+// Just back from FallbackLocal, AllowN keeps to the local share, and a call
+// refused for another reason (a pause) does not use up part of it.
+func TestAllowWhileSharing(t *testing.T) {
+	th := miniThrottler(t, 4, time.Minute, WithFailurePolicy(FallbackLocal(0.5)))
+	ctx := context.Background()
+	if err := th.syncClock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	th.mu.Lock()
+	th.shareUntil = time.Now().Add(time.Hour)
+	th.pausedTill = th.clock.server(time.Now().Add(time.Hour))
+	th.mu.Unlock()
+	if res, err := th.Allow(ctx); err != nil || res.Allowed {
+		t.Fatalf("Allow during a pause: (%+v, %v), want refused", res, err)
+	}
+	th.mu.Lock()
+	th.pausedTill = 0
+	th.mu.Unlock()
+	for i, want := range []bool{true, true, false} { // the local share is 2 of 4
+		res, err := th.Allow(ctx)
+		if err != nil || res.Allowed != want {
+			t.Fatalf("Allow %d while sharing: (%+v, %v), want allowed=%v", i, res, err, want)
+		}
+	}
+}
