@@ -29,19 +29,30 @@ type window struct {
 // share one of the keys must use the same limit and interval for it.
 func WithLimit(key string, limit int, interval time.Duration) Option {
 	return func(o *options) error {
-		switch {
-		case key == "":
-			return invalidf("WithLimit: empty key")
-		case limit < 1:
-			return invalidf("WithLimit(%q): limit %d must be at least 1", key, limit)
-		case interval < time.Millisecond:
-			return invalidf("WithLimit(%q): interval %s must be at least 1ms", key, interval)
-		case interval > 366*24*time.Hour:
-			return invalidf("WithLimit(%q): interval %s is longer than a year", key, interval)
+		if err := checkWindow("WithLimit", key, limit, interval); err != nil {
+			return err
 		}
 		o.extra = append(o.extra, window{key: key, limit: limit, interval: interval})
 		return nil
 	}
+}
+
+// checkWindow checks the key, limit and interval of one limit, given to
+// New or WithLimit (named by where).
+func checkWindow(where, key string, limit int, interval time.Duration) error {
+	switch {
+	case key == "":
+		return invalidf("%s: empty key", where)
+	case limit < 1:
+		return invalidf("%s(%q): limit %d must be at least 1", where, key, limit)
+	case interval <= 0:
+		return invalidf("%s(%q): interval %s must be positive", where, key, interval)
+	case interval < time.Millisecond:
+		return invalidf("%s(%q): interval %s is below the 1ms resolution of a shared window", where, key, interval)
+	case interval > 366*24*time.Hour:
+		return invalidf("%s(%q): interval %s is longer than a year", where, key, interval)
+	}
+	return nil
 }
 
 // hashTag returns the part of key that Redis Cluster hashes: the text

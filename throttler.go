@@ -99,16 +99,9 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	switch {
 	case client == nil:
 		return nil, invalidf("New: nil Redis client")
-	case key == "":
-		return nil, invalidf("New: empty key")
-	case limit < 1:
-		return nil, invalidf("New(%q): limit %d must be at least 1", key, limit)
-	case interval <= 0:
-		return nil, invalidf("New(%q): interval %s must be positive", key, interval)
-	case interval < time.Millisecond:
-		return nil, invalidf("New(%q): interval %s is below the 1ms resolution of a shared window", key, interval)
-	case interval > 366*24*time.Hour:
-		return nil, invalidf("New(%q): interval %s is longer than a year", key, interval)
+	}
+	if err := checkWindow("New", key, limit, interval); err != nil {
+		return nil, err
 	}
 	o := defaultOptions()
 	for _, opt := range opts {

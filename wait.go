@@ -98,9 +98,9 @@ func (t *Throttler) serveInline() {
 // await waits for w's reservation and then for its slot. It returns again =
 // true when w must queue anew, its slot given back: when a shared pause
 // covers the slot or the limit was lowered after it was reserved (paused =
-// true), or when w was woken more than half the
-// buffer after its slot (and retry allows another attempt), for going late
-// would spend the margin the buffer keeps for the network.
+// true), or when w was woken more than half the buffer after its slot (and
+// retry allows another attempt), for going late would spend the margin the
+// buffer keeps for the network.
 func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, paused bool, err error) {
 	select {
 	case <-w.wake:
@@ -143,10 +143,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, pa
 		// A shared pause began after this slot was reserved (wait it
 		// out), or the limit was lowered since: a slot reserved ahead
 		// under the higher limit may not fit the lower one.
-		t.giveBack = append(t.giveBack, w.members...)
-		t.forgetLocked(w.members)
-		t.dropLocalLocked(w)
-		w.members, w.state, w.at = nil, stQueued, time.Time{}
+		t.unreserveLocked(w)
 		t.mu.Unlock()
 		return true, true, nil
 	}
@@ -155,10 +152,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (again, pa
 		t.mu.Lock()
 		// Not called yet, so the slot can go back; it is removed in the
 		// same transaction that reserves the next one.
-		t.giveBack = append(t.giveBack, w.members...)
-		t.forgetLocked(w.members)
-		t.dropLocalLocked(w)
-		w.members, w.state, w.at = nil, stQueued, time.Time{}
+		t.unreserveLocked(w)
 		t.lateWakes++
 		t.mu.Unlock()
 		return true, false, nil
@@ -241,6 +235,16 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 	t.mu.Unlock()
 	t.release(ctx, members)
 	return ctxError(ctx)
+}
+
+// unreserveLocked gives back the slot an admitted w has not used yet (its
+// members leave Redis with the next round trip) and makes w a queued
+// waiter again.
+func (t *Throttler) unreserveLocked(w *waiter) {
+	t.giveBack = append(t.giveBack, w.members...)
+	t.forgetLocked(w.members)
+	t.dropLocalLocked(w)
+	w.members, w.state, w.at = nil, stQueued, time.Time{}
 }
 
 // forgetLocked notes that admitted members were given back: their call
