@@ -120,10 +120,12 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 				p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(serverNow-x.w-trimSlack))
 				p.ZRemRangeByScore(ctx, x.key, exclusive(serverNow+futureBound), "+inf")
 			}
-			if wi == 0 && len(zs) > 0 {
-				p.ZAdd(ctx, x.key, zs...)
-			} else if wi > 0 && len(a.adds) > 0 {
-				p.ZAdd(ctx, x.key, zs[:len(a.adds)]...)
+			add := zs
+			if wi > 0 {
+				add = zs[:len(a.adds)] // the marker lives in the first key only
+			}
+			if len(add) > 0 {
+				p.ZAdd(ctx, x.key, add...)
 			}
 			for _, g := range a.checks {
 				counts = append(counts, p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
