@@ -82,16 +82,14 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	}
 	a := &attempt{checks: []int64{g}, lims: lims, slots: min(slices.Min(lims), n),
 		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0])}
-	if now.Sub(t.lastTrim) >= trimEvery {
-		a.trim, t.lastTrim = true, now
-	}
+	a.trim = now.Sub(t.lastTrim) >= trimEvery
 	t.mu.Unlock()
 	members := make([]string, n)
 	for i := range members {
 		members[i] = t.ids.next()
 		a.adds = append(a.adds, entry{score: g, member: members[i]})
 	}
-	r, err := t.exec(ctx, a, serverNow)
+	r, err := t.exec(ctx, a)
 	if err != nil {
 		// Redis failed: the members, if they arrived, go with the next round
 		// trip that works (and stop counting on their own regardless).
@@ -104,12 +102,13 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		return t.allowDegraded(n, err)
 	}
 	t.mu.Lock()
+	t.upkeptLocked(a, now)
 	t.recovered()
 	t.learnMetaLocked(r)
 	pausedTill := t.pausedTill
 	lims = t.limitsLocked(serverNow, nil) // what the reply said is in force
 	t.mu.Unlock()
-	ok := t.decide(a, lims, r, []claim{{score: g, n: n}}, nil)[0] && g >= pausedTill
+	ok := t.decide(a, lims, r, []claim{{score: g, n: n}}, nil)[0] && g >= pausedTill && !r.stepped
 	// Remaining: the room left under the tightest limit.
 	remaining := t.limit
 	for wi, counts := range r.counts {

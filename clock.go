@@ -17,37 +17,69 @@ import (
 //
 // All window arithmetic uses server time, so replicas whose local clocks
 // disagree by seconds still agree on the window.
+//
+// Local times are measured from a fixed local reading, the epoch, with
+// time.Time.Sub: on Go's monotonic clock when the readings carry it (as
+// time.Now's do), so a step of the local wall clock (NTP, a VM resumed)
+// changes no conversion, and the local times returned compare with
+// deadlines on the monotonic clock too. A clock whose readings carry no
+// monotonic reading (a WithClock fake, a simulation) is measured on its
+// wall time: a step of it is seen only by the next sample, so such a clock
+// is sampled on every round trip (see monotonic), and a round whose sample
+// restarts the estimate admits nothing (see observe).
 type clockSync struct {
+	epoch     time.Time // local times are microseconds since it
+	monotonic bool      // the local clock's readings carry Go's monotonic reading
+
 	mu      sync.Mutex
 	samples [8]clockSample
 	count   int
 	next    int
-	offset  int64 // microseconds, server minus local
+	offset  int64 // microseconds, server minus local since epoch
+	last    int64 // microseconds, the server's clock as it last read it
 	rtt     int64 // microseconds, the shortest recent round trip
 }
+
+// newClockSync returns an estimate that, until its first sample, takes the
+// local clock for the server's.
+func newClockSync(epoch time.Time) clockSync {
+	// Round(0) strips the monotonic reading: a reading equal to its
+	// stripped self never had one.
+	return clockSync{epoch: epoch, monotonic: epoch != epoch.Round(0), offset: epoch.UnixMicro()}
+}
+
+// micros is local's time in microseconds since the epoch.
+func (c *clockSync) micros(local time.Time) int64 { return local.Sub(c.epoch).Microseconds() }
 
 type clockSample struct {
 	rtt, offset int64 // microseconds
 }
 
 // observe records a round trip sent and received at local times sent and
-// recv, during which the server read its clock as server.
-func (c *clockSync) observe(sent, recv, server time.Time) {
+// recv, during which the server read its clock as server. It reports
+// whether the sample ruled out the estimate the round trip was planned
+// with (a clock stepped): scores computed with it may be off by the step.
+func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 	rtt := recv.Sub(sent).Microseconds()
 	if rtt < 0 {
 		rtt = 0
 	}
-	mid := sent.UnixMicro() + rtt/2
-	s := clockSample{rtt: rtt, offset: server.UnixMicro() - mid}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.last = server.UnixMicro()
+	mid := c.micros(sent) + rtt/2
+	s := clockSample{rtt: rtt, offset: server.UnixMicro() - mid}
 	// The true offset lies in [server-recv, server-send]. A sample that rules
 	// out the current estimate means a clock stepped (or the estimate came
 	// from a sample that was wrong): start over from it.
-	lo, hi := server.UnixMicro()-recv.UnixMicro(), server.UnixMicro()-sent.UnixMicro()
-	if c.count > 0 && (c.offset < lo-1000 || c.offset > hi+1000) {
+	lo, hi := server.UnixMicro()-c.micros(recv), server.UnixMicro()-c.micros(sent)
+	// The estimate itself may be off by half its round trip: only a sample
+	// that rules out that whole range, by more than a millisecond, tells
+	// of a step.
+	if slack := 1000 + c.rtt/2; c.count > 0 && (c.offset < lo-slack || c.offset > hi+slack) {
 		c.count, c.next = 0, 0
+		stepped = true
 	}
 	c.samples[c.next] = s
 	c.next = (c.next + 1) % len(c.samples)
@@ -61,6 +93,7 @@ func (c *clockSync) observe(sent, recv, server time.Time) {
 		}
 	}
 	c.offset, c.rtt = best.offset, best.rtt
+	return stepped
 }
 
 // roundTrip returns the shortest recent round trip in microseconds: a call
@@ -69,6 +102,15 @@ func (c *clockSync) roundTrip() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rtt
+}
+
+// lastServer is the server's clock as it last read it, in microseconds
+// (0 before the first sample): unlike an estimate of its now, never ahead
+// of it.
+func (c *clockSync) lastServer() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
 }
 
 // synced reports whether at least one sample was taken.
@@ -82,12 +124,12 @@ func (c *clockSync) synced() bool {
 func (c *clockSync) server(local time.Time) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return local.UnixMicro() + c.offset
+	return c.micros(local) + c.offset
 }
 
 // local converts server microseconds to the local clock's time.
 func (c *clockSync) local(server int64) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.UnixMicro(server - c.offset)
+	return c.epoch.Add(time.Duration(server-c.offset) * time.Microsecond)
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Several replicas with two limits on one call (a burst limit and a longer
@@ -250,4 +252,21 @@ func TestSetLimitRecallsReservedSlots(t *testing.T) {
 		}
 		waitIdle(t, th)
 	})
+}
+
+// A window of a fraction of a microsecond more than whole microseconds is
+// rounded up, not down: rounded down, two calls could go a fraction of a
+// microsecond less than interval apart (the simulation's seed 34 showed
+// 345ns with a zero buffer).
+func TestWindowRoundsUp(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	th, err := New(c, "{k}", 1, 2065319345*time.Nanosecond,
+		WithBuffer(0), WithLimit("{k}2", 1, time.Millisecond+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th.wins[0].w != 2065320 || th.wins[1].w != 1001 {
+		t.Fatalf("windows %d and %d µs, want 2065320 and 1001", th.wins[0].w, th.wins[1].w)
+	}
 }

@@ -29,9 +29,10 @@ func FailClosed() FailurePolicy { return FailurePolicy{kind: policyClosed} }
 func FailOpen() FailurePolicy { return FailurePolicy{kind: policyOpen} }
 
 // FallbackLocal keeps throttling in this process while Redis fails, at share
-// of the limit (rounded down, at least one call per window), with the same
-// sliding window. With R replicas, a share of 1/R keeps the total within the
-// limit. Redis is tried again at most once a second; calls admitted locally
+// of the limit, rounded down, with the same sliding window. With R replicas,
+// a share of 1/R keeps the total within the limit; where the limit is below
+// R that share holds no call, and calls fail with ErrRedis while Redis
+// fails, as under FailClosed. Redis is tried again at most once a second; calls admitted locally
 // are counted in Redis once it answers.
 func FallbackLocal(share float64) FailurePolicy {
 	return FailurePolicy{kind: policyLocal, share: share}

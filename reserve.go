@@ -62,7 +62,10 @@ type reply struct {
 	counts [][]int64 // per window, per check
 	tails  [][]entry // per window
 	lost   bool      // the probe member is gone: Redis lost the window
-	noMark bool      // the marker member was missing before this attempt wrote it
+	// The clock sample showed a clock step: the attempt's scores came
+	// from an estimate now known wrong, so its counts decide nothing.
+	stepped bool
+	noMark  bool // the marker member was missing before this attempt wrote it
 	// The members that are not calls, in server µs (0 = absent).
 	pause, limit, limitEnd int64
 }
@@ -84,11 +87,17 @@ const trimFloor = "0"
 // never trims a member another still counts.
 const trimSlack = int64(time.Second / time.Microsecond)
 
-// exec runs the attempt; serverNow is the estimate of the server's clock the
-// attempt was planned with.
-func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (reply, error) {
+// exec runs the attempt.
+func (t *Throttler) exec(ctx context.Context, a *attempt) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
+
+	// Trims take the server's last reading of its own clock, not the
+	// estimate of its now: that reading is never ahead of the server, so
+	// a trim never removes a member that still counts, however wrong the
+	// local clock (stepped, or without a monotonic reading) has made the
+	// estimate.
+	serverNow := t.clock.lastServer()
 
 	extra := len(a.adds)
 	var (
@@ -116,7 +125,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 			if remove != nil {
 				p.ZRem(ctx, x.key, remove...)
 			}
-			if a.trim {
+			if a.trim && serverNow > 0 {
 				p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(serverNow-x.w-trimSlack))
 				p.ZRemRangeByScore(ctx, x.key, exclusive(serverNow+futureBound), "+inf")
 			}
@@ -175,8 +184,9 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		return reply{}, err
 	}
 	t.stats.roundTrips.Add(1)
+	stepped := false
 	if clock != nil {
-		t.clock.observe(sent, recv, clock.Val())
+		stepped = t.clock.observe(sent, recv, clock.Val())
 	}
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
@@ -194,6 +204,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt, serverNow int64) (repl
 		limit:    max(0, meta(2)),
 		limitEnd: max(0, meta(3)),
 		lost:     a.probe != "" && meta(4) == 0,
+		stepped:  stepped,
 	}
 	flat := make([]int64, len(counts))
 	for i, c := range counts {

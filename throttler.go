@@ -120,7 +120,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	wins := append([]window{{key: key, limit: limit, interval: interval}}, o.extra...)
 	for i := range wins {
-		wins[i].w = (wins[i].interval + o.buffer).Microseconds()
+		wins[i].w = ceilMicros(wins[i].interval + o.buffer)
 		if err := sameSlot(wins[0].key, wins[i].key); err != nil {
 			return nil, err
 		}
@@ -142,6 +142,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		now:      o.now,
 		kick:     make(chan struct{}, 1),
 		near:     true,
+		clock:    newClockSync(o.now()),
 	}
 	t.metaArgs = []any{"zmscore", key, marker, pauseMember, limitMember, limitEndMember}
 	t.minLimit = limit
@@ -154,9 +155,18 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	t.journal.w = longest
 	t.ctxTimeouts = honoursContext(client)
 	if o.policy.kind == policyLocal {
-		t.local = newLocalWindow(max(1, int(math.Floor(float64(limit)*o.policy.share))), interval+o.buffer)
+		// Rounded down, to 0 when the share is less than one call: the
+		// shares of every process must add up to at most the limit, so a
+		// process whose share holds no call admits none while Redis fails.
+		t.local = newLocalWindow(int(math.Floor(float64(limit)*o.policy.share)), interval+o.buffer)
 	}
 	return t, nil
+}
+
+// ceilMicros is d in whole microseconds, rounded up: a window rounded down
+// would let two calls a fraction of a microsecond less than interval apart.
+func ceilMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
 // Limit returns the number of calls allowed per interval, as given to New.

@@ -45,7 +45,11 @@ func (t *Throttler) WaitN(ctx context.Context, n int) (err error) {
 	start := t.now()
 	defer func() { t.observeWait(n, start, err) }()
 	w := &waiter{n: n, wake: make(chan struct{}, 1)}
-	w.deadline, _ = ctx.Deadline()
+	if d, ok := ctx.Deadline(); ok {
+		// On the local clock, which WithClock may set apart from the
+		// clock context deadlines are read on (time.Now).
+		w.deadline = start.Add(time.Until(d))
+	}
 	for late := 0; ; {
 		if t.enqueue(w) {
 			t.serveInline()
@@ -329,10 +333,13 @@ func (t *Throttler) round() (time.Duration, bool) {
 	a, batch, claims, sleep := t.planLocked(now, serverNow)
 	t.mu.Unlock()
 	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 {
+		t.mu.Lock()
+		t.writeMark = t.writeMark || a.mark // not sent: still to write
+		t.mu.Unlock()
 		return sleep, true
 	}
 
-	r, err := t.exec(context.Background(), a, serverNow)
+	r, err := t.exec(context.Background(), a)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -340,9 +347,11 @@ func (t *Throttler) round() (time.Duration, bool) {
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
 		t.scratch.a = nil
+		t.writeMark = t.writeMark || a.mark // it may not have arrived
 		return t.failLocked(batch, a, err), true
 	}
 	t.lastRound = now
+	t.upkeptLocked(a, now)
 	admitted := t.resolveLocked(a, r, batch, claims)
 	switch {
 	case len(batch) == 0:
@@ -382,15 +391,12 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	// need for a transaction.
 	a.exact = t.near
 	known := a.exact && t.slots != nil
-	if now.Sub(t.lastTrim) >= trimEvery {
-		a.trim, t.lastTrim = true, now
-	}
-	if now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() {
-		a.clock, t.lastClock = true, now
-	}
-	if now.Sub(t.lastExpire) >= expireEvery || t.writeMark {
-		a.expire, t.lastExpire = true, now
-	}
+	// Upkeep is due until a round trip that carried it succeeds (see
+	// upkeptLocked): a round that sends nothing, or fails, must not put
+	// off the next PEXPIRE, or the key could expire under live members.
+	a.trim = now.Sub(t.lastTrim) >= trimEvery
+	a.clock = now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() || !t.clock.monotonic
+	a.expire = now.Sub(t.lastExpire) >= expireEvery || t.writeMark
 	t.journal.trim(serverNow)
 	a.probe, _ = t.journal.probe()
 	a.mark, t.writeMark = t.writeMark, false
@@ -498,9 +504,25 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	return a, batch, claims, sleep
 }
 
+// upkeptLocked notes the upkeep a round trip planned at now carried, once
+// it succeeded.
+func (t *Throttler) upkeptLocked(a *attempt, now time.Time) {
+	if a.trim {
+		t.lastTrim = now
+	}
+	if a.clock {
+		t.lastClock = now
+	}
+	if a.expire {
+		t.lastExpire = now
+	}
+}
+
 // Upkeep that need not ride on every round trip.
 const (
-	trimEvery  = 100 * time.Millisecond
+	trimEvery = 100 * time.Millisecond
+	// A local clock without monotonic readings is sampled every round
+	// trip instead (see clockSync).
 	clockEvery = 250 * time.Millisecond
 	// The key's TTL outlives its newest member by 2s (see ttl), so a
 	// refresh a second late still keeps every member that counts.
@@ -553,6 +575,11 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
 	if missing {
 		t.writeMark = true // with the journal, in the next round trip
+	}
+	if r.stepped {
+		// Scored with an estimate of the server's clock that a clock step
+		// made wrong: their counts prove nothing. Reserve again.
+		clear(ok)
 	}
 	if r.lost || (missing && seenRecently) {
 		// Redis lost the window (restarted empty, failed over without our

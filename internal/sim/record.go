@@ -1,0 +1,199 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// World is a replica number for events that belong to no replica: faults in
+// Redis, the network, the run itself.
+const World = -1
+
+// Event is one line of a run's trace.
+type Event struct {
+	At      time.Duration // virtual time since the run began
+	Replica int           // World, or the replica it happened to
+	What    string
+}
+
+func (e Event) String() string {
+	who := "world"
+	if e.Replica != World {
+		who = fmt.Sprintf("r%d", e.Replica)
+	}
+	return fmt.Sprintf("%12s  %-5s %s", fmtDur(e.At), who, e.What)
+}
+
+// Admission is a call a caller was told it may make: Wait returned nil, or
+// Allow said yes. At is the virtual time the caller learned it, which is
+// when the call goes.
+type Admission struct {
+	At      time.Duration
+	Replica int
+	N       int  // units (WaitN's n)
+	Exempt  bool // admitted by a policy the invariant documents as an exception (FailOpen while Redis fails)
+	Waited  time.Duration
+	NoLimit bool // the caller had no deadline
+}
+
+// Recorder keeps a run's admissions and trace. It is safe for concurrent use.
+type Recorder struct {
+	start time.Time
+
+	mu     sync.Mutex
+	events []Event
+	adms   []Admission
+}
+
+// NewRecorder starts recording at the bubble's now.
+func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// Start is the virtual time the run began.
+func (r *Recorder) Start() time.Time { return r.start }
+
+// Since is the virtual time elapsed since the run began.
+func (r *Recorder) Since() time.Duration { return time.Since(r.start) }
+
+// Note adds an event to the trace.
+func (r *Recorder) Note(replica int, format string, args ...any) {
+	e := Event{At: r.Since(), Replica: replica, What: fmt.Sprintf(format, args...)}
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// Admit records an admission (and traces it).
+func (r *Recorder) Admit(a Admission) {
+	a.At = r.Since()
+	what := fmt.Sprintf("admitted n=%d after %s", a.N, fmtDur(a.Waited))
+	if a.Exempt {
+		what += " (FailOpen, Redis failing: exempt)"
+	}
+	r.mu.Lock()
+	r.adms = append(r.adms, a)
+	r.events = append(r.events, Event{At: a.At, Replica: a.Replica, What: what})
+	r.mu.Unlock()
+}
+
+// Admissions returns the admissions in the order they happened.
+func (r *Recorder) Admissions() []Admission {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Clone(r.adms)
+	slices.SortStableFunc(out, func(a, b Admission) int { return int(a.At - b.At) })
+	return out
+}
+
+// Events returns the trace so far.
+func (r *Recorder) Events() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Clone(r.events)
+	slices.SortStableFunc(out, func(a, b Event) int { return int(a.At - b.At) })
+	return out
+}
+
+// Violation is a window of length Interval, starting at From, that holds
+// more than Limit admitted units.
+type Violation struct {
+	Key      string
+	From     time.Duration
+	Interval time.Duration
+	Units    int
+	Limit    int
+	Calls    []Admission // the admissions in the window
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s: the window [%s, %s) holds %d units, limit %d",
+		v.Key, fmtDur(v.From), fmtDur(v.From+v.Interval), v.Units, v.Limit)
+}
+
+// Overfull returns the fullest window of length interval over adms (sorted
+// by At) when it holds more than limit units, skipping exempt admissions.
+// Windows are half-open, [t, t+interval): two calls exactly interval apart
+// never share one.
+func Overfull(key string, adms []Admission, interval time.Duration, limit int) *Violation {
+	var counted []Admission
+	for _, a := range adms {
+		if !a.Exempt {
+			counted = append(counted, a)
+		}
+	}
+	best, bestAt, bestEnd, units, j := 0, 0, 0, 0, 0
+	for i, a := range counted {
+		// The fullest window can start at an admission.
+		for j < len(counted) && counted[j].At < a.At+interval {
+			units += counted[j].N
+			j++
+		}
+		if units > best {
+			best, bestAt, bestEnd = units, i, j
+		}
+		units -= a.N
+	}
+	if best <= limit {
+		return nil
+	}
+	return &Violation{Key: key, From: counted[bestAt].At, Interval: interval, Units: best,
+		Limit: limit, Calls: counted[bestAt:bestEnd]}
+}
+
+// Trace is a person's view of what happened around a violation: the
+// admissions in the window per replica, every fault of the run, and the
+// events around the window's two ends.
+func (r *Recorder) Trace(v *Violation, faults []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "violation: %s\n", v)
+	per := map[int]int{}
+	for _, a := range v.Calls {
+		per[a.Replica] += a.N
+	}
+	reps := make([]int, 0, len(per))
+	for k := range per {
+		reps = append(reps, k)
+	}
+	slices.Sort(reps)
+	b.WriteString("units in the window by replica:")
+	for _, k := range reps {
+		fmt.Fprintf(&b, " r%d=%d", k, per[k])
+	}
+	b.WriteString("\nfaults of this run:\n")
+	for _, f := range faults {
+		fmt.Fprintf(&b, "  %s\n", f)
+	}
+	evs := r.Events()
+	margin := min(v.Interval/4, 200*time.Millisecond)
+	window := func(from, to time.Duration, most int, last bool) {
+		var in []Event
+		for _, e := range evs {
+			if e.At >= from && e.At <= to {
+				in = append(in, e)
+			}
+		}
+		if len(in) > most {
+			if last {
+				fmt.Fprintf(&b, "  ... %d earlier events\n", len(in)-most)
+				in = in[len(in)-most:]
+			} else {
+				defer fmt.Fprintf(&b, "  ... %d later events\n", len(in)-most)
+				in = in[:most]
+			}
+		}
+		for _, e := range in {
+			fmt.Fprintf(&b, "  %s\n", e)
+		}
+	}
+	fmt.Fprintf(&b, "events as the window opens (%s):\n", fmtDur(v.From))
+	window(v.From-margin, v.From+margin, 25, false)
+	end := v.Calls[len(v.Calls)-1].At
+	fmt.Fprintf(&b, "events up to its last admission (%s):\n", fmtDur(end))
+	window(end-margin, end, 25, true)
+	return b.String()
+}
+
+// fmtDur prints virtual times compactly, to the microsecond.
+func fmtDur(d time.Duration) string { return d.Truncate(time.Microsecond).String() }

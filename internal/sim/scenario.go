@@ -1,0 +1,309 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Policy is the failure policy a scenario's replicas use.
+type Policy int
+
+// The failure policies.
+const (
+	FailClosed Policy = iota
+	FailOpen
+	FallbackLocal // at a share of 1/replicas
+)
+
+func (p Policy) String() string {
+	return [...]string{"FailClosed", "FailOpen", "FallbackLocal(1/R)"}[p]
+}
+
+// Limit is one limit of a scenario: New's, or one added with WithLimit.
+type Limit struct {
+	Key      string
+	Limit    int
+	Interval time.Duration
+}
+
+// Kind is what a scheduled event does.
+type Kind int
+
+// The events a scenario schedules: faults, and the operations that change
+// the shared state mid-run (a pause, a lowered limit).
+const (
+	Delay      Kind = iota // replies to Replica delayed by D for Span
+	DropBefore             // Replica's next K requests cut before they are sent
+	DropAfter              // Replica's next K requests applied, then their replies lost
+	Stall                  // Redis answers nothing for D
+	Flush                  // Redis loses every key (restart empty)
+	Failover               // Redis fails over to a copy Lag behind
+	Kill                   // Replica killed: connections closed, callers abandoned
+	ClockStep              // Replica's local clock steps by D
+	Pause                  // Replica calls PauseUntil(now + D)
+	Lower                  // Replica calls SetLimit(K, D)
+	numKinds
+)
+
+var kindNames = [...]string{"delay", "drop-before-send", "drop-after-apply", "stall",
+	"flush", "failover", "kill", "clock-step", "pause", "lower-limit"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Kinds lists every event kind.
+func Kinds() []Kind {
+	out := make([]Kind, numKinds)
+	for i := range out {
+		out[i] = Kind(i)
+	}
+	return out
+}
+
+// Fault is one scheduled event.
+type Fault struct {
+	At      time.Duration
+	Kind    Kind
+	Replica int
+	D       time.Duration // delay, stall, clock step, pause or lowering length
+	Span    time.Duration // how long replies are delayed
+	Lag     time.Duration // how far behind the failover copy is
+	K       int           // requests to cut, or the lowered limit
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%s at %s", f.Kind, fmtDur(f.At))
+	switch f.Kind {
+	case Delay:
+		s += fmt.Sprintf(": r%d's replies +%s for %s", f.Replica, fmtDur(f.D), fmtDur(f.Span))
+	case DropBefore, DropAfter:
+		s += fmt.Sprintf(": r%d's next %d requests", f.Replica, f.K)
+	case Stall:
+		s += fmt.Sprintf(" for %s", fmtDur(f.D))
+	case Failover:
+		s += fmt.Sprintf(" to a copy %s behind", fmtDur(f.Lag))
+	case Kill:
+		s += fmt.Sprintf(": r%d", f.Replica)
+	case ClockStep:
+		s += fmt.Sprintf(": r%d's clock by %s", f.Replica, fmtDur(f.D))
+	case Pause:
+		s += fmt.Sprintf(": r%d pauses the key for %s", f.Replica, fmtDur(f.D))
+	case Lower:
+		s += fmt.Sprintf(": r%d lowers the limit to %d for %s", f.Replica, f.K, fmtDur(f.D))
+	}
+	return s
+}
+
+// Scenario is one seed's run: the world, the workload and the faults, all
+// drawn from the seed.
+type Scenario struct {
+	Seed       uint64
+	Replicas   int
+	Goroutines int // callers per replica
+	Limits     []Limit
+	Buffer     time.Duration
+	Ahead      time.Duration // WithReserveAhead; -1 = the default
+	Policy     Policy
+	Timeout    time.Duration // WithRedisTimeout; 0 = the default
+	CtxClient  []bool        // per replica: the client has ContextTimeoutEnabled
+	Skew       []time.Duration
+
+	Run      time.Duration // callers start calls until then
+	MaxN     int           // WaitN's n is drawn from 1..MaxN
+	Allow    float64       // share of calls made with AllowN
+	Deadline float64       // share of Waits with a deadline
+	Cancel   float64       // share of Waits cancelled at a random moment
+	Think    time.Duration // a caller pauses up to this between calls
+
+	Faults []Fault
+}
+
+// Calm reports a run with nothing that may keep it from using the whole
+// quota: no fault, pause, lowered limit, deadline, cancellation or Allow.
+// Its utilization and waits are checked against targets.
+func (s Scenario) Calm() bool {
+	return len(s.Faults) == 0 && s.Deadline == 0 && s.Cancel == 0 && s.Allow == 0 && s.Think == 0
+}
+
+// W is how long an admitted call holds its slot under the first limit:
+// interval plus buffer.
+func (s Scenario) W() time.Duration { return s.Limits[0].Interval + s.Buffer }
+
+// MinLimit is the smallest limit: the most units one call may claim.
+func (s Scenario) MinLimit() int {
+	m := s.Limits[0].Limit
+	for _, l := range s.Limits[1:] {
+		m = min(m, l.Limit)
+	}
+	return m
+}
+
+// Has reports whether the scenario schedules an event of kind k.
+func (s Scenario) Has(k Kind) bool {
+	return slices.ContainsFunc(s.Faults, func(f Fault) bool { return f.Kind == k })
+}
+
+func (s Scenario) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d replicas x %d callers, ", s.Seed, s.Replicas, s.Goroutines)
+	for i, l := range s.Limits {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		fmt.Fprintf(&b, "%d per %s", l.Limit, l.Interval)
+	}
+	ahead := "default"
+	if s.Ahead >= 0 {
+		ahead = s.Ahead.String()
+	}
+	fmt.Fprintf(&b, ", buffer %s, ahead %s, %s, run %s, n<=%d, allow %.2f, deadline %.2f, cancel %.2f, think %s",
+		s.Buffer, ahead, s.Policy, s.Run, s.MaxN, s.Allow, s.Deadline, s.Cancel, s.Think)
+	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
+		fmt.Fprintf(&b, ", skews %v", s.Skew)
+	}
+	return b.String()
+}
+
+// FaultLines describes the faults, one a line, for a trace.
+func (s Scenario) FaultLines() []string {
+	out := make([]string, len(s.Faults))
+	for i, f := range s.Faults {
+		out[i] = f.String()
+	}
+	return out
+}
+
+// Generate draws seed's scenario. The same seed always gives the same
+// scenario. Seeds cycle through the event kinds so that any run of
+// numKinds consecutive seeds schedules each kind at least once, and every
+// fourth seed is calm.
+func Generate(seed uint64) Scenario {
+	r := rand.New(rand.NewPCG(seed, 0x7468726f74746c65))
+	s := Scenario{Seed: seed, Ahead: -1}
+
+	// The world.
+	switch {
+	case r.IntN(10) == 0:
+		s.Replicas = 10 + r.IntN(41) // 10..50
+		s.Goroutines = 1 + r.IntN(4)
+	default:
+		s.Replicas = 1 + r.IntN(6)
+		s.Goroutines = 1 + r.IntN(25)
+	}
+	limit := logInt(r, 1, 5000)
+	interval := logDur(r, 10*time.Millisecond, time.Hour)
+	s.Limits = []Limit{{Key: "{sim}:a", Limit: limit, Interval: interval}}
+	if r.IntN(4) == 0 {
+		// A second limit, looser or tighter, over a shorter or longer window.
+		l2 := max(1, int(float64(limit)*logFloat(r, 0.25, 4)))
+		i2 := time.Duration(float64(interval) * logFloat(r, 0.2, 5))
+		s.Limits = append(s.Limits, Limit{Key: "{sim}:b", Limit: l2, Interval: max(time.Millisecond, i2)})
+	}
+	switch r.IntN(4) {
+	case 0:
+		s.Buffer = 0
+	case 1:
+		s.Buffer = 50 * time.Millisecond
+	default:
+		s.Buffer = time.Duration(float64(interval) * logFloat(r, 0.01, 0.5))
+	}
+	s.Buffer = min(s.Buffer, 10*interval)
+	if r.IntN(3) == 0 {
+		s.Ahead = time.Duration(r.Int64N(int64(min(interval, 10*time.Minute)) + 1))
+	}
+	s.Policy = Policy(r.IntN(3))
+	if r.IntN(3) == 0 {
+		s.Timeout = logDur(r, 20*time.Millisecond, 2*time.Second)
+	}
+	s.CtxClient = make([]bool, s.Replicas)
+	s.Skew = make([]time.Duration, s.Replicas)
+	skewed := r.IntN(2) == 0
+	for i := range s.Replicas {
+		s.CtxClient[i] = r.IntN(2) == 0
+		if skewed {
+			s.Skew[i] = time.Duration(r.Int64N(int64(10*time.Second))) - 5*time.Second
+		}
+	}
+
+	// The workload: a few windows' worth, with call sizes chosen so that a
+	// run admits a few hundred calls whatever the limit.
+	windows := 2.5 + 2.5*r.Float64()
+	s.Run = time.Duration(windows * float64(s.W()))
+	units := float64(limit) * windows
+	s.MaxN = 1
+	if units > 300 || r.IntN(3) == 0 {
+		s.MaxN = max(1, min(s.MinLimit(), int(math.Ceil(2*units/300))))
+	}
+	calm := seed%4 == 0
+	if !calm {
+		s.Allow = pick(r, 0, 0.1, 0.5)
+		s.Deadline = pick(r, 0, 0.3, 0.8)
+		s.Cancel = pick(r, 0, 0.1, 0.3)
+		if r.IntN(3) == 0 {
+			s.Think = time.Duration(float64(s.W()) / float64(limit) * float64(s.Replicas*s.Goroutines) * r.Float64())
+		}
+		s.Faults = drawFaults(r, s)
+	}
+	if s.Buffer == 0 && (s.Has(Delay) || s.Has(Stall) || s.Has(ClockStep)) {
+		// The buffer is the margin for latency between admission and the
+		// call: with none, any delay is a violation by design.
+		s.Buffer = min(50*time.Millisecond, interval)
+	}
+	return s
+}
+
+// drawFaults schedules one to four events; the seed's own kind first, so
+// that consecutive seeds cover every kind.
+func drawFaults(r *rand.Rand, s Scenario) []Fault {
+	kinds := []Kind{Kind(s.Seed % uint64(numKinds))}
+	for range r.IntN(4) {
+		kinds = append(kinds, Kind(r.IntN(int(numKinds))))
+	}
+	w := s.W()
+	var out []Fault
+	for _, k := range kinds {
+		f := Fault{Kind: k, At: time.Duration(float64(s.Run) * (0.1 + 0.7*r.Float64())), Replica: r.IntN(s.Replicas)}
+		switch k {
+		case Delay:
+			f.D = logDur(r, time.Millisecond, 3*time.Second)
+			f.Span = logDur(r, time.Millisecond, max(2*w, 10*time.Millisecond))
+		case DropBefore, DropAfter:
+			f.K = 1 + r.IntN(5)
+		case Stall:
+			f.D = logDur(r, time.Millisecond, 3*time.Second)
+		case Failover:
+			f.Lag = logDur(r, time.Millisecond, 2*time.Second)
+		case ClockStep:
+			f.D = logDur(r, 100*time.Millisecond, 10*time.Second)
+			if r.IntN(2) == 0 {
+				f.D = -f.D
+			}
+		case Pause:
+			f.D = logDur(r, max(w/10, time.Millisecond), 2*w)
+		case Lower:
+			f.K = 1 + r.IntN(max(1, s.Limits[0].Limit-1))
+			f.D = logDur(r, max(w/2, time.Millisecond), 3*w)
+		}
+		out = append(out, f)
+	}
+	slices.SortStableFunc(out, func(a, b Fault) int { return int(a.At - b.At) })
+	return out
+}
+
+func pick(r *rand.Rand, xs ...float64) float64 { return xs[r.IntN(len(xs))] }
+
+// logFloat draws from lo..hi, uniform on a log scale.
+func logFloat(r *rand.Rand, lo, hi float64) float64 {
+	return math.Exp(math.Log(lo) + r.Float64()*(math.Log(hi)-math.Log(lo)))
+}
+
+func logInt(r *rand.Rand, lo, hi int) int {
+	return min(hi, int(logFloat(r, float64(lo), float64(hi)+1)))
+}
+
+func logDur(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	return time.Duration(logFloat(r, float64(lo), float64(hi)))
+}

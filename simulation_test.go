@@ -1,0 +1,676 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-throttler/throttler/internal/sim"
+)
+
+// The simulation runs the real library (every replica, one Redis, faults)
+// in virtual time, one seed per run; see internal/sim.
+//
+//	go test -run TestSimulation .                          the CI seed set
+//	go test -run TestSimulation -sim.seeds 100000 .        a long run
+//	go test -run TestSimulation -sim.seed 4242 -v .        one seed, with its trace
+var (
+	simSeeds = flag.Int("sim.seeds", 0, "simulation: how many seeds to run (0: the CI set)")
+	simFirst = flag.Uint64("sim.first", 1, "simulation: the first seed to run")
+	simSeed  = flag.Uint64("sim.seed", 0, "simulation: run only this seed and print its trace")
+)
+
+// simRegressions are seeds that found a bug, kept as regression cases once
+// it was fixed. Each runs in every `go test`.
+var simRegressions = []struct {
+	seed uint64
+	bug  string
+}{
+	{37, "a local clock step: scores and the trim came from a stale estimate of the server's clock, and the trim deleted every replica's live members"},
+	{66, "a round that planned PEXPIRE but sent nothing put off the next one: the key expired under members that still counted"},
+	{35, "FallbackLocal(1/R) with a limit below R gave each replica one call per window: R calls in all"},
+}
+
+// TestSimulation runs the seeds the flags name; without flags, the
+// regression seeds. The CI seed set (1,000 seeds) is not on yet: it still
+// finds violations under FailOpen and FallbackLocal that are being fixed.
+func TestSimulation(t *testing.T) {
+	first, n := *simFirst, uint64(*simSeeds)
+	if *simSeed != 0 {
+		first, n = *simSeed, 1
+	}
+	if n == 0 {
+		for _, r := range simRegressions {
+			t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
+				t.Parallel()
+				runSimulation(t, sim.Generate(r.seed), false)
+				if t.Failed() {
+					t.Logf("seed %d once found: %s", r.seed, r.bug)
+				}
+			})
+		}
+		return
+	}
+	for seed := first; seed < first+n; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			runSimulation(t, sim.Generate(seed), *simSeed != 0)
+		})
+	}
+}
+
+// runSimulation runs one scenario in a bubble and checks it.
+func runSimulation(t *testing.T, sc sim.Scenario, verbose bool) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newSimWorld(t, sc)
+		defer w.close()
+		w.run()
+		w.check()
+		if verbose || t.Failed() {
+			t.Logf("%s\n%s", sc, w.summary())
+		}
+		if verbose {
+			for _, e := range w.rec.Events() {
+				t.Log(e)
+			}
+		}
+	})
+}
+
+// simWorld is one run: the store, the network, the replicas and their
+// callers, and what they were admitted.
+type simWorld struct {
+	t     *testing.T
+	sc    sim.Scenario
+	store *sim.Store
+	net   *sim.Network
+	rec   *sim.Recorder
+	reps  []*simReplica
+
+	stop   chan struct{}      // closed when the run's traffic ends
+	ctx    context.Context    // every call's parent: cancelled to unstick a hung run
+	cancel context.CancelFunc // cancels ctx
+	wg     sync.WaitGroup     // callers
+
+	mu          sync.Mutex
+	outstanding map[*simCall]struct{}
+	errs        map[string]int // call outcomes that were not admissions, by kind
+	longest     time.Duration  // the longest wait of a call without deadline
+}
+
+// simReplica is one replica process: its clock, client, Throttler and the
+// members it holds in Redis as far as its hooks tell.
+type simReplica struct {
+	id    int
+	clock *sim.Clock
+	rdb   *redis.Client
+	th    *Throttler
+	dead  atomic.Bool
+	// FailOpen's exemption: the replica is, or was, degraded.
+	degraded atomic.Bool
+	flips    atomic.Int64
+
+	mu       sync.Mutex
+	admitted map[string]int64 // members admitted through Redis and not given back, by score
+}
+
+// simCall is a call in progress, for the report of a hang.
+type simCall struct {
+	replica int
+	n       int
+	start   time.Duration
+	limit   time.Time // the deadline, or zero
+}
+
+func newSimWorld(t *testing.T, sc sim.Scenario) *simWorld {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &simWorld{t: t, sc: sc, store: sim.NewStore(), rec: sim.NewRecorder(),
+		stop: make(chan struct{}), ctx: ctx, cancel: cancel,
+		outstanding: map[*simCall]struct{}{}, errs: map[string]int{}}
+	w.net = sim.NewNetwork(w.store, sc.Replicas)
+	for i := range sc.Replicas {
+		w.reps = append(w.reps, w.newReplica(i))
+	}
+	return w
+}
+
+func (w *simWorld) newReplica(i int) *simReplica {
+	sc := w.sc
+	r := &simReplica{id: i, clock: sim.NewClock(sc.Skew[i]), admitted: map[string]int64{}}
+	r.rdb = redis.NewClient(&redis.Options{
+		// An IP literal: go-redis resolves a host name in NewClient, and a
+		// DNS lookup cannot run in the bubble. The Dialer ignores it.
+		Addr: "127.0.0.1:6379",
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			return w.net.Dial(i)
+		},
+		ContextTimeoutEnabled: sc.CtxClient[i],
+		// No identity handshake: miniredis answers HELLO, but a real
+		// replica's CLIENT SETINFO would only add noise to the trace.
+		DisableIdentity: true,
+	})
+	opts := []Option{
+		WithBuffer(sc.Buffer),
+		WithClock(r.clock.Now),
+		WithLogger(slog.New(&traceHandler{rec: w.rec, replica: i})),
+		WithObserver(Observer{
+			Degraded: func(on bool) {
+				r.degraded.Store(on)
+				r.flips.Add(1)
+				w.rec.Note(i, "degraded=%v (%s)", on, sc.Policy)
+			},
+			Paused: func(until time.Time) { w.rec.Note(i, "paused until %s local", until.Format("15:04:05.000000")) },
+			LimitChanged: func(limit int) {
+				w.rec.Note(i, "limit in force now %d", limit)
+			},
+		}),
+	}
+	if sc.Ahead >= 0 {
+		opts = append(opts, WithReserveAhead(sc.Ahead))
+	}
+	if sc.Timeout > 0 {
+		opts = append(opts, WithRedisTimeout(sc.Timeout))
+	}
+	switch sc.Policy {
+	case sim.FailOpen:
+		opts = append(opts, WithFailurePolicy(FailOpen()))
+	case sim.FallbackLocal:
+		opts = append(opts, WithFailurePolicy(FallbackLocal(1/float64(sc.Replicas))))
+	}
+	for _, l := range sc.Limits[1:] {
+		opts = append(opts, WithLimit(l.Key, l.Limit, l.Interval))
+	}
+	l := sc.Limits[0]
+	th, err := New(r.rdb, l.Key, l.Limit, l.Interval, opts...)
+	if err != nil {
+		w.t.Fatalf("New: %v", err)
+	}
+	start := w.rec.Start()
+	th.onAdmit = func(score int64, members []string) {
+		r.mu.Lock()
+		for _, m := range members {
+			r.admitted[m] = score
+		}
+		r.mu.Unlock()
+		w.rec.Note(i, "reserved n=%d at score %s", len(members), time.UnixMicro(score).Sub(start))
+	}
+	th.onRelease = func(members []string) {
+		r.mu.Lock()
+		for _, m := range members {
+			delete(r.admitted, m)
+		}
+		r.mu.Unlock()
+		w.rec.Note(i, "gave back n=%d", len(members))
+	}
+	r.th = th
+	return r
+}
+
+// run starts the callers and the faults, ends the traffic at the scenario's
+// end and waits for every call to return.
+func (w *simWorld) run() {
+	sc := w.sc
+	for _, r := range w.reps {
+		for g := range sc.Goroutines {
+			rng := rand.New(rand.NewPCG(sc.Seed, uint64(r.id*1000+g)))
+			w.wg.Go(func() { w.caller(r, rng) })
+		}
+	}
+	faults := make(chan struct{})
+	go func() {
+		defer close(faults)
+		w.inject()
+	}()
+	time.Sleep(sc.Run)
+	close(w.stop)
+	w.rec.Note(sim.World, "traffic ends")
+	<-faults
+
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	bound := w.hangBound()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		w.mu.Lock()
+		var lines []string
+		for c := range w.outstanding {
+			lines = append(lines, fmt.Sprintf("  r%d WaitN(%d) since %s, deadline %v", c.replica, c.n, c.start, !c.limit.IsZero()))
+		}
+		w.mu.Unlock()
+		slices.Sort(lines)
+		w.t.Errorf("hang: %d calls still running %s after the traffic ended:\n%s", len(lines), bound, strings.Join(lines, "\n"))
+		w.cancel()
+		<-done
+	}
+}
+
+// hangBound is how long calls may still run once traffic ends: the longest
+// wait a call may have (see maxWait) plus a Redis timeout for each retry.
+func (w *simWorld) hangBound() time.Duration {
+	return w.maxWait() + 10*w.redisTimeout() + 10*time.Second
+}
+
+func (w *simWorld) redisTimeout() time.Duration {
+	if w.sc.Timeout > 0 {
+		return w.sc.Timeout
+	}
+	return time.Second
+}
+
+// caller makes calls until the traffic ends, its replica dies or it has
+// made its share of the run's calls: a few times what the limits can admit
+// in the run, so that a policy that admits without limit (FailOpen) cannot
+// make a run endless. An admitted call then takes up to the spacing of the
+// limit (the API call itself), so that no caller spins in zero virtual
+// time, while the callers together still ask for more than the limit.
+func (w *simWorld) caller(r *simReplica, rng *rand.Rand) {
+	sc := w.sc
+	spacing := max(time.Microsecond, sc.W()/time.Duration(sc.Limits[0].Limit))
+	for range w.budget() {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		if r.dead.Load() {
+			return
+		}
+		n := 1 + rng.IntN(sc.MaxN)
+		admitted := false
+		if rng.Float64() < sc.Allow {
+			admitted = w.allow(r, n, spacing)
+		} else {
+			admitted = w.wait(r, n, rng)
+		}
+		if admitted {
+			time.Sleep(time.Duration(rng.Int64N(int64(spacing))))
+		}
+		if sc.Think > 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(sc.Think))))
+		}
+	}
+}
+
+// budget is how many calls one caller makes at most.
+func (w *simWorld) budget() int {
+	sc := w.sc
+	units := float64(sc.Limits[0].Limit) * (float64(sc.Run)/float64(sc.W()) + 1)
+	calls := 4 * units / (float64(sc.MaxN+1) / 2)
+	return 2 + int(calls)/(sc.Replicas*sc.Goroutines)
+}
+
+func (w *simWorld) allow(r *simReplica, n int, spacing time.Duration) bool {
+	flips, wasDegraded := r.flips.Load(), r.degraded.Load()
+	res, err := r.th.AllowN(w.ctx, n)
+	switch {
+	case err != nil:
+		w.outcome(r, err)
+		time.Sleep(spacing)
+	case res.Allowed:
+		w.admit(r, n, 0, flips, wasDegraded, false)
+		return true
+	default:
+		w.count("allow refused")
+		time.Sleep(max(res.RetryAfter, spacing))
+	}
+	return false
+}
+
+func (w *simWorld) wait(r *simReplica, n int, rng *rand.Rand) bool {
+	sc := w.sc
+	ctx, cancel := w.ctx, context.CancelFunc(func() {})
+	if rng.Float64() < sc.Deadline {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(2*sc.W())+1)))
+	} else if rng.Float64() < sc.Cancel {
+		ctx, cancel = context.WithCancel(ctx)
+		timer := time.AfterFunc(time.Duration(rng.Int64N(int64(2*sc.W())+1)), cancel)
+		defer timer.Stop()
+	}
+	defer cancel()
+	c := &simCall{replica: r.id, n: n, start: w.rec.Since()}
+	c.limit, _ = ctx.Deadline()
+	w.mu.Lock()
+	w.outstanding[c] = struct{}{}
+	w.mu.Unlock()
+	flips, wasDegraded := r.flips.Load(), r.degraded.Load()
+	err := r.th.WaitN(ctx, n)
+	waited := w.rec.Since() - c.start
+	w.mu.Lock()
+	delete(w.outstanding, c)
+	if err == nil && c.limit.IsZero() && ctx.Err() == nil {
+		w.longest = max(w.longest, waited)
+	}
+	w.mu.Unlock()
+	if err != nil {
+		w.outcome(r, err)
+		return false
+	}
+	w.admit(r, n, waited, flips, wasDegraded, c.limit.IsZero())
+	return true
+}
+
+// admit records an admission, unless the replica is dead: a killed
+// process's callers make no calls.
+func (w *simWorld) admit(r *simReplica, n int, waited time.Duration, flips int64, wasDegraded, noDeadline bool) {
+	if r.dead.Load() {
+		return
+	}
+	exempt := w.sc.Policy == sim.FailOpen && (wasDegraded || r.degraded.Load() || r.flips.Load() != flips)
+	w.rec.Admit(sim.Admission{Replica: r.id, N: n, Exempt: exempt, Waited: waited, NoLimit: noDeadline})
+}
+
+// outcome checks that a call that was not admitted failed as documented.
+func (w *simWorld) outcome(r *simReplica, err error) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		w.count("deadline")
+	case errors.Is(err, context.Canceled):
+		w.count("cancelled")
+	case errors.Is(err, ErrRedis):
+		w.count("ErrRedis")
+	case errors.Is(err, ErrInvalidArgument) && strings.Contains(err.Error(), "lowered"):
+		w.count("over a lowered limit")
+	default:
+		w.t.Errorf("r%d: a call failed with an undocumented error: %v", r.id, err)
+	}
+	if !r.dead.Load() {
+		w.rec.Note(r.id, "call failed: %v", err)
+	}
+}
+
+func (w *simWorld) count(what string) {
+	w.mu.Lock()
+	w.errs[what]++
+	w.mu.Unlock()
+}
+
+// inject applies the scenario's events at their times.
+func (w *simWorld) inject() {
+	var snaps []func() // pending failover snapshots are taken ahead of time
+	_ = snaps
+	type step struct {
+		at time.Duration
+		do func()
+	}
+	var steps []step
+	for _, f := range w.sc.Faults {
+		f := f
+		switch f.Kind {
+		case sim.Failover:
+			var snap sim.Snapshot
+			steps = append(steps,
+				step{max(0, f.At-f.Lag), func() {
+					snap = w.store.Snapshot()
+					w.rec.Note(sim.World, "the copy failover will use syncs for the last time")
+				}},
+				step{f.At, func() { w.net.CloseAll(); w.store.Restore(snap) }})
+		default:
+			steps = append(steps, step{f.At, func() { w.apply(f) }})
+		}
+		steps[len(steps)-1].do = func(do func()) func() {
+			return func() { w.rec.Note(sim.World, "FAULT %s", f); do() }
+		}(steps[len(steps)-1].do)
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return int(a.at - b.at) })
+	for _, s := range steps {
+		if d := s.at - w.rec.Since(); d > 0 {
+			time.Sleep(d)
+		}
+		s.do()
+	}
+}
+
+func (w *simWorld) apply(f sim.Fault) {
+	r := w.reps[f.Replica]
+	switch f.Kind {
+	case sim.Delay:
+		w.net.DelayReplies(f.Replica, f.Span, f.D)
+	case sim.DropBefore:
+		w.net.DropBefore(f.Replica, f.K)
+	case sim.DropAfter:
+		w.net.DropAfter(f.Replica, f.K)
+	case sim.Stall:
+		w.net.Stall(f.D)
+	case sim.Flush:
+		w.net.CloseAll()
+		w.store.Flush()
+	case sim.Kill:
+		r.dead.Store(true)
+		w.net.Kill(f.Replica)
+	case sim.ClockStep:
+		r.clock.Step(f.D)
+	case sim.Pause:
+		if !r.dead.Load() {
+			err := r.th.PauseUntil(w.ctx, r.clock.Now().Add(f.D))
+			w.rec.Note(f.Replica, "PauseUntil: %v", err)
+		}
+	case sim.Lower:
+		if !r.dead.Load() {
+			err := r.th.SetLimit(w.ctx, f.K, f.D)
+			w.rec.Note(f.Replica, "SetLimit(%d, %s): %v", f.K, f.D, err)
+		}
+	}
+}
+
+// check asserts what every run must hold once its calls have returned.
+func (w *simWorld) check() {
+	adms := w.rec.Admissions()
+	for _, l := range w.sc.Limits {
+		if v := sim.Overfull(l.Key, adms, l.Interval, l.Limit); v != nil {
+			w.t.Errorf("invariant broken, seed %d\n%s", w.sc.Seed, w.rec.Trace(v, w.sc.FaultLines()))
+		}
+	}
+	w.checkIdle()
+	w.checkMembers()
+	if w.sc.Calm() {
+		w.checkProgress(adms)
+	}
+}
+
+// checkIdle waits for every live Throttler to go idle (no worker, nothing
+// queued): an idle Throttler holds no goroutine.
+func (w *simWorld) checkIdle() {
+	deadline := time.Now().Add(3*time.Second + 2*w.redisTimeout())
+	for {
+		busy := ""
+		for _, r := range w.reps {
+			r.th.mu.Lock()
+			if r.th.running || len(r.th.queue) > 0 {
+				busy += fmt.Sprintf(" r%d(running=%v queue=%d giveBack=%d replay=%d)", r.id,
+					r.th.running, len(r.th.queue), len(r.th.giveBack), len(r.th.replay))
+			}
+			r.th.mu.Unlock()
+		}
+		if busy == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Errorf("not idle after the traffic ended:%s", busy)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkMembers looks for members left in Redis: a live replica that saw no
+// Redis error must hold only members of calls it admitted, and no member
+// may lie further ahead than reserve-ahead.
+func (w *simWorld) checkMembers() {
+	now := time.Now().UnixMicro()
+	ahead := w.reps[0].th.opt.ahead.Microseconds()
+	for _, l := range w.sc.Limits {
+		for _, m := range w.store.Members(l.Key) {
+			if strings.HasPrefix(m.Name, "\x00") {
+				continue
+			}
+			if int64(m.Score) > now+ahead+int64(time.Second/time.Microsecond) {
+				w.t.Errorf("%s: member at %s, beyond reserve-ahead (%s)", l.Key,
+					time.UnixMicro(int64(m.Score)).Sub(w.rec.Start()), w.reps[0].th.opt.ahead)
+			}
+			r := w.owner(m.Name)
+			if r == nil || r.dead.Load() || r.th.Stats().RedisErrors > 0 || w.sc.Policy != sim.FailClosed {
+				continue
+			}
+			r.mu.Lock()
+			_, ok := r.admitted[m.Name]
+			r.mu.Unlock()
+			if !ok {
+				w.t.Errorf("%s: r%d left a member at %s that no call of its holds (never admitted, or given back)",
+					l.Key, r.id, time.UnixMicro(int64(m.Score)).Sub(w.rec.Start()))
+			}
+		}
+	}
+}
+
+// owner is the replica whose Throttler wrote member.
+func (w *simWorld) owner(member string) *simReplica {
+	for _, r := range w.reps {
+		if strings.HasPrefix(member, string(r.th.ids.prefix[:])) {
+			return r
+		}
+	}
+	return nil
+}
+
+// checkProgress holds a calm run (no fault, no deadline) to its targets:
+// steady-state utilization of at least 0.99 of what the limits allow, and
+// no call waiting longer than maxWait.
+func (w *simWorld) checkProgress(adms []sim.Admission) {
+	if len(adms) == 0 {
+		w.t.Errorf("calm run admitted nothing")
+		return
+	}
+	if u, ok := w.utilization(adms); ok && u < 0.99 {
+		w.t.Errorf("utilization %.3f < 0.99 of limit*interval/(interval+buffer)", u)
+	}
+	if w.longest > w.maxWait() {
+		w.t.Errorf("a call without deadline waited %s > the bound %s", w.longest, w.maxWait())
+	}
+}
+
+// utilization is the admitted units over what the limits allow, over whole
+// windows of steady state: from one window after the first admission to the
+// end of the traffic.
+func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
+	sc := w.sc
+	span := sc.W()
+	rate := float64(sc.Limits[0].Limit) / float64(span) // units per ns
+	for _, l := range sc.Limits[1:] {
+		wl := l.Interval + sc.Buffer
+		if r := float64(l.Limit) / float64(wl); r < rate {
+			rate, span = r, wl
+		}
+	}
+	from := adms[0].At + span
+	k := (sc.Run - from) / span
+	if k < 1 {
+		return 0, false
+	}
+	to := from + k*span
+	units := 0
+	for _, a := range adms {
+		if a.At >= from && a.At < to {
+			units += a.N
+		}
+	}
+	return float64(units) / (rate * float64(to-from)), true
+}
+
+// maxWait bounds the wait of a call without deadline in a calm run. Every
+// caller keeps at most one call in flight, so at most callers*MaxN units
+// are ever queued ahead of a call; the limits admit limit units per window
+// (interval + buffer); so a call is admitted within the windows those units
+// take, plus one for its own, plus reserve-ahead and a window of slack for
+// the jitter that spreads the replicas' wake-ups.
+func (w *simWorld) maxWait() time.Duration {
+	sc := w.sc
+	callers := sc.Replicas * sc.Goroutines
+	worst := time.Duration(0)
+	for _, l := range sc.Limits {
+		wl := l.Interval + sc.Buffer
+		windows := (callers*sc.MaxN + l.Limit - 1) / l.Limit
+		worst = max(worst, time.Duration(windows+2)*wl)
+	}
+	return worst + w.reps[0].th.opt.ahead
+}
+
+func (w *simWorld) summary() string {
+	adms := w.rec.Admissions()
+	units := 0
+	for _, a := range adms {
+		units += a.N
+	}
+	var rt, errs uint64
+	for _, r := range w.reps {
+		s := r.th.Stats()
+		rt += s.RoundTrips
+		errs += s.RedisErrors
+	}
+	s := fmt.Sprintf("admitted %d calls (%d units); round trips %d; commands %d; redis errors %d; other outcomes %v; longest wait without deadline %s (bound %s)",
+		len(adms), units, rt, w.net.Commands(), errs, w.errs, w.longest, w.maxWait())
+	if u, ok := w.utilization(adms); ok {
+		s += fmt.Sprintf("; utilization %.4f", u)
+	}
+	return s
+}
+
+// close ends the run: callers are gone; clients and the store close, and
+// every goroutine of the bubble must then exit (synctest fails otherwise).
+func (w *simWorld) close() {
+	w.cancel()
+	for _, r := range w.reps {
+		r.rdb.Close()
+	}
+	w.net.CloseAll()
+	w.store.Close()
+	// Virtual time stops once the bubble's function returns: let go-redis's
+	// dial back-offs and the library's last timers run out first.
+	time.Sleep(time.Minute)
+	synctest.Wait()
+}
+
+// traceHandler sends the library's log lines to the run's trace.
+type traceHandler struct {
+	rec     *sim.Recorder
+	replica int
+	attrs   string
+}
+
+func (h *traceHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *traceHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("log: " + r.Message + h.attrs)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key != "key" {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		}
+		return true
+	})
+	h.rec.Note(h.replica, "%s", b.String())
+	return nil
+}
+
+func (h *traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	for _, a := range as {
+		c.attrs += fmt.Sprintf(" %s=%v", a.Key, a.Value)
+	}
+	return &c
+}
+
+func (h *traceHandler) WithGroup(string) slog.Handler { return h }
