@@ -400,8 +400,6 @@ func (w *simWorld) count(what string) {
 
 // inject applies the scenario's events at their times.
 func (w *simWorld) inject() {
-	var snaps []func() // pending failover snapshots are taken ahead of time
-	_ = snaps
 	type step struct {
 		at time.Duration
 		do func()
