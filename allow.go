@@ -2,8 +2,11 @@ package throttler
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Result is the outcome of Allow and AllowN.
@@ -62,10 +65,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		t.mu.Unlock()
 		return Result{}, invalidf("AllowN(%d): more calls at once than the limit, lowered to %d", n, lims[0])
 	}
-	if now.Before(t.healUntil) {
-		// The shared window is being restored (see WaitN): nothing new yet.
-		return refuse(t.healUntil)
-	}
+	// A shared pause, a heal's included (see heal.go).
 	if t.pausedTill > g {
 		return refuse(t.clock.local(t.pausedTill))
 	}
@@ -83,6 +83,12 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	a := &attempt{checks: []int64{g}, lims: lims, slots: min(slices.Min(lims), n),
 		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0])}
 	a.trim = now.Sub(t.lastTrim) >= trimEvery
+	// The same loss checks and upkeep as a Wait's round trip (see heal.go):
+	// a process that only calls Allow notices a lost window too.
+	t.journal.trim(serverNow)
+	a.probe, _ = t.journal.probe()
+	a.mark, t.writeMark = t.writeMark, false
+	a.pause = t.healPause
 	t.mu.Unlock()
 	members := make([]string, n)
 	for i := range members {
@@ -95,6 +101,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		// trip that works (and stop counting on their own regardless).
 		t.mu.Lock()
 		t.giveBack = append(t.giveBack, members...)
+		t.writeMark = t.writeMark || a.mark // it may not have arrived
 		if !localAt.IsZero() {
 			t.local.release(localAt, n) // allowDegraded takes it again
 		}
@@ -105,10 +112,15 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	t.upkeptLocked(a, now)
 	t.recovered()
 	t.learnMetaLocked(r)
+	lost := t.noticeLossLocked(a, r, t.now())
 	pausedTill := t.pausedTill
 	lims = t.limitsLocked(serverNow, nil) // what the reply said is in force
+	ok := t.decide(a, lims, r, []claim{{score: g, n: n}}, nil)[0] && g >= pausedTill && !r.stepped && !lost
+	if ok {
+		t.journal.add(g, members)
+	}
+	t.startWorkerLocked() // a heal pause to write, say
 	t.mu.Unlock()
-	ok := t.decide(a, lims, r, []claim{{score: g, n: n}}, nil)[0] && g >= pausedTill && !r.stepped
 	// Remaining: the room left under the tightest limit.
 	remaining := t.limit
 	for wi, counts := range r.counts {
@@ -149,10 +161,14 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 func (t *Throttler) allowDegraded(n int, err error) (Result, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Calls admitted locally, and members to give back, are for a worker
+	// to write once Redis answers.
+	defer t.startWorkerLocked()
 	now := t.now()
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
+		t.degradeLocked(now)
 		t.observeAllowed(n)
 		return Result{Allowed: true}, nil
 	case policyLocal:
@@ -166,9 +182,11 @@ func (t *Throttler) allowDegraded(n int, err error) (Result, error) {
 			return Result{RetryAfter: at.Sub(now)}, nil
 		}
 		t.local.take(at, n)
-		serverAt := t.clock.server(at)
-		for range n {
-			t.replay = append(t.replay, entry{score: serverAt, member: t.ids.next()})
+		if !errors.Is(err, redis.ErrClosed) { // a closed client will never write them
+			serverAt := t.clock.server(at)
+			for range n {
+				t.replay = append(t.replay, entry{score: serverAt, member: t.ids.next()})
+			}
 		}
 		t.observeAllowed(n)
 		return Result{Allowed: true}, nil

@@ -1,9 +1,12 @@
 package throttler
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // retryRedisAfter is how long FailOpen and FallbackLocal serve calls without
@@ -34,7 +37,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 			t.settleLocked(w, stAdmitted, t.afterPauseLocked(now), nil)
 		}
 		t.serveDegradedLocked(now)
-		return t.idleAfterFailureLocked()
+		return t.idleAfterFailureLocked(err)
 	case policyLocal:
 		t.logRedis(err, "calls throttled locally")
 		t.degradeLocked(now)
@@ -54,7 +57,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		if d := t.serveDegradedLocked(now); len(t.queue) > 0 {
 			return d
 		}
-		return t.idleAfterFailureLocked()
+		return t.idleAfterFailureLocked(err)
 	default:
 		t.logRedis(err, "calls fail")
 		e := redisError(err)
@@ -71,21 +74,26 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 			t.settleLocked(w, stFailed, now, e)
 		}
 		t.queue = t.queue[:0]
-		return t.idleAfterFailureLocked()
+		return t.idleAfterFailureLocked(err)
 	}
 }
 
 // idleAfterFailureLocked decides what the worker does after a failure once
 // no caller waits: members it could not give back are dropped (they stop
 // counting on their own, within the crash bound), and replayed admissions are
-// kept, and retried a second later, only while they still matter.
-func (t *Throttler) idleAfterFailureLocked() time.Duration {
+// kept, and retried a second later, only while they still matter and the
+// client can still answer: a closed client never will.
+func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 	if len(t.queue) > 0 {
 		return 0
 	}
 	t.giveBack = nil
+	if errors.Is(err, redis.ErrClosed) {
+		t.replay, t.healPause = nil, 0
+		return 0
+	}
 	t.trimReplayLocked(t.clock.server(t.now()))
-	if len(t.replay) > 0 {
+	if len(t.replay) > 0 || t.healPause > 0 {
 		return retryRedisAfter
 	}
 	return 0
@@ -105,7 +113,9 @@ func (t *Throttler) isOurs(member string, batch []*waiter) bool {
 }
 
 func (t *Throttler) settleLocked(w *waiter, s waitState, at time.Time, err error) {
-	w.state, w.at, w.err, w.epoch = s, at, err, t.limitEpoch
+	// A reservation settled here is not one a reply just made: it goes
+	// at its time, on a timer.
+	w.state, w.at, w.err, w.epoch, w.immediate = s, at, err, t.limitEpoch, false
 	w.signal()
 }
 
@@ -157,11 +167,12 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 }
 
 // trimReplayLocked forgets replayed admissions that no longer matter to any
-// window, which bounds the journal to about one window of calls.
+// window (the longest limit's included), which bounds the journal to about
+// one window of calls.
 func (t *Throttler) trimReplayLocked(serverNow int64) {
 	keep := t.replay[:0]
 	for _, e := range t.replay {
-		if e.score > serverNow-t.w {
+		if e.score > serverNow-t.longestW() {
 			keep = append(keep, e)
 		}
 	}

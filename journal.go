@@ -3,15 +3,13 @@ package throttler
 import "slices"
 
 // journal holds this Throttler's own admissions for as long as they count in
-// some window. It is how a process heals a shared window that Redis lost
-// (a restart without persistence, a failover that dropped recent writes, a
-// deleted key): every round trip checks that the newest journaled member is
-// still in the set, and when it is not, the journal is written back.
-// Guarded by the Throttler's mu.
+// the first limit's window. Its newest entry is the probe every round trip
+// checks is still in that limit's key, which tells a failover that lost the
+// latest writes (see heal.go). Guarded by the Throttler's mu.
 type journal struct {
 	entries []entry
-	cap     int   // twice the largest limit
-	w       int64 // the longest window: entries older than it count nowhere
+	cap     int   // twice the first limit
+	w       int64 // the first limit's window: entries older than it are trimmed from its key
 }
 
 // add records members admitted at score.
@@ -47,9 +45,4 @@ func (j *journal) probe() (string, bool) {
 		return "", false
 	}
 	return j.entries[len(j.entries)-1].member, true
-}
-
-// live returns a copy of the admissions that still count.
-func (j *journal) live() []entry {
-	return slices.Clone(j.entries)
 }

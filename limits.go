@@ -103,7 +103,8 @@ const (
 // Calls of this process holding slots reserved ahead under the higher limit
 // give them back and reserve again. Other Throttlers learn of the change
 // with their next round trip: within a round trip for one that is busy,
-// within 500ms for one with callers waiting. It returns an error wrapping
+// within 500ms (or a hundredth of the window, if longer) for one with callers
+// waiting. It returns an error wrapping
 // ErrInvalidArgument when n < 1 or d <= 0, and one wrapping ErrRedis when
 // Redis fails (the change then holds in this process only).
 func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {

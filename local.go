@@ -1,27 +1,70 @@
 package throttler
 
 import (
+	"math"
 	"slices"
 	"time"
 )
 
-// localWindow is the in-process sliding-window log FallbackLocal throttles
-// with while Redis fails: the same invariant as the shared window (no window
-// (t-w, t] holds more than limit calls), over this process's calls only.
-// It is guarded by the Throttler's mu.
+// localWindow is what FallbackLocal throttles with while Redis fails: an
+// in-process sliding-window log per limit of the Throttler, each at the
+// configured share of its limit, with the same invariant as the shared
+// window (no window (t-w, t] holds more than the share), over this
+// process's calls only. It is guarded by the Throttler's mu.
 type localWindow struct {
+	limit int // the smallest share: the most one call may take at once
+	logs  []localLog
+}
+
+// localLog is one limit's share: at most limit calls in any window of w.
+type localLog struct {
 	limit int
 	w     time.Duration
 	times []time.Time // ascending
 }
 
-func newLocalWindow(limit int, w time.Duration) *localWindow {
-	return &localWindow{limit: limit, w: w}
+// newLocalWindow gives every limit of wins share of its calls, rounded
+// down, to 0 when the share is less than one call: the shares of every
+// process must add up to at most the limit, so a process whose share holds
+// no call admits none while Redis fails.
+func newLocalWindow(share float64, wins []window, buffer time.Duration) *localWindow {
+	l := &localWindow{limit: math.MaxInt}
+	for _, x := range wins {
+		n := int(math.Floor(float64(x.limit) * share))
+		l.limit = min(l.limit, n)
+		l.logs = append(l.logs, localLog{limit: n, w: x.interval + buffer})
+	}
+	return l
 }
 
 // slot returns the earliest time, not before now, at which n calls may go
-// (1 <= n <= limit), placed after every call already scheduled.
+// under every share (1 <= n <= l.limit), placed after every call already
+// scheduled.
 func (l *localWindow) slot(now time.Time, n int) time.Time {
+	at := now
+	for i := range l.logs {
+		at = later(at, l.logs[i].slot(now, n))
+	}
+	return at
+}
+
+// take records n calls at at, which slot returned.
+func (l *localWindow) take(at time.Time, n int) {
+	for i := range l.logs {
+		for range n {
+			l.logs[i].times = append(l.logs[i].times, at)
+		}
+	}
+}
+
+// release forgets n calls recorded at at (a caller gave its slot back).
+func (l *localWindow) release(at time.Time, n int) {
+	for i := range l.logs {
+		l.logs[i].release(at, n)
+	}
+}
+
+func (l *localLog) slot(now time.Time, n int) time.Time {
 	cut := 0
 	for cut < len(l.times) && !l.times[cut].After(now.Add(-l.w)) {
 		cut++
@@ -39,15 +82,7 @@ func (l *localWindow) slot(now time.Time, n int) time.Time {
 	return at
 }
 
-// take records n calls at at, which slot returned.
-func (l *localWindow) take(at time.Time, n int) {
-	for range n {
-		l.times = append(l.times, at)
-	}
-}
-
-// release forgets n calls recorded at at (a caller gave its slot back).
-func (l *localWindow) release(at time.Time, n int) {
+func (l *localLog) release(at time.Time, n int) {
 	for i := len(l.times) - 1; i >= 0 && n > 0; i-- {
 		if l.times[i].Equal(at) {
 			l.times = slices.Delete(l.times, i, i+1)

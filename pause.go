@@ -17,7 +17,8 @@ import (
 // whose slot falls inside the pause give the slot back and wait for one
 // after it; calls already on their way are not recalled. Other processes
 // learn of the pause with their next round trip: within a round trip for a
-// busy one, within 500ms for one with callers waiting.
+// busy one, within 500ms (or a hundredth of the window, if longer) for one with
+// callers waiting.
 //
 // While a pause lasts, WaitN waits for it to end (or fails at once if it
 // ends after the context's deadline), and AllowN refuses with RetryAfter

@@ -29,11 +29,18 @@ func FailClosed() FailurePolicy { return FailurePolicy{kind: policyClosed} }
 func FailOpen() FailurePolicy { return FailurePolicy{kind: policyOpen} }
 
 // FallbackLocal keeps throttling in this process while Redis fails, at share
-// of the limit, rounded down, with the same sliding window. With R replicas,
-// a share of 1/R keeps the total within the limit; where the limit is below
-// R that share holds no call, and calls fail with ErrRedis while Redis
-// fails, as under FailClosed. Redis is tried again at most once a second; calls admitted locally
-// are counted in Redis once it answers.
+// of each limit (New's and WithLimit's), rounded down, with the same sliding
+// window. With R replicas all cut off, a share of 1/R keeps the total within
+// the limit; where the limit is below R that share holds no call, and calls
+// fail with ErrRedis while Redis fails, as under FailClosed. Redis is tried
+// again at most once a second; calls admitted locally are counted in Redis
+// once it answers.
+//
+// A process cut off from Redis cannot see what the others admit, nor they
+// its local calls until they are written back: a window may hold the limit
+// plus, for each process that admitted calls locally in it, that process's
+// share. This happens in a window that spans the start of an outage, or
+// when one process loses Redis while the others still reach it.
 func FallbackLocal(share float64) FailurePolicy {
 	return FailurePolicy{kind: policyLocal, share: share}
 }

@@ -78,6 +78,28 @@ func TestFallbackLocal(t *testing.T) {
 	waitIdle(t, th)
 }
 
+// TestFallbackLocalEveryLimit: the local share applies to every limit, not
+// only New's: 1/2 of {k}a's 8 per 2s is 4, but 1/2 of {k}b's 4 per 2s is 2,
+// so only 2 calls go in a window. (The simulation found the second limit
+// ignored: seed 11 held 986 calls on a limit of 440.)
+func TestFallbackLocalEveryLimit(t *testing.T) {
+	const interval = 2 * time.Second
+	th := mustNew(t, deadRedis(t), "{k}a", 8, interval, WithLogger(quiet),
+		WithLimit("{k}b", 4, interval), WithFailurePolicy(FallbackLocal(0.5)))
+	for i := range 2 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait #%d within the local share: %v", i, err)
+		}
+	}
+	if res, err := th.Allow(context.Background()); err != nil || res.Allowed {
+		t.Fatalf("Allow past the second limit's share of 2: got (%+v, %v), want refused", res, err)
+	}
+	if err := th.WaitN(context.Background(), 3); !errors.Is(err, ErrRedis) {
+		t.Fatalf("WaitN(3) over the second limit's share of 2: got %v, want ErrRedis", err)
+	}
+	waitIdle(t, th)
+}
+
 // TestFallbackReplaysIntoRedis: calls admitted locally while Redis was down
 // are counted in Redis once it answers, so the window after the outage still
 // holds the limit.

@@ -53,7 +53,8 @@ type attempt struct {
 
 	soonest int64  // the score of a call that goes as soon as the reply is back
 	probe   string // a member of ours that must still be in the set ("" = none)
-	mark    bool   // write the marker (with the journal, in the same ZADD)
+	mark    bool   // write the marker
+	pause   int64  // server µs: write a shared pause until then (a heal; 0 = none)
 	room    int    // units of the batch (or fair share) left unclaimed
 }
 
@@ -71,12 +72,8 @@ type reply struct {
 }
 
 // marker is a member at score -1, where no window counts it and no trim
-// reaches it. Every round trip checks it is there. A process that found it
-// within the key's TTL and then finds it gone knows Redis lost the window
-// (the key cannot have expired meanwhile), even when none of its own calls
-// are in it to miss. The marker is written only together with a process's
-// journal, in one ZADD, or when a key is seen for the first time: so a
-// marker present means the writer's calls are back too.
+// reaches it: how a process tells a window Redis lost from a key that
+// expired (see heal.go).
 const marker = "\x00throttler"
 
 // trimFloor is the lowest score a trim removes: the marker sits below it.
@@ -128,6 +125,11 @@ func (t *Throttler) exec(ctx context.Context, a *attempt) (reply, error) {
 			if a.trim && serverNow > 0 {
 				p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(serverNow-x.w-trimSlack))
 				p.ZRemRangeByScore(ctx, x.key, exclusive(serverNow+futureBound), "+inf")
+			}
+			if wi == 0 && a.pause > 0 {
+				// Before the marker: a marker present means the pause
+				// written with it is there too.
+				p.ZAddLT(ctx, x.key, redis.Z{Score: float64(-a.pause), Member: pauseMember})
 			}
 			add := zs
 			if wi > 0 {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -42,6 +43,15 @@ var simRegressions = []struct {
 	{37, "a local clock step: scores and the trim came from a stale estimate of the server's clock, and the trim deleted every replica's live members"},
 	{66, "a round that planned PEXPIRE but sent nothing put off the next one: the key expired under members that still counted"},
 	{35, "FallbackLocal(1/R) with a limit below R gave each replica one call per window: R calls in all"},
+	{20, "a zero buffer: two replicas converted the same score to local times up to 2µs apart (365 calls in a window of 358)"},
+	{11, "FallbackLocal's local share ignored every limit but New's: 986 calls in a window of a WithLimit limit of 440"},
+	{57, "a flush healed by write-backs: replicas sleeping toward slots reserved minutes ahead never wrote theirs back (723 in a window of 525)"},
+	{14, "the same with 45 replicas: write-backs came after the 800ms grace (71 in a window of 43)"},
+	{31, "AllowN under FailOpen admitted through a Redis failure without marking the process degraded"},
+	{85, "false heals: the probe was looked up in the first key after that key had trimmed it (a longer WithLimit window kept it in the journal)"},
+	{64, "one process on 8 per 2.9s used 83% of the quota: the pause after a fair share let burst slots come due unreserved"},
+	{8, "the same with three processes and a 94ms reserve-ahead: a third of each burst went 53ms late"},
+	{63, "a killed replica's worker, retrying its local calls for a 45-minute window, outlived the run"},
 }
 
 // TestSimulation runs the seeds the flags name; without flags, the
@@ -369,8 +379,12 @@ func (w *simWorld) admit(r *simReplica, n int, waited time.Duration, flips int64
 	if r.dead.Load() {
 		return
 	}
-	exempt := w.sc.Policy == sim.FailOpen && (wasDegraded || r.degraded.Load() || r.flips.Load() != flips)
-	w.rec.Admit(sim.Admission{Replica: r.id, N: n, Exempt: exempt, Waited: waited, NoLimit: noDeadline})
+	// Admitted while the replica fell back, or may have: FailOpen's calls
+	// count nowhere, FallbackLocal's against the replica's share.
+	fellBack := wasDegraded || r.degraded.Load() || r.flips.Load() != flips
+	w.rec.Admit(sim.Admission{Replica: r.id, N: n, Waited: waited, NoLimit: noDeadline,
+		Exempt: w.sc.Policy == sim.FailOpen && fellBack,
+		Local:  w.sc.Policy == sim.FallbackLocal && fellBack})
 }
 
 // outcome checks that a call that was not admitted failed as documented.
@@ -468,7 +482,11 @@ func (w *simWorld) apply(f sim.Fault) {
 func (w *simWorld) check() {
 	adms := w.rec.Admissions()
 	for _, l := range w.sc.Limits {
-		if v := sim.Overfull(l.Key, adms, l.Interval, l.Limit); v != nil {
+		share := 0 // FallbackLocal(1/R)'s share of this limit, as New rounds it
+		if w.sc.Policy == sim.FallbackLocal {
+			share = int(math.Floor(float64(l.Limit) * (1 / float64(w.sc.Replicas))))
+		}
+		if v := sim.Overfull(l.Key, adms, l.Interval, l.Limit, share); v != nil {
 			w.t.Errorf("invariant broken, seed %d\n%s", w.sc.Seed, w.rec.Trace(v, w.sc.FaultLines()))
 		}
 	}
@@ -486,6 +504,11 @@ func (w *simWorld) checkIdle() {
 	for {
 		busy := ""
 		for _, r := range w.reps {
+			if r.dead.Load() {
+				// A killed process holds nothing: its abandoned worker
+				// runs out on its own (see close).
+				continue
+			}
 			r.th.mu.Lock()
 			if r.th.running || len(r.th.queue) > 0 {
 				busy += fmt.Sprintf(" r%d(running=%v queue=%d giveBack=%d replay=%d)", r.id,
@@ -552,58 +575,93 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 		w.t.Errorf("calm run admitted nothing")
 		return
 	}
-	if u, ok := w.utilization(adms); ok && u < 0.99 {
-		w.t.Errorf("utilization %.3f < 0.99 of limit*interval/(interval+buffer)", u)
+	if u, ok := w.utilization(adms); ok && u < w.utilizationTarget() {
+		w.t.Errorf("utilization %.4f < %.4f of limit*interval/(interval+buffer)", u, w.utilizationTarget())
 	}
 	if w.longest > w.maxWait() {
 		w.t.Errorf("a call without deadline waited %s > the bound %s", w.longest, w.maxWait())
 	}
 }
 
-// utilization is the admitted units over what the limits allow, over whole
-// windows of steady state: from one window after the first admission to the
-// end of the traffic.
+// utilization is the admitted units over what the limits allow, averaged
+// over every window of steady state: windows of the tightest limit's
+// interval + buffer starting from one window after the first admission to
+// one window before the traffic ends. A sliding window frees slots in the
+// pattern it filled them in, often bursts, so a single window cut (or a
+// whole number of them) over- or under-counts by where its edges fall; the
+// average over every start point does not: it weighs each admission by the
+// share of windows that hold it.
 func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 	sc := w.sc
-	span := sc.W()
-	rate := float64(sc.Limits[0].Limit) / float64(span) // units per ns
+	span, limit := sc.W(), sc.Limits[0].Limit
 	for _, l := range sc.Limits[1:] {
 		wl := l.Interval + sc.Buffer
-		if r := float64(l.Limit) / float64(wl); r < rate {
-			rate, span = r, wl
+		if float64(l.Limit)/float64(wl) < float64(limit)/float64(span) {
+			span, limit = wl, l.Limit
 		}
 	}
-	from := adms[0].At + span
-	k := (sc.Run - from) / span
-	if k < 1 {
+	from, to := adms[0].At+span, sc.Run-span // window starts
+	if to-from < span {
 		return 0, false
 	}
-	to := from + k*span
-	units := 0
+	held := 0.0 // units times the length of start points whose window holds them
 	for _, a := range adms {
-		if a.At >= from && a.At < to {
-			units += a.N
+		lo, hi := max(from, a.At-span), min(to, a.At)
+		if hi > lo {
+			held += float64(a.N) * float64(hi-lo)
 		}
 	}
-	return float64(units) / (rate * float64(to-from)), true
+	return held / (float64(limit) * float64(to-from)), true
+}
+
+// utilizationTarget is what a calm run must use of its quota: 0.99 for
+// calls of one unit under one limit. Calls of up to MaxN units are served
+// first come first served, so the head of a queue that needs n units
+// leaves up to n-1 free slots unused until the n-th frees: up to
+// (MaxN-1)/limit of a window. Several limits each free slots in their own
+// pattern, and the earliest slot that fits all of them can settle into a
+// schedule below the tightest limit's rate: there, 5% less (the worst seen
+// over seeds 1-400 was 0.98).
+func (w *simWorld) utilizationTarget() float64 {
+	sc := w.sc
+	target := 0.99 - float64(sc.MaxN-1)/float64(sc.MinLimit())
+	if len(sc.Limits) > 1 {
+		target -= 0.05
+	}
+	return target
 }
 
 // maxWait bounds the wait of a call without deadline in a calm run. Every
 // caller keeps at most one call in flight, so at most callers*MaxN units
 // are ever queued ahead of a call; the limits admit limit units per window
-// (interval + buffer); so a call is admitted within the windows those units
-// take, plus one for its own, plus reserve-ahead and a window of slack for
-// the jitter that spreads the replicas' wake-ups.
+// (interval + buffer), so, were all processes served first come first
+// served, a call would be admitted within the windows those units take,
+// plus one for its own, plus reserve-ahead and a window of slack for the
+// jitter that spreads the replicas' wake-ups. Processes are not served in
+// one order, though: each takes shares of the free slots in turn, so one
+// can fall behind its share for a while. A quarter more windows covers
+// that (the worst seen over seeds 1-400 before this slack was 1.03 times
+// the first-come bound).
 func (w *simWorld) maxWait() time.Duration {
 	sc := w.sc
 	callers := sc.Replicas * sc.Goroutines
 	worst := time.Duration(0)
 	for _, l := range sc.Limits {
 		wl := l.Interval + sc.Buffer
-		windows := (callers*sc.MaxN + l.Limit - 1) / l.Limit
+		windows := (5*callers*sc.MaxN + 4*l.Limit - 1) / (4 * l.Limit) // ceil(5/4 * queued / limit)
 		worst = max(worst, time.Duration(windows+2)*wl)
 	}
 	return worst + w.reps[0].th.opt.ahead
+}
+
+// longestW is the longest any admission counts: interval plus buffer of
+// the longest limit.
+func (w *simWorld) longestW() time.Duration {
+	var d time.Duration
+	for _, l := range w.sc.Limits {
+		d = max(d, l.Interval+w.sc.Buffer)
+	}
+	return d
 }
 
 func (w *simWorld) summary() string {
@@ -636,8 +694,11 @@ func (w *simWorld) close() {
 	w.net.CloseAll()
 	w.store.Close()
 	// Virtual time stops once the bubble's function returns: let go-redis's
-	// dial back-offs and the library's last timers run out first.
-	time.Sleep(time.Minute)
+	// dial back-offs and the library's last timers run out first. A killed
+	// replica's worker, abandoned with local calls it could not write back
+	// (FallbackLocal), retries them until they no longer count: for up to
+	// the longest window after the last of them.
+	time.Sleep(time.Minute + w.longestW())
 	synctest.Wait()
 }
 

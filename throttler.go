@@ -18,7 +18,6 @@ package throttler
 
 import (
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -52,7 +51,7 @@ type Throttler struct {
 	degraded   time.Time // while now is before it, Redis is not tried (fallback)
 	near       bool      // the last reply left little room: reserve exactly (MULTI)
 	journal    journal   // our admissions that still count, to heal a lost window
-	healUntil  time.Time // after a lost window: no new admissions before it
+	healPause  int64     // server µs: the end of a heal pause still to write to Redis (0 = none); see heal.go
 	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
 	lastRound  time.Time // the last round trip that reached Redis
 	lastSeen   time.Time // the last round trip that found (or wrote) the marker
@@ -64,7 +63,7 @@ type Throttler struct {
 	local      *localWindow // the fallback's in-process window, when configured
 	scratch    roundScratch
 	lateWakes  int   // calls that re-reserved after waking too late
-	heals      int   // lost windows found and restored
+	heals      int   // lost windows found
 	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
 	lowered    int   // the first limit lowered through Redis (SetLimit); 0 = not lowered
 	lowerTill  int64 // server µs at which the lowering ends
@@ -120,7 +119,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	wins := append([]window{{key: key, limit: limit, interval: interval}}, o.extra...)
 	for i := range wins {
-		wins[i].w = ceilMicros(wins[i].interval + o.buffer)
+		wins[i].w = windowMicros(wins[i].interval + o.buffer)
 		if err := sameSlot(wins[0].key, wins[i].key); err != nil {
 			return nil, err
 		}
@@ -146,28 +145,35 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	t.metaArgs = []any{"zmscore", key, marker, pauseMember, limitMember, limitEndMember}
 	t.minLimit = limit
-	longest, most := wins[0].w, limit
 	for _, x := range wins[1:] {
 		t.minLimit = min(t.minLimit, x.limit)
-		longest, most = max(longest, x.w), max(most, x.limit)
 	}
-	t.journal.cap = 2 * most
-	t.journal.w = longest
+	// The probe is looked up in the first limit's key, which trims its
+	// members once they leave its own window.
+	t.journal.cap = 2 * limit
+	t.journal.w = wins[0].w
 	t.ctxTimeouts = honoursContext(client)
 	if o.policy.kind == policyLocal {
-		// Rounded down, to 0 when the share is less than one call: the
-		// shares of every process must add up to at most the limit, so a
-		// process whose share holds no call admits none while Redis fails.
-		t.local = newLocalWindow(int(math.Floor(float64(limit)*o.policy.share)), interval+o.buffer)
+		t.local = newLocalWindow(o.policy.share, wins, o.buffer)
 	}
 	return t, nil
 }
 
-// ceilMicros is d in whole microseconds, rounded up: a window rounded down
-// would let two calls a fraction of a microsecond less than interval apart.
-func ceilMicros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
+// windowMicros is how long a call holds its slot, in the whole server
+// microseconds scores are kept in, for a window of d: d rounded up (a
+// window rounded down would let two calls a fraction of a microsecond less
+// than d apart), plus conversionSlack.
+func windowMicros(d time.Duration) int64 {
+	return int64((d+time.Microsecond-1)/time.Microsecond) + conversionSlack
 }
+
+// conversionSlack covers the conversion of a score to a caller's local
+// clock: each process reads its clock to the nanosecond but converts in
+// whole microseconds, so two processes may place the same score up to a
+// microsecond apart each. Without it, two calls scored exactly one window
+// apart by different processes could go up to 2µs less than a window
+// apart (seen in the simulation with a zero buffer, seeds 12, 20 and 34).
+const conversionSlack = 2
 
 // Limit returns the number of calls allowed per interval, as given to New.
 // A limit lowered by SetLimit or by an API's answer (see Transport) does not
@@ -187,6 +193,16 @@ type roundScratch struct {
 	claims []claim
 	ok     []bool
 	lims   []int
+}
+
+// longestW is how long a call counts in the longest of its windows, in
+// microseconds.
+func (t *Throttler) longestW() int64 {
+	w := int64(0)
+	for _, x := range t.wins {
+		w = max(w, x.w)
+	}
+	return w
 }
 
 // batchUnits is how many members one round trip may add, and how many

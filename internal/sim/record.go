@@ -35,6 +35,7 @@ type Admission struct {
 	Replica int
 	N       int  // units (WaitN's n)
 	Exempt  bool // admitted by a policy the invariant documents as an exception (FailOpen while Redis fails)
+	Local   bool // admitted while the replica fell back on its local share (FallbackLocal)
 	Waited  time.Duration
 	NoLimit bool // the caller had no deadline
 }
@@ -103,43 +104,58 @@ type Violation struct {
 	From     time.Duration
 	Interval time.Duration
 	Units    int
-	Limit    int
+	Limit    int         // what the window may hold (the limit, plus local shares)
 	Calls    []Admission // the admissions in the window
 }
 
 func (v Violation) String() string {
-	return fmt.Sprintf("%s: the window [%s, %s) holds %d units, limit %d",
+	return fmt.Sprintf("%s: the window [%s, %s) holds %d units, may hold %d",
 		v.Key, fmtDur(v.From), fmtDur(v.From+v.Interval), v.Units, v.Limit)
 }
 
 // Overfull returns the fullest window of length interval over adms (sorted
-// by At) when it holds more than limit units, skipping exempt admissions.
-// Windows are half-open, [t, t+interval): two calls exactly interval apart
-// never share one.
-func Overfull(key string, adms []Admission, interval time.Duration, limit int) *Violation {
+// by At), measured against what it may hold, when it holds more: limit
+// units, plus share for each replica with a Local admission in it (what
+// FallbackLocal documents: a process cut off from Redis admits up to its
+// share on its own). Exempt admissions are skipped. Windows are half-open,
+// [t, t+interval): two calls exactly interval apart never share one.
+func Overfull(key string, adms []Admission, interval time.Duration, limit, share int) *Violation {
 	var counted []Admission
 	for _, a := range adms {
 		if !a.Exempt {
 			counted = append(counted, a)
 		}
 	}
-	best, bestAt, bestEnd, units, j := 0, 0, 0, 0, 0
+	local := map[int]int{} // replica: Local admissions in the window
+	worst, bestAt, bestEnd, units, j := 0, 0, 0, 0, 0
+	bestUnits, bestMay := 0, 0
 	for i, a := range counted {
 		// The fullest window can start at an admission.
 		for j < len(counted) && counted[j].At < a.At+interval {
 			units += counted[j].N
+			if counted[j].Local {
+				local[counted[j].Replica]++
+			}
 			j++
 		}
-		if units > best {
-			best, bestAt, bestEnd = units, i, j
+		may := limit + share*len(local)
+		// A window starts at the first of the admissions at its time
+		// (the others at that time were already taken out).
+		if first := i == 0 || counted[i-1].At < a.At; first && units-may > worst {
+			worst, bestAt, bestEnd, bestUnits, bestMay = units-may, i, j, units, may
 		}
 		units -= a.N
+		if a.Local {
+			if local[a.Replica]--; local[a.Replica] == 0 {
+				delete(local, a.Replica)
+			}
+		}
 	}
-	if best <= limit {
+	if worst <= 0 {
 		return nil
 	}
-	return &Violation{Key: key, From: counted[bestAt].At, Interval: interval, Units: best,
-		Limit: limit, Calls: counted[bestAt:bestEnd]}
+	return &Violation{Key: key, From: counted[bestAt].At, Interval: interval, Units: bestUnits,
+		Limit: bestMay, Calls: counted[bestAt:bestEnd]}
 }
 
 // Trace is a person's view of what happened around a violation: the

@@ -1,0 +1,78 @@
+package throttler
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Redis can lose the shared window: a restart without persistence, a
+// failover to a copy that missed the last writes, a deleted key. Its counts
+// then miss calls that still count (every process's recent calls, and the
+// slots reserved ahead), and a process that trusted them would admit too
+// many. Two members that are not calls let every round trip notice:
+//
+//   - the marker (score -1, below every window and every trim) is written
+//     the first time a process sees the key, and again with a heal. A
+//     process whose last round trip was within the key's TTL knows the key
+//     cannot have expired since, so a missing marker means a loss;
+//   - the probe: the newest of this process's calls that still counts (see
+//     journal) must still be in the set. This catches a failover to a copy
+//     that kept the marker but not the latest calls.
+//
+// A process that notices admits nothing from that round trip and heals: it
+// pauses every process on the key (a shared pause, the member PauseUntil
+// writes) until every call the lost window can have held has stopped
+// counting: the longest window plus reserve-ahead from now. Every process
+// reads the pause with its next round trip, so the heal does not depend on
+// the others noticing the loss themselves, nor on idle processes writing
+// their calls back; calls sleeping toward a slot inside the pause give it
+// back and wait for one after it.
+
+// noticeLossLocked reads the loss checks of reply r to attempt a, applied
+// at now, and starts a heal when they show one. It reports whether Redis
+// lost the window, in which case the reply's counts decide nothing.
+func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
+	// Our last round trip refreshed the key's TTL: if that was less than a
+	// TTL ago, the key cannot have expired on its own.
+	seenRecently := !t.lastSeen.IsZero() && now.Sub(t.lastSeen) < t.ttl(t.wins[0])
+	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
+	if missing {
+		t.writeMark = true // with the next round trip
+	} else {
+		// Found, or written: only such a round trip vouches for the key.
+		// (Two round trips of one process may cross, an Allow's and the
+		// worker's: one that saw no marker on a new key must not make
+		// the other's miss look like a loss.)
+		t.lastSeen = now
+	}
+	if !r.lost && !(missing && seenRecently) {
+		return false
+	}
+	t.healLocked(now)
+	return true
+}
+
+// healLocked pauses every process on the key until the calls a lost window
+// held have all stopped counting: the newest of them was reserved at most
+// reserve-ahead from now and counts for the longest window after that. The
+// pause holds here at once and is written to Redis with the next round
+// trip, together with the marker.
+func (t *Throttler) healLocked(now time.Time) {
+	end := t.clock.server(now) + t.longestW() + t.opt.ahead.Microseconds()
+	t.healPause = max(t.healPause, end)
+	t.writeMark = true
+	// Until the marker is back, a missing one says nothing new.
+	t.lastSeen = time.Time{}
+	// Our calls went with the window: none is left to probe for.
+	t.journal.entries = t.journal.entries[:0]
+	t.heals++
+	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
+		slog.String("key", t.key), slog.Time("until", t.clock.local(end)))
+	if end > t.pausedTill {
+		t.pausedTill = end
+		t.stats.pauses.Add(1)
+		if o := t.opt.observer.Paused; o != nil {
+			o(t.clock.local(end))
+		}
+	}
+}
