@@ -51,6 +51,7 @@ var simRegressions = []struct {
 	{85, "false heals: the probe was looked up in the first key after that key had trimmed it (a longer WithLimit window kept it in the journal)"},
 	{64, "one process on 8 per 2.9s used 83% of the quota: the pause after a fair share let burst slots come due unreserved"},
 	{8, "the same with three processes and a 94ms reserve-ahead: a third of each burst went 53ms late"},
+	{310, "AllowN admitted a call whose reply came back 10.7ms late with a 4ms buffer: the call went past the margin"},
 	{63, "a killed replica's worker, retrying its local calls for a 45-minute window, outlived the run"},
 }
 
