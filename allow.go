@@ -83,12 +83,8 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	a := &attempt{checks: []int64{g}, lims: lims, slots: min(slices.Min(lims), n),
 		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0])}
 	a.trim = now.Sub(t.lastTrim) >= trimEvery
-	// The same loss checks and upkeep as a Wait's round trip (see heal.go):
-	// a process that only calls Allow notices a lost window too.
-	t.journal.trim(serverNow)
-	a.probe, _ = t.journal.probe()
-	a.mark, t.writeMark = t.writeMark, false
-	a.pause = t.healPause
+	// A process that only calls Allow notices a lost window too.
+	t.lossChecksLocked(a, serverNow)
 	t.mu.Unlock()
 	members := make([]string, n)
 	for i := range members {

@@ -28,6 +28,17 @@ import (
 // their calls back; calls sleeping toward a slot inside the pause give it
 // back and wait for one after it.
 
+// lossChecksLocked puts into attempt a, about to be sent, what lets its
+// reply show a loss, and what a heal still has to write: the probe, the
+// marker and the heal pause. Every round trip carries them, a Wait's and an
+// Allow's alike.
+func (t *Throttler) lossChecksLocked(a *attempt, serverNow int64) {
+	t.journal.trim(serverNow)
+	a.probe, _ = t.journal.probe()
+	a.mark, t.writeMark = t.writeMark, false
+	a.pause = t.healPause
+}
+
 // noticeLossLocked reads the loss checks of reply r to attempt a, applied
 // at now, and starts a heal when they show one. It reports whether Redis
 // lost the window, in which case the reply's counts decide nothing.

@@ -420,10 +420,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	a.trim = now.Sub(t.lastTrim) >= trimEvery
 	a.clock = now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() || !t.clock.monotonic
 	a.expire = now.Sub(t.lastExpire) >= expireEvery || t.writeMark
-	t.journal.trim(serverNow)
-	a.probe, _ = t.journal.probe()
-	a.mark, t.writeMark = t.writeMark, false
-	a.pause = t.healPause
+	t.lossChecksLocked(a, serverNow)
 	a.expire = a.expire || a.pause > 0 // the key must outlive the pause
 	sharing := now.Before(t.shareUntil) && t.local != nil
 	full := false
@@ -507,8 +504,8 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	clear(t.queue[len(rest):])
 	t.queue = rest
 	if len(batch) == 0 {
-		// Do not sleep so long that a lost window goes unnoticed: a quiet
-		// worker probes at least every quiet().
+		// A quiet worker still makes a round trip at least every quiet(),
+		// to learn of pauses, lowered limits and losses.
 		sleep = min(sleep, t.quiet())
 		if a.probe != "" && now.Sub(t.lastRound) >= t.quiet() {
 			a.exact = true
