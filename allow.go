@@ -51,7 +51,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		}
 	}
 	now := t.now()
-	serverNow := t.clock.server(now)
+	serverNow, gen := t.clock.serverGen(now)
 	g := serverNow + t.clock.roundTrip()
 	t.mu.Lock()
 	// Refusals that need no round trip; t.mu is held.
@@ -81,8 +81,8 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		t.local.take(localAt, n)
 	}
 	a := &attempt{checks: []int64{g}, lims: lims, slots: min(slices.Min(lims), n),
-		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0])}
-	a.trim = now.Sub(t.lastTrim) >= trimEvery
+		exact: true, clock: true, expire: true, ttl0: t.ttl(t.wins[0]), clockGen: gen}
+	a.trim = now.Sub(t.lastTrim) >= t.trimEvery()
 	// A process that only calls Allow notices a lost window too.
 	t.lossChecksLocked(a, serverNow)
 	t.mu.Unlock()

@@ -35,9 +35,10 @@ type clockSync struct {
 	samples [8]clockSample
 	count   int
 	next    int
-	offset  int64 // microseconds, server minus local since epoch
-	last    int64 // microseconds, the server's clock as it last read it
-	rtt     int64 // microseconds, the shortest recent round trip
+	offset  int64  // microseconds, server minus local since epoch
+	last    int64  // microseconds, the server's clock as it last read it
+	rtt     int64  // microseconds, the shortest recent round trip
+	gen     uint64 // how many times the estimate restarted (a clock step)
 }
 
 // newClockSync returns an estimate that, until its first sample, takes the
@@ -79,6 +80,7 @@ func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 	// of a step.
 	if slack := 1000 + c.rtt/2; c.count > 0 && (c.offset < lo-slack || c.offset > hi+slack) {
 		c.count, c.next = 0, 0
+		c.gen++
 		stepped = true
 	}
 	c.samples[c.next] = s
@@ -125,6 +127,23 @@ func (c *clockSync) server(local time.Time) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.micros(local) + c.offset
+}
+
+// serverGen converts a local time to estimated server microseconds, with
+// the generation of the estimate it used: a round trip planned with it
+// proves nothing if the estimate restarts before its reply is read (see
+// since), whichever round trip's sample showed the step.
+func (c *clockSync) serverGen(local time.Time) (int64, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.micros(local) + c.offset, c.gen
+}
+
+// since reports whether the estimate restarted after generation gen.
+func (c *clockSync) since(gen uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen != gen
 }
 
 // local converts server microseconds to the local clock's time.

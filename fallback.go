@@ -79,21 +79,34 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 }
 
 // idleAfterFailureLocked decides what the worker does after a failure once
-// no caller waits: members it could not give back are dropped (they stop
-// counting on their own, within the crash bound), and replayed admissions are
-// kept, and retried a second later, only while they still matter and the
-// client can still answer: a closed client never will.
+// no caller waits. Members it could not give back, and replayed admissions,
+// are kept, and retried a second later, only while they still matter and
+// the client can still answer: a closed client never will. A member to give
+// back matters for reserve-ahead plus the longest window after the first
+// failure to give it back: no call of ours is scored further ahead, and
+// none counts longer. Except one scored by a clock estimate a step had made
+// wrong (simulation seed 406: a member 3.3s ahead, applied by a round trip
+// whose reply was lost, outlived a reserve-ahead of 197ms), which the
+// retry removes once Redis answers again.
 func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 	if len(t.queue) > 0 {
 		return 0
 	}
-	t.giveBack = nil
 	if errors.Is(err, redis.ErrClosed) {
-		t.replay, t.healPause = nil, 0
+		t.replay, t.healPause, t.giveBack = nil, 0, nil
 		return 0
 	}
-	t.trimReplayLocked(t.clock.server(t.now()))
-	if len(t.replay) > 0 || t.healPause > 0 {
+	now := t.now()
+	if len(t.giveBack) > 0 {
+		if t.giveUpAt.IsZero() {
+			t.giveUpAt = now.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
+		}
+		if !now.Before(t.giveUpAt) {
+			t.giveBack = nil // they stop counting on their own, within the crash bound
+		}
+	}
+	t.trimReplayLocked(t.clock.server(now))
+	if len(t.replay) > 0 || t.healPause > 0 || len(t.giveBack) > 0 {
 		return retryRedisAfter
 	}
 	return 0

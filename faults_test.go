@@ -855,7 +855,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 	}
 	// (b2) A second after they stop counting (and a trim), they are gone.
 	const slack = 500 * time.Millisecond
-	time.Sleep(time.Until(lastKill.Add(bound + time.Second + trimEvery + slack)))
+	time.Sleep(time.Until(lastKill.Add(bound + time.Second + minTrimEvery + slack)))
 	now = serverMicros(t, client)
 	left, oldest := 0, now
 	for m, score := range keyMembers(t, client, f.base.Key) {

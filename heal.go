@@ -44,8 +44,16 @@ func (t *Throttler) lossChecksLocked(a *attempt, serverNow int64) {
 // lost the window, in which case the reply's counts decide nothing.
 func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 	// Our last round trip refreshed the key's TTL: if that was less than a
-	// TTL ago, the key cannot have expired on its own.
-	seenRecently := !t.lastSeen.IsZero() && now.Sub(t.lastSeen) < t.ttl(t.wins[0])
+	// TTL ago, the key cannot have expired on its own. Measured on the
+	// server's clock when the reply read it: a local clock stepped ahead by
+	// more than a TTL would otherwise make a window lost a moment ago look
+	// long expired (simulation seed 406: a replica whose clock stepped 3.3s
+	// wrote the marker back, saw no loss and admitted a sixth call).
+	at := r.server
+	if at == 0 {
+		at = t.clock.server(now)
+	}
+	seenRecently := t.lastSeen > 0 && at-t.lastSeen < t.ttl(t.wins[0]).Microseconds()
 	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
 	if missing {
 		t.writeMark = true // with the next round trip
@@ -54,7 +62,7 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 		// (Two round trips of one process may cross, an Allow's and the
 		// worker's: one that saw no marker on a new key must not make
 		// the other's miss look like a loss.)
-		t.lastSeen = now
+		t.lastSeen = at
 	}
 	if !r.lost && !(missing && seenRecently) {
 		return false
@@ -73,7 +81,7 @@ func (t *Throttler) healLocked(now time.Time) {
 	t.healPause = max(t.healPause, end)
 	t.writeMark = true
 	// Until the marker is back, a missing one says nothing new.
-	t.lastSeen = time.Time{}
+	t.lastSeen = 0
 	// Our calls went with the window: none is left to probe for.
 	t.journal.entries = t.journal.entries[:0]
 	t.heals++

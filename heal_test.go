@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,4 +90,45 @@ func TestHealsLostWindow(t *testing.T) {
 		srv := redistest.Start(t)
 		healCase(t, func() redis.UniversalClient { return srv.NewClient() }, srv.Key(t, "quota"), func() { srv.Restart(t) })
 	})
+}
+
+// A local clock stepped ahead by more than the key's TTL must not make a
+// window Redis just lost look like a key that expired on its own: how long
+// ago this process last saw the marker is measured on the server's clock
+// (simulation seed 406, where a replica stepped 3.3s ahead of a 2.5s TTL
+// saw a flushed window as expired and admitted a call over the limit).
+func TestClockStepDoesNotHideLostWindow(t *testing.T) {
+	mr := miniredis.RunT(t)
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var elapsed, step atomic.Int64
+	server := func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
+	local := func() time.Time { return server().Add(time.Duration(step.Load())) }
+	mr.SetTime(base)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	th := mustNew(t, c, "k", 2, time.Second, WithClock(local), WithBuffer(0), WithReserveAhead(0))
+	ttl := th.ttl(th.wins[0])
+
+	for i := range 2 {
+		if r, err := th.Allow(ctx); err != nil || !r.Allowed {
+			t.Fatalf("call %d: %+v, %v", i, r, err)
+		}
+	}
+	mr.FlushAll() // the window, full, is lost
+	elapsed.Add(int64(100 * time.Millisecond))
+	mr.SetTime(server())
+	step.Store(int64(ttl + time.Second))
+
+	// Within the lost window's second, nothing may be admitted: the first
+	// round trip sees the step (its counts prove nothing) and the missing
+	// marker; the loss must be noticed, not the marker quietly rewritten.
+	for i := range 3 {
+		if r, err := th.Allow(ctx); err != nil || r.Allowed {
+			t.Fatalf("call %d after the loss, 100ms into the window: %+v, %v; want refused", i, r, err)
+		}
+	}
+	if s := th.Stats(); s.Heals != 1 {
+		t.Fatalf("Heals = %d, want 1", s.Heals)
+	}
 }

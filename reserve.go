@@ -56,6 +56,9 @@ type attempt struct {
 	mark    bool   // write the marker
 	pause   int64  // server µs: write a shared pause until then (a heal; 0 = none)
 	room    int    // units of the batch (or fair share) left unclaimed
+	// The generation of the clock estimate the scores were computed with
+	// (see clockSync.serverGen).
+	clockGen uint64
 }
 
 // reply is what an attempt's round trip returned.
@@ -67,6 +70,8 @@ type reply struct {
 	// from an estimate now known wrong, so its counts decide nothing.
 	stepped bool
 	noMark  bool // the marker member was missing before this attempt wrote it
+	// The server's clock as the round trip read it, in µs (0 = not read).
+	server int64
 	// The members that are not calls, in server µs (0 = absent).
 	pause, limit, limitEnd int64
 }
@@ -89,12 +94,18 @@ func (t *Throttler) exec(ctx context.Context, a *attempt) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
 
-	// Trims take the server's last reading of its own clock, not the
-	// estimate of its now: that reading is never ahead of the server, so
-	// a trim never removes a member that still counts, however wrong the
-	// local clock (stepped, or without a monotonic reading) has made the
-	// estimate.
+	// Trims of expired members take the server's last reading of its own
+	// clock, not the estimate of its now: that reading is never ahead of
+	// the server, so a trim never removes a member that still counts,
+	// however wrong the local clock (stepped, or without a monotonic
+	// reading) has made the estimate.
 	serverNow := t.clock.lastServer()
+	// Trims of garbage far in the future take the estimate of the server's
+	// now instead: the last reading can be hours old in a process that made
+	// no round trip since, and "an hour past it" would then remove every
+	// live member (simulation seed 663). The estimate is off by half a
+	// round trip, or by a clock step not yet seen, far less than the hour.
+	future := max(serverNow, t.clock.server(t.now())) + futureBound
 
 	extra := len(a.adds)
 	var (
@@ -124,7 +135,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt) (reply, error) {
 			}
 			if a.trim && serverNow > 0 {
 				p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(serverNow-x.w-trimSlack))
-				p.ZRemRangeByScore(ctx, x.key, exclusive(serverNow+futureBound), "+inf")
+				p.ZRemRangeByScore(ctx, x.key, exclusive(future), "+inf")
 			}
 			if wi == 0 && a.pause > 0 {
 				// Before the marker: a marker present means the pause
@@ -186,10 +197,16 @@ func (t *Throttler) exec(ctx context.Context, a *attempt) (reply, error) {
 		return reply{}, err
 	}
 	t.stats.roundTrips.Add(1)
-	stepped := false
+	stepped, serverAt := false, int64(0)
 	if clock != nil {
 		stepped = t.clock.observe(sent, recv, clock.Val())
+		serverAt = clock.Val().UnixMicro()
 	}
+	// Another round trip (an Allow's, the worker's) may have seen the step
+	// first: this one's sample then agrees with the restarted estimate,
+	// while its scores came from the old one. (Simulation seed 377: a
+	// claim scored 7.8s ahead was admitted at once.)
+	stepped = stepped || t.clock.since(a.clockGen)
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
 	found := checks.Val()
@@ -207,6 +224,7 @@ func (t *Throttler) exec(ctx context.Context, a *attempt) (reply, error) {
 		limitEnd: max(0, meta(3)),
 		lost:     a.probe != "" && meta(4) == 0,
 		stepped:  stepped,
+		server:   serverAt,
 	}
 	flat := make([]int64, len(counts))
 	for i, c := range counts {

@@ -47,6 +47,7 @@ type Throttler struct {
 	kick       chan struct{}
 	slots      []int64   // next free slots (server µs, 0 = now) learned from the last reply
 	giveBack   []string  // members to remove with the next round trip
+	giveUpAt   time.Time // after a failure: when members not given back yet stop mattering (zero = none pending)
 	replay     []entry   // members admitted without Redis, to count once it answers
 	degraded   time.Time // while now is before it, Redis is not tried (fallback)
 	near       bool      // the last reply left little room: reserve exactly (MULTI)
@@ -54,7 +55,7 @@ type Throttler struct {
 	healPause  int64     // server µs: the end of a heal pause still to write to Redis (0 = none); see heal.go
 	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
 	lastRound  time.Time // the last round trip that reached Redis
-	lastSeen   time.Time // the last round trip that found (or wrote) the marker
+	lastSeen   int64     // server µs: the last round trip that found (or wrote) the marker (0 = none)
 	writeMark  bool      // the marker was missing: write it with the next round trip
 	lastTrim   time.Time
 	lastClock  time.Time

@@ -344,8 +344,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 
 	t.mu.Lock()
 	now := t.now()
-	serverNow := t.clock.server(now)
+	serverNow, gen := t.clock.serverGen(now)
 	a, batch, claims, sleep := t.planLocked(now, serverNow)
+	a.clockGen = gen
 	t.mu.Unlock()
 	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 && a.pause == 0 {
 		t.mu.Lock()
@@ -366,6 +367,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 		return t.failLocked(batch, a, err), true
 	}
 	t.lastRound = now
+	t.giveUpAt = time.Time{} // what it had to give back went with it
 	t.upkeptLocked(a, now)
 	admitted := t.resolveLocked(a, r, batch, claims)
 	switch {
@@ -417,7 +419,7 @@ func (t *Throttler) planLocked(now time.Time, serverNow int64) (a *attempt, batc
 	// Upkeep is due until a round trip that carried it succeeds (see
 	// upkeptLocked): a round that sends nothing, or fails, must not put
 	// off the next PEXPIRE, or the key could expire under live members.
-	a.trim = now.Sub(t.lastTrim) >= trimEvery
+	a.trim = now.Sub(t.lastTrim) >= t.trimEvery()
 	a.clock = now.Sub(t.lastClock) >= clockEvery || !t.clock.synced() || !t.clock.monotonic
 	a.expire = now.Sub(t.lastExpire) >= expireEvery || t.writeMark
 	t.lossChecksLocked(a, serverNow)
@@ -542,7 +544,9 @@ func (t *Throttler) upkeptLocked(a *attempt, now time.Time) {
 
 // Upkeep that need not ride on every round trip.
 const (
-	trimEvery = 100 * time.Millisecond
+	// Trims of expired members ride along at most this often, or every
+	// twentieth of the shortest window if longer (see trimEvery).
+	minTrimEvery = 100 * time.Millisecond
 	// A local clock without monotonic readings is sampled every round
 	// trip instead (see clockSync).
 	clockEvery = 250 * time.Millisecond
@@ -550,6 +554,21 @@ const (
 	// refresh a second late still keeps every member that counts.
 	expireEvery = time.Second
 )
+
+// trimEvery is how often a process trims what stopped counting: every
+// 100ms, or every twentieth of the shortest window if longer. Counts and
+// slot lookups read only a window's neighbourhood, so members past it cost
+// memory, not correctness: a set holds at most a twentieth of a window of
+// them more than a trim on every round trip would leave, and an hour-long
+// window's process, probing every 36s, sends two ZREMRANGEBYSCORE per key
+// every 3 minutes instead of with every probe.
+func (t *Throttler) trimEvery() time.Duration {
+	w := t.wins[0].w
+	for _, x := range t.wins[1:] {
+		w = min(w, x.w)
+	}
+	return max(minTrimEvery, time.Duration(w)*time.Microsecond/20)
+}
 
 // quiet is the longest a worker with waiters goes without a round trip,
 // and so the longest a shared pause, a lowered limit or a lost window goes
@@ -582,7 +601,8 @@ func (t *Throttler) jitter() time.Duration {
 // next round trip.
 func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) (admitted int) {
 	t.learnMetaLocked(r)
-	lims := t.limitsLocked(t.clock.server(t.now()), t.scratch.lims[:0])
+	arrived := t.clock.server(t.now()) // the reply is in: the server's now
+	lims := t.limitsLocked(arrived, t.scratch.lims[:0])
 	t.scratch.lims = lims
 	ok := t.decide(a, lims, r, claims, t.scratch.ok[:0])
 	t.scratch.ok = ok
@@ -636,8 +656,14 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			w.state, w.at = stAdmitted, t.clock.local(claims[i].score)
 			w.epoch = t.limitEpoch
 			// Scored for when the reply arrives, which is now: a timer for
-			// the microseconds left would only add its own latency.
-			w.immediate = claims[i].score <= a.soonest
+			// the microseconds left would only add its own latency. Unless
+			// the reply came back much sooner than the round trip it was
+			// planned with (an estimate taken during a stall): then the
+			// call would go early by the difference (seed 803: a second
+			// early). Early by up to half the buffer, as late by up to half
+			// (see await), keeps two calls a limit apart an interval apart.
+			w.immediate = claims[i].score <= a.soonest &&
+				claims[i].score <= arrived+t.opt.buffer.Microseconds()/2
 			t.journal.add(claims[i].score, w.members)
 			if t.onAdmit != nil {
 				t.onAdmit(claims[i].score, w.members)
