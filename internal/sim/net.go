@@ -30,6 +30,7 @@ type Network struct {
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	stall  time.Time     // requests reach the server no earlier than this
+	rtt    time.Duration // the round trip without faults: half each way
 	faults []*linkFaults // per replica
 	dead   []bool        // per replica: killed, dials refused
 
@@ -73,6 +74,22 @@ func (n *Network) Dial(replica int) (net.Conn, error) {
 	n.conns[c] = struct{}{}
 	go c.forward()
 	return c, nil
+}
+
+// SetLatency gives every round trip rtt without faults: a request reaches
+// the server half of it after it was written, and its reply the client the
+// other half after the server answered. A new network has none: its round
+// trips take no virtual time.
+func (n *Network) SetLatency(rtt time.Duration) {
+	n.mu.Lock()
+	n.rtt = rtt
+	n.mu.Unlock()
+}
+
+func (n *Network) oneWay() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rtt / 2
 }
 
 // Stall holds every request until now+d: Redis answers nothing meanwhile.
@@ -167,10 +184,11 @@ func (n *Network) replyDelay(replica int) time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f := n.faults[replica]
+	d := n.rtt / 2
 	if time.Now().Before(f.delayUntil) {
-		return f.delay
+		d += f.delay
 	}
-	return 0
+	return d
 }
 
 func (n *Network) forget(c *conn) {
@@ -210,6 +228,9 @@ func (c *conn) forward() {
 			default:
 				return
 			}
+		}
+		if d := c.net.oneWay(); d > 0 {
+			time.Sleep(d)
 		}
 		for {
 			until := c.net.holdUntil()

@@ -110,6 +110,7 @@ type Scenario struct {
 	Timeout    time.Duration // WithRedisTimeout; 0 = the default
 	CtxClient  []bool        // per replica: the client has ContextTimeoutEnabled
 	Skew       []time.Duration
+	Latency    time.Duration // every round trip's length without faults (Generate: 0)
 
 	Run      time.Duration // callers start calls until then
 	MaxN     int           // WaitN's n is drawn from 1..MaxN
@@ -141,6 +142,15 @@ func (s Scenario) MinLimit() int {
 	return m
 }
 
+// MaxLimit is the largest limit.
+func (s Scenario) MaxLimit() int {
+	m := s.Limits[0].Limit
+	for _, l := range s.Limits[1:] {
+		m = max(m, l.Limit)
+	}
+	return m
+}
+
 // Has reports whether the scenario schedules an event of kind k.
 func (s Scenario) Has(k Kind) bool {
 	return slices.ContainsFunc(s.Faults, func(f Fault) bool { return f.Kind == k })
@@ -161,6 +171,9 @@ func (s Scenario) String() string {
 	}
 	fmt.Fprintf(&b, ", buffer %s, ahead %s, %s, run %s, n<=%d, allow %.2f, deadline %.2f, cancel %.2f, think %s",
 		s.Buffer, ahead, s.Policy, s.Run, s.MaxN, s.Allow, s.Deadline, s.Cancel, s.Think)
+	if s.Latency > 0 {
+		fmt.Fprintf(&b, ", round trips %s", s.Latency)
+	}
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
 	}
@@ -247,9 +260,13 @@ func Generate(seed uint64) Scenario {
 		}
 		s.Faults = drawFaults(r, s)
 	}
-	if s.Buffer == 0 && (s.Has(Delay) || s.Has(Stall) || s.Has(ClockStep)) {
+	if s.Buffer == 0 && (s.Has(Delay) || s.Has(Stall) || s.Has(ClockStep) ||
+		s.Has(DropBefore) || s.Has(DropAfter) || s.Has(Failover)) {
 		// The buffer is the margin for latency between admission and the
-		// call: with none, any delay is a violation by design.
+		// call: with none, any delay is a violation by design. A dropped
+		// connection delays too: go-redis retries after a backoff, and a
+		// call scored for when its round trip began goes when the retry's
+		// reply arrives (seed 905: 18ms late after a failover).
 		s.Buffer = min(50*time.Millisecond, interval)
 	}
 	return s
