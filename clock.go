@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// clockSync estimates the Redis server's clock from the local one. Every
-// reservation carries TIME in its transaction, so each round trip is a
-// sample: the server read its clock somewhere between send and receive, so
+// clockSync estimates the Redis server's clock from the local one. A
+// reservation round trip carries TIME at least every 250ms (every one, for a
+// local clock without monotonic readings), so round trips are samples: the server read its clock somewhere between send and receive, so
 // the offset (server minus local) lies within [server-recv, server-send].
 // The estimate is the midpoint of the sample with the shortest round trip
 // among the last few, which bounds its error by half that round trip. A
@@ -62,13 +62,19 @@ type clockSample struct {
 // with (a clock stepped): scores computed with it may be off by the step.
 func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 	rtt := recv.Sub(sent).Microseconds()
-	if rtt < 0 {
-		rtt = 0
-	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last = server.UnixMicro()
+	if rtt < 0 {
+		// Received before it was sent: the local clock stepped back during
+		// the round trip, and the sample bounds nothing. Start over from
+		// the next one (see synced), and distrust what was planned with
+		// this estimate.
+		c.count, c.next = 0, 0
+		c.gen++
+		return true
+	}
 	mid := c.micros(sent) + rtt/2
 	s := clockSample{rtt: rtt, offset: server.UnixMicro() - mid}
 	// The true offset lies in [server-recv, server-send]. A sample that rules
@@ -98,14 +104,6 @@ func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 	return stepped
 }
 
-// roundTrip returns the shortest recent round trip in microseconds: a call
-// admitted by a reply goes about this long after the attempt was planned.
-func (c *clockSync) roundTrip() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rtt
-}
-
 // lastServer is the server's clock as it last read it, in microseconds
 // (0 before the first sample): unlike an estimate of its now, never ahead
 // of it.
@@ -129,17 +127,9 @@ func (c *clockSync) server(local time.Time) int64 {
 	return c.micros(local) + c.offset
 }
 
-// serverGen converts a local time to estimated server microseconds, with
-// the generation of the estimate it used: a round trip planned with it
-// proves nothing if the estimate restarts before its reply is read (see
-// since), whichever round trip's sample showed the step.
-func (c *clockSync) serverGen(local time.Time) (int64, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.micros(local) + c.offset, c.gen
-}
-
-// since reports whether the estimate restarted after generation gen.
+// since reports whether the estimate restarted after generation gen: a
+// round trip planned with it proves nothing if the estimate restarts before
+// its reply is read, whichever round trip's sample showed the step.
 func (c *clockSync) since(gen uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,4 +141,28 @@ func (c *clockSync) local(server int64) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.epoch.Add(time.Duration(server-c.offset) * time.Microsecond)
+}
+
+// clockView is the estimate as it stood at one moment, a plain value: what
+// a round is planned with, so that planning needs no lock.
+type clockView struct {
+	epoch  time.Time
+	offset int64  // microseconds, server minus local since epoch
+	rtt    int64  // microseconds, the shortest recent round trip
+	gen    uint64 // how many times the estimate restarted: a round planned in one generation and read in another proves nothing (see since)
+}
+
+// view returns the estimate as it stands.
+func (c *clockSync) view() clockView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return clockView{epoch: c.epoch, offset: c.offset, rtt: c.rtt, gen: c.gen}
+}
+
+// server converts a local time to estimated server microseconds.
+func (v clockView) server(local time.Time) int64 { return local.Sub(v.epoch).Microseconds() + v.offset }
+
+// local converts server microseconds to the local clock's time.
+func (v clockView) local(server int64) time.Time {
+	return v.epoch.Add(time.Duration(server-v.offset) * time.Microsecond)
 }

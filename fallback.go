@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,23 +19,22 @@ const retryRedisAfter = time.Second
 // when no reservation was sent). It returns how long the worker sleeps.
 func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Duration {
 	if a != nil {
-		t.giveBack = append(t.giveBack, a.remove...)
+		t.owed.giveBack = append(t.owed.giveBack, a.remove...)
 		for _, e := range a.adds {
-			if !t.isOurs(e.member, batch) {
-				t.replay = append(t.replay, e) // admitted without Redis: count it once Redis answers
+			if !isOurs(e.member, batch) {
+				t.owed.replay = append(t.owed.replay, e) // admitted without Redis: count it once Redis answers
 			}
 		}
 	}
 	now := t.now()
-	t.near = true
+	t.known.near = true
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
 		t.degradeLocked(now)
 		for _, w := range batch {
 			// Its members may have reached Redis; they count, as they should.
-			w.members = nil
-			t.settleLocked(w, stAdmitted, t.afterPauseLocked(now), nil)
+			t.admitDegradedLocked(w, t.afterPauseLocked(now), time.Time{})
 		}
 		t.serveDegradedLocked(now)
 		return t.idleAfterFailureLocked(err)
@@ -43,14 +43,13 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		t.degradeLocked(now)
 		var requeue []*waiter
 		for _, w := range batch {
-			t.giveBack = append(t.giveBack, w.members...)
-			w.members = nil
+			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
 			t.dropLocalLocked(w)
-			if w.cancelled {
-				t.settleLocked(w, stFailed, now, redisError(err))
+			if w.caller != present {
+				w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 				continue
 			}
-			w.state = stQueued
+			w.res = queuedAfter(w.res)
 			requeue = append(requeue, w)
 		}
 		t.queue = append(requeue, t.queue...)
@@ -62,20 +61,34 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		t.logRedis(err, "calls fail")
 		e := redisError(err)
 		for _, w := range batch {
-			if !w.cancelled || w.gone {
-				t.giveBack = append(t.giveBack, w.members...)
-				w.members = nil
+			stale := w.res.held() // a leaving caller gives them back itself
+			if w.caller != leaving {
+				t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+				stale = w.res.stale
 			}
-			t.settleLocked(w, stFailed, now, e)
+			w.settle(reservation{state: stFailed, err: e, stale: stale})
 		}
 		// Fail the whole queue: while Redis hangs, no waiter should sit out
 		// one timeout per batch ahead of it.
 		for _, w := range t.queue {
-			t.settleLocked(w, stFailed, now, e)
+			w.settle(reservation{state: stFailed, err: e, stale: w.res.stale})
 		}
 		t.queue = t.queue[:0]
 		return t.idleAfterFailureLocked(err)
 	}
+}
+
+// admitDegradedLocked admits w without Redis, to go at at (its slot in the
+// local window at localAt, when FallbackLocal gave it one). An AllowN that
+// could only go later is refused instead.
+func (t *Throttler) admitDegradedLocked(w *waiter, at, localAt time.Time) {
+	if w.now && at.After(t.now()) {
+		w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
+		return
+	}
+	// A reservation settled here is not one a reply just made: it goes
+	// at its time, on a timer.
+	w.settle(reservation{state: stAdmitted, at: at, epoch: t.shared.epoch, localAt: localAt, stale: w.res.stale})
 }
 
 // idleAfterFailureLocked decides what the worker does after a failure once
@@ -93,20 +106,20 @@ func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 		return 0
 	}
 	if errors.Is(err, redis.ErrClosed) {
-		t.replay, t.healPause, t.giveBack = nil, 0, nil
+		t.owed.replay, t.owed.healPause, t.owed.giveBack = nil, 0, nil
 		return 0
 	}
 	now := t.now()
-	if len(t.giveBack) > 0 {
-		if t.giveUpAt.IsZero() {
-			t.giveUpAt = now.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
+	if len(t.owed.giveBack) > 0 {
+		if t.owed.giveUpAt.IsZero() {
+			t.owed.giveUpAt = now.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
 		}
-		if !now.Before(t.giveUpAt) {
-			t.giveBack = nil // they stop counting on their own, within the crash bound
+		if !now.Before(t.owed.giveUpAt) {
+			t.owed.giveBack = nil // they stop counting on their own, within the crash bound
 		}
 	}
 	t.trimReplayLocked(t.clock.server(now))
-	if len(t.replay) > 0 || t.healPause > 0 || len(t.giveBack) > 0 {
+	if len(t.owed.replay) > 0 || t.owed.healPause > 0 || len(t.owed.giveBack) > 0 {
 		return retryRedisAfter
 	}
 	return 0
@@ -114,22 +127,13 @@ func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 
 // isOurs reports whether member belongs to a waiter of batch (as opposed to
 // a replayed admission).
-func (t *Throttler) isOurs(member string, batch []*waiter) bool {
+func isOurs(member string, batch []*waiter) bool {
 	for _, w := range batch {
-		for _, m := range w.members {
-			if m == member {
-				return true
-			}
+		if slices.Contains(w.res.members, member) {
+			return true
 		}
 	}
 	return false
-}
-
-func (t *Throttler) settleLocked(w *waiter, s waitState, at time.Time, err error) {
-	// A reservation settled here is not one a reply just made: it goes
-	// at its time, on a timer.
-	w.state, w.at, w.err, w.epoch, w.immediate = s, at, err, t.limitEpoch, false
-	w.signal()
 }
 
 // serveDegradedLocked serves the queue without Redis, as the policy says:
@@ -137,11 +141,11 @@ func (t *Throttler) settleLocked(w *waiter, s waitState, at time.Time, err error
 // window at the configured share of the limit. It returns how long to sleep
 // before the next round (never past the time Redis is tried again).
 func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
-	retry := t.degraded.Sub(now)
+	retry := t.health.degraded.Sub(now)
 	start := t.afterPauseLocked(now)
 	if t.opt.policy.kind == policyOpen {
 		for _, w := range t.queue {
-			t.settleLocked(w, stAdmitted, start, nil)
+			t.admitDegradedLocked(w, start, time.Time{})
 		}
 		t.queue = t.queue[:0]
 		return retry
@@ -149,29 +153,38 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 	horizon := now.Add(t.opt.ahead)
 	sleep := retry
 	rest := t.queue[:0]
-	for i, w := range t.queue {
+	blocked := false // a WaitN waits for its slot to come within reach: so do those behind it
+	for _, w := range t.queue {
+		if blocked && !w.now {
+			rest = append(rest, w)
+			continue
+		}
 		if w.n > t.local.limit {
-			t.settleLocked(w, stFailed, now, redisError(fmt.Errorf(
-				"%d calls at once exceed the local fallback's %d per window", w.n, t.local.limit)))
+			w.settle(reservation{state: stFailed, stale: w.res.stale, err: redisError(fmt.Errorf(
+				"%d calls at once exceed the local fallback's %d per window", w.n, t.local.limit))})
 			continue
 		}
 		at := t.local.slot(start, w.n)
+		if w.now && at.After(now) {
+			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
+			continue
+		}
 		if !w.deadline.IsZero() && at.After(w.deadline) {
-			t.settleLocked(w, stFailed, now, deadlineError(at, w.deadline))
+			w.settle(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline)})
 			continue
 		}
 		if at.After(horizon) {
-			sleep = min(sleep, at.Sub(horizon)+t.jitter())
-			rest = append(rest, t.queue[i:]...)
-			break
+			sleep = min(sleep, at.Sub(horizon)+t.jitter(t.rng))
+			blocked = true
+			rest = append(rest, w)
+			continue
 		}
 		t.local.take(at, w.n)
-		w.localAt = at
 		serverAt := t.clock.server(at)
 		for range w.n {
-			t.replay = append(t.replay, entry{score: serverAt, member: t.ids.next()})
+			t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
 		}
-		t.settleLocked(w, stAdmitted, at, nil)
+		t.admitDegradedLocked(w, at, at)
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
@@ -183,39 +196,39 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 // window (the longest limit's included), which bounds the journal to about
 // one window of calls.
 func (t *Throttler) trimReplayLocked(serverNow int64) {
-	keep := t.replay[:0]
-	for _, e := range t.replay {
+	keep := t.owed.replay[:0]
+	for _, e := range t.owed.replay {
 		if e.score > serverNow-t.longestW() {
 			keep = append(keep, e)
 		}
 	}
-	clear(t.replay[len(keep):])
-	t.replay = keep
+	clear(t.owed.replay[len(keep):])
+	t.owed.replay = keep
 }
 
 // degradeLocked stops trying Redis for a while after it failed, under the
 // FailOpen and FallbackLocal policies.
 func (t *Throttler) degradeLocked(now time.Time) {
-	if t.degraded.IsZero() {
+	if t.health.degraded.IsZero() {
 		if o := t.opt.observer.Degraded; o != nil {
 			o(true)
 		}
 	}
-	t.degraded = now.Add(retryRedisAfter)
+	t.health.degraded = now.Add(retryRedisAfter)
 }
 
 // recovered notes a successful round trip.
 func (t *Throttler) recovered() {
-	if !t.degraded.IsZero() {
-		t.degraded = time.Time{}
-		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.key))
+	if !t.health.degraded.IsZero() {
+		t.health.degraded = time.Time{}
+		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].key))
 		if t.opt.policy.kind == policyLocal {
 			// Other processes may still be admitting calls locally, and
 			// write them back only when they next try Redis (at most
 			// retryRedisAfter from now). Until then Redis's counts miss
 			// them: keep to this process's share of the limit, in the
 			// local window, as well as to Redis's.
-			t.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
+			t.health.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
 		}
 		if o := t.opt.observer.Degraded; o != nil {
 			o(false)
@@ -223,20 +236,20 @@ func (t *Throttler) recovered() {
 	}
 }
 
-// dropLocalLocked gives back the local-window slot w held while sharing
-// (see recovered), when w does not keep its reservation.
+// dropLocalLocked gives back the local-window slot w holds while sharing
+// (see recovered), when w does not keep its reservation: the caller then
+// replaces w's reservation with one that holds no such slot.
 func (t *Throttler) dropLocalLocked(w *waiter) {
-	if !w.localAt.IsZero() && t.local != nil {
-		t.local.release(w.localAt, w.n)
+	if !w.res.localAt.IsZero() && t.local != nil {
+		t.local.release(w.res.localAt, w.n)
 	}
-	w.localAt = time.Time{}
 }
 
 // afterPauseLocked returns now, or the end of the shared pause known to be
 // in force: a pause learned before Redis failed still holds.
 func (t *Throttler) afterPauseLocked(now time.Time) time.Time {
-	if t.pausedTill > t.clock.server(now) {
-		return t.clock.local(t.pausedTill)
+	if t.shared.pausedTill > t.clock.server(now) {
+		return t.clock.local(t.shared.pausedTill)
 	}
 	return now
 }

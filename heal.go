@@ -12,12 +12,14 @@ import (
 // many. Two members that are not calls let every round trip notice:
 //
 //   - the marker (score -1, below every window and every trim) is written
-//     the first time a process sees the key, and again with a heal. A
-//     process whose last round trip was within the key's TTL knows the key
-//     cannot have expired since, so a missing marker means a loss;
+//     to the first limit's key the first time a process sees it, and again
+//     with a heal. Every key of the Throttler gets the same TTL, that of the
+//     longest window (see config.ttl), so a process whose last round trip
+//     was within that TTL knows no key can have expired since, and a
+//     missing marker means a loss;
 //   - the probe: the newest of this process's calls that still counts (see
-//     journal) must still be in the set. This catches a failover to a copy
-//     that kept the marker but not the latest calls.
+//     journal) must still be in the key of the longest window. This catches
+//     a failover to a copy that kept the marker but not the latest calls.
 //
 // A process that notices admits nothing from that round trip and heals: it
 // pauses every process on the key (a shared pause, the member PauseUntil
@@ -33,10 +35,10 @@ import (
 // marker and the heal pause. Every round trip carries them, a Wait's and an
 // Allow's alike.
 func (t *Throttler) lossChecksLocked(a *attempt, serverNow int64) {
-	t.journal.trim(serverNow)
-	a.probe, _ = t.journal.probe()
-	a.mark, t.writeMark = t.writeMark, false
-	a.pause = t.healPause
+	t.health.journal.trim(serverNow)
+	a.probe, _ = t.health.journal.probe()
+	a.mark, t.owed.mark = t.owed.mark, false
+	a.pause = t.owed.healPause
 }
 
 // noticeLossLocked reads the loss checks of reply r to attempt a, applied
@@ -53,45 +55,43 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 	if at == 0 {
 		at = t.clock.server(now)
 	}
-	seenRecently := t.lastSeen > 0 && at-t.lastSeen < t.ttl(t.wins[0]).Microseconds()
+	seenRecently := t.health.lastSeen > 0 && at-t.health.lastSeen < t.ttl().Microseconds()
 	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
 	if missing {
-		t.writeMark = true // with the next round trip
+		t.owed.mark = true // with the next round trip
 	} else {
 		// Found, or written: only such a round trip vouches for the key.
 		// (Two round trips of one process may cross, an Allow's and the
 		// worker's: one that saw no marker on a new key must not make
 		// the other's miss look like a loss.)
-		t.lastSeen = at
+		t.health.lastSeen = at
 	}
 	if !r.lost && !(missing && seenRecently) {
 		return false
 	}
-	t.healLocked(now)
+	t.healLocked(at)
 	return true
 }
 
 // healLocked pauses every process on the key until the calls a lost window
 // held have all stopped counting: the newest of them was reserved at most
-// reserve-ahead from now and counts for the longest window after that. The
-// pause holds here at once and is written to Redis with the next round
-// trip, together with the marker.
-func (t *Throttler) healLocked(now time.Time) {
-	end := t.clock.server(now) + t.longestW() + t.opt.ahead.Microseconds()
-	t.healPause = max(t.healPause, end)
-	t.writeMark = true
+// reserve-ahead from serverNow and counts for the longest window after
+// that. serverNow is the server's own reading of its clock when the round
+// trip that saw the loss carried one: an estimate may be off by a local
+// clock step the same round trip straddled (simulation seed 153: a pause
+// computed 114ms short ended before it began, and 1,860 calls went in a
+// window of 1,463). The pause holds here at once and is written to Redis
+// with the next round trip, together with the marker.
+func (t *Throttler) healLocked(serverNow int64) {
+	end := serverNow + t.longestW() + t.opt.ahead.Microseconds()
+	t.owed.healPause = max(t.owed.healPause, end)
+	t.owed.mark = true
 	// Until the marker is back, a missing one says nothing new.
-	t.lastSeen = 0
+	t.health.lastSeen = 0
 	// Our calls went with the window: none is left to probe for.
-	t.journal.entries = t.journal.entries[:0]
-	t.heals++
+	t.health.journal.entries = t.health.journal.entries[:0]
+	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
-		slog.String("key", t.key), slog.Time("until", t.clock.local(end)))
-	if end > t.pausedTill {
-		t.pausedTill = end
-		t.stats.pauses.Add(1)
-		if o := t.opt.observer.Paused; o != nil {
-			o(t.clock.local(end))
-		}
-	}
+		slog.String("key", t.wins[0].key), slog.Time("until", t.clock.local(end)))
+	t.pauseLocked(end)
 }

@@ -3,13 +3,13 @@ package throttler
 import "slices"
 
 // journal holds this Throttler's own admissions for as long as they count in
-// the first limit's window. Its newest entry is the probe every round trip
-// checks is still in that limit's key, which tells a failover that lost the
+// the longest window. Its newest entry is the probe every round trip checks
+// is still in that window's key, which tells a failover that lost the
 // latest writes (see heal.go). Guarded by the Throttler's mu.
 type journal struct {
 	entries []entry
-	cap     int   // twice the first limit
-	w       int64 // the first limit's window: entries older than it are trimmed from its key
+	cap     int   // twice the longest window's limit
+	w       int64 // the longest window: entries older than it are trimmed from its key
 }
 
 // add records members admitted at score.

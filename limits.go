@@ -97,7 +97,7 @@ const (
 // The lowered limit never exceeds the one given to New: a Throttler that
 // reads a lower one uses it, and n at or above New's limit ends a lowering.
 // It lasts for d, or until the key goes unused for longer than its TTL
-// (interval + buffer + reserve-ahead + 2s) and Redis drops it. Calls of
+// (the longest interval + buffer + reserve-ahead + 2s) and Redis drops it. Calls of
 // WaitN with more than n calls at once fail while it lasts.
 //
 // Calls of this process holding slots reserved ahead under the higher limit
@@ -115,7 +115,7 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 		return ctxError(ctx)
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
-		if n >= t.limit {
+		if n >= t.wins[0].limit {
 			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowerLocked(0, 0) }}
 		}
 		end := serverNow + d.Microseconds()
@@ -126,52 +126,33 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 	})
 }
 
-// limitsLocked returns the limits in force now, one per window, for an
-// attempt planned at serverNow.
-func (t *Throttler) limitsLocked(serverNow int64, buf []int) []int {
-	buf = buf[:0]
-	for _, x := range t.wins {
-		buf = append(buf, x.limit)
-	}
-	if t.lowered > 0 && serverNow < t.lowerTill {
-		buf[0] = min(buf[0], t.lowered)
-	}
-	return buf
-}
-
 // learnMetaLocked takes the pause and the lowered limit a round trip read.
 func (t *Throttler) learnMetaLocked(r reply) {
-	if r.pause > t.pausedTill {
-		t.pausedTill = r.pause
-		t.stats.pauses.Add(1)
-		if o := t.opt.observer.Paused; o != nil {
-			o(t.clock.local(r.pause))
-		}
-	}
+	t.pauseLocked(r.pause)
 	lowered, till := 0, int64(0)
-	if r.limit > 0 && r.limitEnd > 0 && r.limit < int64(t.limit) {
+	if r.limit > 0 && r.limitEnd > 0 && r.limit < int64(t.wins[0].limit) {
 		lowered, till = int(r.limit), r.limitEnd
 	}
-	if lowered != t.lowered || till != t.lowerTill {
+	if lowered != t.shared.lowered || till != t.shared.lowerTill {
 		t.lowerLocked(lowered, till)
 	}
 }
 
-// lowerLocked records the lowered limit n (0 = none) until till. When it
-// makes the limit lower than before, calls holding slots reserved under the
-// higher one must reserve again (see await): a new epoch tells them.
+// pauseLocked extends the shared pause to end (server µs), and tells the
+// observer when it did.
+func (t *Throttler) pauseLocked(end int64) {
+	if t.shared.pauseUntil(end) {
+		t.stats.pauses.Add(1)
+		if o := t.opt.observer.Paused; o != nil {
+			o(t.clock.local(end))
+		}
+	}
+}
+
+// lowerLocked records the first limit lowered to n (0 = none) until till,
+// and tells the observer when the limit in force changed.
 func (t *Throttler) lowerLocked(n int, till int64) {
-	before, after := t.limit, t.limit
-	if t.lowered > 0 {
-		before = t.lowered
-	}
-	if n > 0 {
-		after = n
-	}
-	if after < before {
-		t.limitEpoch++
-	}
-	t.lowered, t.lowerTill = n, till
+	before, after := t.shared.lower(n, till, t.wins[0].limit)
 	if o := t.opt.observer.LimitChanged; o != nil && after != before {
 		o(after)
 	}

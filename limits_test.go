@@ -120,7 +120,7 @@ func TestWithLimitRefusedLeavesNothing(t *testing.T) {
 }
 
 func TestWithLimitRejectsBadInput(t *testing.T) {
-	c := miniThrottler(t, 1, time.Second).rdb
+	c := miniThrottler(t, 1, time.Second).st.(*redisStore).rdb
 	for _, tc := range []struct {
 		name string
 		key  string

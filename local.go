@@ -97,3 +97,13 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// clone returns a copy of l that shares nothing with it: what a round is
+// planned with (see plan), before the plan's slots are taken in l itself.
+func (l *localWindow) clone() *localWindow {
+	c := &localWindow{limit: l.limit, logs: make([]localLog, len(l.logs))}
+	for i, x := range l.logs {
+		c.logs[i] = localLog{limit: x.limit, w: x.w, times: slices.Clone(x.times)}
+	}
+	return c
+}

@@ -13,11 +13,14 @@ import (
 // UUID string costs two size classes more.
 const memberLen = 14
 
-// memberSource makes the members a Throttler adds: 10 random bytes drawn once
-// per Throttler from a version 4 UUID, then a 32-bit call counter. Members are
-// unique per call for as long as one can matter (a member lives a few
-// intervals at most; the counter wraps after 2^32 calls), and two Throttlers
-// collide with probability about 2^-80.
+// memberSource makes the members a Throttler adds: the first 10 bytes of a
+// version 4 UUID drawn once per Throttler, then a 32-bit call counter.
+// Members are unique per call for as long as one can matter (a member lives
+// a few intervals at most; the counter wraps after 2^32 calls). Those 10
+// bytes carry 74 random bits (6 of the 80 are the UUID's version and
+// variant), so two Throttlers share a prefix with probability 2^-74, and
+// among a million Throttlers alive at once some two do with probability
+// under 2^-35.
 type memberSource struct {
 	prefix [10]byte
 	n      atomic.Uint32

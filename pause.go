@@ -3,8 +3,6 @@ package throttler
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // PauseUntil makes every Throttler on the key (every replica, through Redis)
@@ -35,18 +33,7 @@ func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 		if end <= serverNow {
 			return metaWrite{}
 		}
-		return metaWrite{
-			pause: end,
-			apply: func() {
-				if end > t.pausedTill {
-					t.pausedTill = end
-					t.stats.pauses.Add(1)
-					if o := t.opt.observer.Paused; o != nil {
-						o(until)
-					}
-				}
-			},
-		}
+		return metaWrite{pause: end, apply: func() { t.pauseLocked(end) }}
 	})
 }
 
@@ -79,36 +66,13 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		t.mu.Unlock()
 		t.nudge()
 	}
-	ttl := t.ttl(t.wins[0])
+	ttl := t.ttl()
 	if m.pause > 0 {
 		ttl += time.Duration(m.pause-serverNow) * time.Microsecond
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	err := t.bounded(ctx, func(ctx context.Context) error {
-		_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if m.pause > 0 {
-				// Negative scores: the lower one is the later pause.
-				p.ZAddLT(ctx, t.key, redis.Z{Score: float64(-m.pause), Member: pauseMember})
-			}
-			if len(m.set) > 0 {
-				zs := make([]redis.Z, len(m.set))
-				for i, e := range m.set {
-					zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
-				}
-				p.ZAdd(ctx, t.key, zs...)
-			}
-			if len(m.remove) > 0 {
-				p.ZRem(ctx, t.key, toAny(m.remove)...)
-			}
-			// Never shorten the TTL another writer set for a longer pause.
-			secs := ttl.Round(time.Second) + time.Second
-			p.ExpireNX(ctx, t.key, secs)
-			p.ExpireGT(ctx, t.key, secs)
-			return nil
-		})
-		return err
-	})
+	err := t.st.writeMeta(ctx, m, ttl)
 	if err != nil {
 		t.mu.Lock()
 		t.logRedis(err, "the change was not written")
@@ -117,13 +81,4 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		return redisError(err)
 	}
 	return nil
-}
-
-// toAny converts members to the arguments go-redis takes.
-func toAny(members []string) []any {
-	args := make([]any, len(members))
-	for i, m := range members {
-		args[i] = m
-	}
-	return args
 }

@@ -119,7 +119,7 @@ func TestFallbackReplaysIntoRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	th.mu.Lock()
-	th.degraded = time.Time{} // do not wait out the retry second
+	th.health.degraded = time.Time{} // do not wait out the retry second
 	th.mu.Unlock()
 	for range 2 {
 		if err := th.Wait(context.Background()); err != nil {
@@ -186,19 +186,53 @@ func TestAllowWhileSharing(t *testing.T) {
 		t.Fatal(err)
 	}
 	th.mu.Lock()
-	th.shareUntil = time.Now().Add(time.Hour)
-	th.pausedTill = th.clock.server(time.Now().Add(time.Hour))
+	th.health.shareUntil = time.Now().Add(time.Hour)
+	th.shared.pausedTill = th.clock.server(time.Now().Add(time.Hour))
 	th.mu.Unlock()
 	if res, err := th.Allow(ctx); err != nil || res.Allowed {
 		t.Fatalf("Allow during a pause: (%+v, %v), want refused", res, err)
 	}
 	th.mu.Lock()
-	th.pausedTill = 0
+	th.shared.pausedTill = 0
 	th.mu.Unlock()
 	for i, want := range []bool{true, true, false} { // the local share is 2 of 4
 		res, err := th.Allow(ctx)
 		if err != nil || res.Allowed != want {
 			t.Fatalf("Allow %d while sharing: (%+v, %v), want allowed=%v", i, res, err, want)
 		}
+	}
+}
+
+// Calls admitted locally while Redis was down are written back to every
+// limit that still counts them: to a longer WithLimit window even after the
+// first limit's window has let them go.
+func TestFallbackReplaysIntoLongerLimits(t *testing.T) {
+	mr := miniredis.RunT(t)
+	addr := mr.Addr()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	const short = 20 * time.Millisecond
+	th := mustNew(t, c, "{q}:short", 4, short, WithLogger(quiet), WithFailurePolicy(FallbackLocal(0.5)),
+		WithLimit("{q}:hour", 4, time.Hour))
+	mr.Close()
+	for range 2 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Past the short window (and its buffer): those calls count in the hour only.
+	time.Sleep(2*(short+th.opt.buffer) + 10*time.Millisecond)
+	if err := mr.StartAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	th.mu.Lock()
+	th.health.degraded = time.Time{} // do not wait out the retry second
+	th.mu.Unlock()
+	if err := th.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, th)
+	if n := len(keyMembers(t, c, "{q}:hour")); n != 3 {
+		t.Fatalf("after recovery the hour's set holds %d members, want 2 replayed + 1 admitted", n)
 	}
 }

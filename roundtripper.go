@@ -15,11 +15,15 @@ import (
 // &Transport{Base: next, Route: t.Route()}: when the API answers 429 or 503
 // with Retry-After, every Throttler on t's key pauses until then.
 //
-// It keeps net/http's contract: it does not modify or read the request, it
-// returns next's response and error untouched (a 429 is a response, not an
-// error), and when the wait fails it closes the request body and returns the
-// wait's error, so that errors.Is(err, context.DeadlineExceeded) and the like
-// hold through http.Client's *url.Error. It is safe for concurrent use.
+// It keeps to net/http's contract for a RoundTripper in all but one point:
+// it does not modify the request or read its body, it returns next's
+// response and error unchanged (a 429 is a response, not an error), and
+// when the wait fails it closes the request body and returns the wait's
+// error, so that errors.Is(err, context.DeadlineExceeded) and the like hold
+// through http.Client's *url.Error. The exception: the contract asks a
+// RoundTripper not to interpret the response, and this one reads the
+// status and Retry-After of a 429 or 503 to pause the other replicas (it
+// never retries: Transport.Retries is 0). It is safe for concurrent use.
 func (t *Throttler) RoundTripper(next http.RoundTripper) http.RoundTripper {
 	return &Transport{Base: next, Route: t.Route()}
 }
@@ -46,11 +50,14 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 //   - with LimitHeader set, a response stating a lower limit than the
 //     Throttler's lowers it for every replica (see Throttler.SetLimit).
 //
-// It keeps net/http's contract: it never modifies the request (a retry
-// sends a clone with a fresh body), returns Base's response untouched unless
-// it retries, and closes the request body on every path where it does not
-// hand it to Base. A request whose body cannot be replayed is never sent
-// twice. A Transport is safe for concurrent use; do not change its fields
+// Like RoundTripper, it keeps to net/http's contract except that it
+// interprets responses: it reads the status and headers named above, and
+// with Retries set it answers a 429 or 503 itself by sending the request
+// again, which the contract leaves to the client. It never modifies the
+// request (a retry sends a clone with a fresh body), returns Base's
+// response unchanged unless it retries, and closes the request body on
+// every path where it does not hand it to Base. A request whose body cannot
+// be replayed is never sent twice. A Transport is safe for concurrent use; do not change its fields
 // once in use.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport, looked up
@@ -159,10 +166,10 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response)
 func (t *Throttler) follow(ctx context.Context, n int, d time.Duration) {
 	t.mu.Lock()
 	serverNow := t.clock.server(t.now())
-	lowered := t.lowered > 0 && serverNow < t.lowerTill
-	fresh := lowered && t.lowered == n && t.lowerTill-serverNow > d.Microseconds()/2
+	lowered := t.shared.lowered > 0 && serverNow < t.shared.lowerTill
+	fresh := lowered && t.shared.lowered == n && t.shared.lowerTill-serverNow > d.Microseconds()/2
 	t.mu.Unlock()
-	if fresh || (!lowered && n >= t.limit) {
+	if fresh || (!lowered && n >= t.wins[0].limit) {
 		return
 	}
 	t.SetLimit(ctx, n, d) // a failure is logged; the response stands

@@ -61,8 +61,8 @@ type simFigures struct {
 	p50, p99    time.Duration
 	longest     time.Duration // the longest wait of a call without deadline
 	bound       time.Duration // the bound a calm seed's run is held to (see maxWait)
-	roundTrips  float64 // per admitted call
-	commands    float64 // per admitted call
+	roundTrips  float64       // per admitted call
+	commands    float64       // per admitted call
 }
 
 func (f simFigures) String() string {

@@ -32,6 +32,7 @@ func (a entry) less(b entry) bool {
 type claim struct {
 	score int64
 	n     int
+	first int // the index of its first member in the attempt's adds
 }
 
 // admit decides which claims of one attempt keep their members. All claims'
@@ -41,9 +42,11 @@ type claim struct {
 //
 // Claims are kept greedily in order: a claim is kept when, with it and the
 // claims kept before it, no checked neighbourhood within w of it exceeds
-// limit. Because the set was read in one atomic step after the insert, a
-// kept claim satisfies the invariant whatever any other client does: others
-// that add members later count ours, including those about to be removed.
+// limit. Because each count was taken after the attempt's own members were
+// added, a kept claim satisfies the invariant whatever any other client
+// does, in a transaction or not: a client that adds members later counts
+// ours, including those about to be removed, and one that added earlier was
+// counted here.
 //
 // The result is appended to ok[:0], whose storage it may reuse.
 func admit(claims []claim, checks []int64, counts []int64, limit int, w int64, ok []bool) []bool {

@@ -52,6 +52,7 @@ type Stats struct {
 type counters struct {
 	admitted, waits, abandoned, failed, refused atomic.Uint64
 	roundTrips, redisErrors, pauses             atomic.Uint64
+	heals, lateWakes                            atomic.Uint64
 	waited                                      atomic.Int64 // nanoseconds
 }
 
@@ -68,18 +69,19 @@ func (t *Throttler) Stats() Stats {
 		RoundTrips:  t.stats.roundTrips.Load(),
 		RedisErrors: t.stats.redisErrors.Load(),
 		Pauses:      t.stats.pauses.Load(),
+		Heals:       t.stats.heals.Load(),
+		LateWakes:   t.stats.lateWakes.Load(),
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	serverNow := t.clock.server(now)
-	s.Heals, s.LateWakes = uint64(t.heals), uint64(t.lateWakes)
-	if t.pausedTill > serverNow {
-		s.PausedUntil = t.clock.local(t.pausedTill)
+	if t.shared.pausedTill > serverNow {
+		s.PausedUntil = t.clock.local(t.shared.pausedTill)
 	}
 	var lims [1]int
-	s.Limit = t.limitsLocked(serverNow, lims[:0])[0]
-	s.Degraded = now.Before(t.degraded)
+	s.Limit = t.shared.limits(t.wins, serverNow, lims[:0])[0]
+	s.Degraded = now.Before(t.health.degraded)
 	return s
 }
 

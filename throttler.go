@@ -5,11 +5,12 @@
 //
 // The quota is a sliding-window log in one Redis sorted set: each admitted
 // call is a member whose score is its admission time on the Redis server's
-// clock. A call is admitted at score g only if, counted in the same
-// transaction right after its member was added, the members within
-// (g-interval-buffer, g+interval+buffer) leave room for it. A caller over the
-// limit is given the earliest future slot and sleeps once until then; it does
-// not poll.
+// clock. A call is admitted at score g only if the members within
+// (g-interval-buffer, g+interval+buffer), counted after its own member was
+// added, leave room for it: every process adds before it counts, so two
+// processes racing for the last slot each count the other, and at most one
+// is admitted (both may be refused). A caller over the limit is given the
+// earliest future slot and sleeps once until then; it does not poll.
 //
 // A Throttler is safe for concurrent use by multiple goroutines. Waiters on
 // one Throttler are served first in, first out, and their reservations are
@@ -18,6 +19,7 @@ package throttler
 
 import (
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -27,50 +29,24 @@ import (
 // Throttler shares a quota of limit calls per interval through one Redis key.
 // Create it with New. It is safe for concurrent use by multiple goroutines.
 type Throttler struct {
-	rdb      redis.UniversalClient
-	key      string
-	limit    int
-	interval time.Duration
-	w        int64 // interval + buffer, microseconds: how long a call holds its slot
-	opt      options
-	wins     []window // wins[0] is the limit New was given; the others come from WithLimit
-	minLimit int      // the smallest configured limit: the most one call may claim
-	metaArgs []any    // ZMSCORE key marker pause limit limit-end, boxed once
-	ids      *memberSource
-	clock    clockSync
-	now      func() time.Time
-	stats    counters
+	config
+	st    store // Redis, behind the seam
+	ids   *memberSource
+	clock clockSync
+	stats counters
 
-	mu         sync.Mutex
-	queue      []*waiter // FIFO, not yet reserved
-	running    bool      // a worker goroutine serves the queue
-	kick       chan struct{}
-	slots      []int64   // next free slots (server µs, 0 = now) learned from the last reply
-	giveBack   []string  // members to remove with the next round trip
-	giveUpAt   time.Time // after a failure: when members not given back yet stop mattering (zero = none pending)
-	replay     []entry   // members admitted without Redis, to count once it answers
-	degraded   time.Time // while now is before it, Redis is not tried (fallback)
-	near       bool      // the last reply left little room: reserve exactly (MULTI)
-	journal    journal   // our admissions that still count, to heal a lost window
-	healPause  int64     // server µs: the end of a heal pause still to write to Redis (0 = none); see heal.go
-	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
-	lastRound  time.Time // the last round trip that reached Redis
-	lastSeen   int64     // server µs: the last round trip that found (or wrote) the marker (0 = none)
-	writeMark  bool      // the marker was missing: write it with the next round trip
-	lastTrim   time.Time
-	lastClock  time.Time
-	lastExpire time.Time
-	lastLog    time.Time
-	local      *localWindow // the fallback's in-process window, when configured
-	scratch    roundScratch
-	lateWakes  int   // calls that re-reserved after waking too late
-	heals      int   // lost windows found
-	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
-	lowered    int   // the first limit lowered through Redis (SetLimit); 0 = not lowered
-	lowerTill  int64 // server µs at which the lowering ends
-	limitEpoch int   // grows each time the limit is lowered
-
-	ctxTimeouts bool // the client honours context deadlines itself
+	mu      sync.Mutex // guards what follows
+	queue   []*waiter  // FIFO, not yet reserved
+	running bool       // a worker goroutine serves the queue
+	kick    chan struct{}
+	known   known        // what the last reply told of the room ahead
+	shared  sharedState  // the pause and lowered limit every process agrees on
+	health  health       // Redis's health as this process sees it: fallback and heal
+	owed    owed         // what this process still has to write to Redis
+	upkeep  upkeep       // when each kind of upkeep last rode on a round trip
+	local   *localWindow // the fallback's in-process window, when configured
+	rng     *rand.Rand   // spreads wake-ups (see jitter, sharePause)
+	scratch roundScratch
 
 	// onAdmit, when set (tests), sees every admission with its server-time
 	// score in microseconds and its members, under t.mu.
@@ -131,29 +107,22 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		}
 	}
 	t := &Throttler{
-		rdb:      client,
-		key:      key,
-		limit:    limit,
-		interval: interval,
-		w:        wins[0].w,
-		wins:     wins,
-		opt:      o,
-		ids:      newMemberSource(),
-		now:      o.now,
-		kick:     make(chan struct{}, 1),
-		near:     true,
-		clock:    newClockSync(o.now()),
+		config: config{wins: wins, opt: o},
+		st:     newRedisStore(client, wins, (&config{wins: wins}).longest()),
+		ids:    newMemberSource(),
+		kick:   make(chan struct{}, 1),
+		known:  known{near: true},
+		clock:  newClockSync(o.now()),
+		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
-	t.metaArgs = []any{"zmscore", key, marker, pauseMember, limitMember, limitEndMember}
 	t.minLimit = limit
 	for _, x := range wins[1:] {
 		t.minLimit = min(t.minLimit, x.limit)
 	}
-	// The probe is looked up in the first limit's key, which trims its
-	// members once they leave its own window.
-	t.journal.cap = 2 * limit
-	t.journal.w = wins[0].w
-	t.ctxTimeouts = honoursContext(client)
+	// The probe is looked up in the key of the longest window, which keeps
+	// a call's member the longest (see heal.go).
+	t.health.journal.cap = 2 * wins[t.longest()].limit
+	t.health.journal.w = t.longestW()
 	if o.policy.kind == policyLocal {
 		t.local = newLocalWindow(o.policy.share, wins, o.buffer)
 	}
@@ -179,44 +148,21 @@ const conversionSlack = 2
 // Limit returns the number of calls allowed per interval, as given to New.
 // A limit lowered by SetLimit or by an API's answer (see Transport) does not
 // change it.
-func (t *Throttler) Limit() int { return t.limit }
+func (t *Throttler) Limit() int { return t.wins[0].limit }
 
 // Interval returns the length of the sliding window.
-func (t *Throttler) Interval() time.Duration { return t.interval }
+func (t *Throttler) Interval() time.Duration { return t.wins[0].interval }
 
 // Key returns the Redis key holding the shared window.
-func (t *Throttler) Key() string { return t.key }
-
-// roundScratch holds the buffers of a round, reused by the next one.
-type roundScratch struct {
-	a      *attempt
-	batch  []*waiter
-	claims []claim
-	ok     []bool
-	lims   []int
-}
-
-// longestW is how long a call counts in the longest of its windows, in
-// microseconds.
-func (t *Throttler) longestW() int64 {
-	w := int64(0)
-	for _, x := range t.wins {
-		w = max(w, x.w)
-	}
-	return w
-}
-
-// batchUnits is how many members one round trip may add, and how many
-// upcoming slots it learns.
-func (t *Throttler) batchUnits() int { return min(t.minLimit, t.opt.maxBatch) }
+func (t *Throttler) Key() string { return t.wins[0].key }
 
 // logRedis logs a Redis failure at most once a second.
 func (t *Throttler) logRedis(err error, what string) {
 	now := t.now()
-	if now.Sub(t.lastLog) < time.Second {
+	if now.Sub(t.upkeep.log) < time.Second {
 		return
 	}
-	t.lastLog = now
-	t.opt.logger.Warn("throttler: redis failed", slog.String("key", t.key),
+	t.upkeep.log = now
+	t.opt.logger.Warn("throttler: redis failed", slog.String("key", t.wins[0].key),
 		slog.String("policy", t.opt.policy.String()), slog.String("then", what), slog.Any("err", err))
 }

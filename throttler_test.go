@@ -416,7 +416,7 @@ func TestLateWakeReReserves(t *testing.T) {
 		}
 		waitIdle(t, th)
 		th.mu.Lock()
-		late := th.lateWakes
+		late := th.stats.lateWakes.Load()
 		th.mu.Unlock()
 		if late != 1 || len(rec.scores()) != 1 {
 			t.Fatalf("late wakes %d, admissions kept %d; want 1 late wake and 1 admission (the first was given back)", late, len(rec.scores()))

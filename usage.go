@@ -3,8 +3,6 @@ package throttler
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Usage describes one limit's shared window as Redis holds it, read by
@@ -41,64 +39,32 @@ type Usage struct {
 func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	type reads struct {
-		used, reserved *redis.IntCmd
-		tail           *redis.ZSliceCmd
-	}
-	rs := make([]reads, len(t.wins))
-	var (
-		clock *redis.TimeCmd
-		meta  *redis.FloatSliceCmd
-	)
-	err := t.bounded(ctx, func(ctx context.Context) error {
-		_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			clock = p.Time(ctx)
-			meta = p.ZMScore(ctx, t.key, pauseMember, limitMember, limitEndMember)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		now := clock.Val().UnixMicro()
-		lims := t.usageLimits(now, meta.Val())
-		// A second round trip, now that the server's clock and the limit in
-		// force are known: what it counts is consistent within each key.
-		_, err = t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for i, x := range t.wins {
-				rs[i].used = p.ZCount(ctx, x.key, exclusive(now-x.w), itoa(now))
-				rs[i].reserved = p.ZCount(ctx, x.key, exclusive(now), itoa(now+futureBound))
-				rs[i].tail = p.ZRangeWithScores(ctx, x.key, int64(-lims[i]), int64(-lims[i]))
-			}
-			return nil
-		})
-		return err
-	})
+	rd, err := t.st.usage(ctx, t.usageLimits)
 	if err != nil {
 		t.observeRedisError(err)
 		return nil, redisError(err)
 	}
-	server := clock.Val()
+	server := rd.server
 	now := server.UnixMicro()
 	// Server time to local: the offset this read observed.
 	local := func(us int64) time.Time {
 		return t.now().Add(time.Duration(us-now) * time.Microsecond)
 	}
-	found := meta.Val()
-	lims := t.usageLimits(now, found)
+	found, lims := rd.meta, rd.lims
 	out := make([]Usage, len(t.wins))
 	for i, x := range t.wins {
 		u := Usage{
 			Key:      x.key,
 			Limit:    lims[i],
 			Interval: x.interval,
-			Used:     int(rs[i].used.Val()),
-			Reserved: int(rs[i].reserved.Val()),
+			Used:     rd.used[i],
+			Reserved: rd.reserved[i],
 			NextFree: local(now),
 			Now:      server,
 		}
 		// The limit-th newest member must leave the window before one more
 		// call fits.
-		if zs := sane(zEntries(rs[i].tail.Val()), now+futureBound); len(zs) == 1 && zs[0].score > 0 {
+		if zs := sane(rd.nth[i], now+futureBound); len(zs) == 1 && zs[0].score > 0 {
 			if free := zs[0].score + x.w; free > now {
 				u.NextFree = local(free)
 			}
@@ -126,15 +92,6 @@ func (t *Throttler) usageLimits(now int64, found []float64) []int {
 		}
 	}
 	return lims
-}
-
-func zEntries(zs []redis.Z) []entry {
-	out := make([]entry, len(zs))
-	for i, z := range zs {
-		m, _ := z.Member.(string)
-		out[i] = entry{score: int64(z.Score), member: m}
-	}
-	return out
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -74,6 +74,18 @@ type Fault struct {
 	K       int           // requests to cut, or the lowered limit
 }
 
+// End is when the fault stops acting: a delayed reply arrives up to D after
+// the span ends, a stall lasts D; the other kinds act at once.
+func (f Fault) End() time.Duration {
+	switch f.Kind {
+	case Delay:
+		return f.At + f.Span + f.D
+	case Stall:
+		return f.At + f.D
+	}
+	return f.At
+}
+
 func (f Fault) String() string {
 	s := fmt.Sprintf("%s at %s", f.Kind, fmtDur(f.At))
 	switch f.Kind {

@@ -1,0 +1,182 @@
+// Command coresize prints the figures that say how much a reader must hold
+// to change the library's core: the fields of its biggest struct, its
+// longest functions, the places that change a waiter's reservation, and
+// the core's line count (the package's non-test Go files).
+//
+// Run it from the module root:
+//
+//	go run ./internal/coresize
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+func main() {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		fail(err)
+	}
+	type fn struct {
+		name  string
+		lines int
+	}
+	var (
+		funcs   []fn
+		structs = map[string]int{}
+		lines   int
+		code    int                // lines that are neither blank nor comments
+		sites   = map[string]int{} // function -> assignments to a waiter's reservation
+		states  int                // of which to its state (or its whole reservation)
+	)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		lines += strings.Count(string(src), "\n")
+		for _, l := range strings.Split(string(src), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "//") {
+				code++
+			}
+		}
+		file, err := parser.ParseFile(fset, f, src, 0)
+		if err != nil {
+			fail(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.TypeSpec:
+				if st, ok := n.Type.(*ast.StructType); ok {
+					c := 0
+					for _, fl := range st.Fields.List {
+						c += max(1, len(fl.Names))
+					}
+					structs[n.Name.Name] = c
+				}
+			case *ast.FuncDecl:
+				name := n.Name.Name
+				if n.Recv != nil && len(n.Recv.List) > 0 {
+					name = recv(n.Recv.List[0].Type) + "." + name
+				}
+				l := fset.Position(n.End()).Line - fset.Position(n.Pos()).Line + 1
+				funcs = append(funcs, fn{name, l})
+				ast.Inspect(n.Body, func(m ast.Node) bool {
+					if call, ok := m.(*ast.CallExpr); ok && isSettle(call) {
+						sites[name]++
+						states++
+						return true
+					}
+					as, ok := m.(*ast.AssignStmt)
+					if !ok {
+						return true
+					}
+					for _, lhs := range as.Lhs {
+						if isWaiterState(lhs) {
+							sites[name]++
+							if f := lhs.(*ast.SelectorExpr).Sel.Name; f == "state" || f == "res" {
+								states++
+							}
+						}
+					}
+					return true
+				})
+			}
+			return true
+		})
+	}
+	sort.Slice(funcs, func(i, j int) bool { return funcs[i].lines > funcs[j].lines })
+	type kv struct {
+		k string
+		v int
+	}
+	var ss []kv
+	for k, v := range structs {
+		ss = append(ss, kv{k, v})
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].v > ss[j].v || ss[i].v == ss[j].v && ss[i].k < ss[j].k })
+	fmt.Printf("core: %d lines (%d of code, without comments and blank lines) in %d files\n", lines, code, countNonTest(files))
+	fmt.Print("biggest structs (fields):")
+	for _, s := range ss[:min(5, len(ss))] {
+		fmt.Printf(" %s %d,", s.k, s.v)
+	}
+	fmt.Print("\nlongest functions (lines):")
+	for _, f := range funcs[:min(6, len(funcs))] {
+		fmt.Printf(" %s %d,", f.name, f.lines)
+	}
+	total, fns := 0, 0
+	var where []string
+	for k, v := range sites {
+		total += v
+		fns++
+		where = append(where, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(where)
+	fmt.Printf("\nplaces that change a waiter's reservation (assignments to its fields, calls of settle): %d in %d functions, %d of them set its state (%s)\n",
+		total, fns, states, strings.Join(where, ", "))
+}
+
+// waiterFields are the fields that hold a waiter's reservation state,
+// before and after the reservation became one value.
+var waiterFields = map[string]bool{
+	"state": true, "cancelled": true, "gone": true, "immediate": true,
+	"at": true, "members": true, "stale": true, "epoch": true, "localAt": true, "err": true,
+	"res": true, "left": true, "caller": true,
+}
+
+// isWaiterState reports whether e is w.<field> for a waiter field above,
+// assigned through a variable named w or x (the names the core uses).
+func isWaiterState(e ast.Expr) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok || !waiterFields[sel.Sel.Name] {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && (id.Name == "w" || id.Name == "x")
+}
+
+// isSettle reports whether call is w.settle(...) (or, before the core was
+// split, t.settleLocked(w, ...)), which replaces a waiter's whole
+// reservation.
+func isSettle(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	return ok && (sel.Sel.Name == "settle" || sel.Sel.Name == "settleLocked")
+}
+
+func recv(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.StarExpr:
+		return recv(e.X)
+	case *ast.Ident:
+		return e.Name
+	case *ast.IndexExpr:
+		return recv(e.X)
+	}
+	return "?"
+}
+
+func countNonTest(files []string) int {
+	n := 0
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			n++
+		}
+	}
+	return n
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "coresize:", err)
+	os.Exit(1)
+}

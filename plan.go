@@ -1,0 +1,268 @@
+package throttler
+
+import (
+	"slices"
+	"time"
+)
+
+// Planning a round is a pure function: plan takes the queue's requests and
+// a snapshot of what the Throttler knows (planIn), and returns what each
+// request gets and what the round trip asks of Redis. It holds no lock and
+// touches no channel, logger, random source or Redis: the worker (see
+// worker.go) copies the snapshot under the mutex, calls plan, and applies
+// the outcome.
+
+// request is what plan sees of a queued call.
+type request struct {
+	n        int
+	deadline time.Time // zero without one
+	now      bool      // AllowN: now or never
+}
+
+// planIn is what a round is planned from.
+type planIn struct {
+	now        time.Time // local
+	clock      clockView
+	lims       []int // the limits in force now, per window
+	pausedTill int64 // server µs
+	known      known
+	// While sharing after FallbackLocal: a copy of the local window, which
+	// plan takes slots from (nil = not sharing), and when sharing ends.
+	sharing    *localWindow
+	shareUntil time.Time
+	probe      bool // the round trip carries a probe (see lossChecksLocked)
+	quietDue   bool // no round trip reached Redis for quiet()
+}
+
+// verdict is what a round does with one request.
+type verdict uint8
+
+const (
+	keep   verdict = iota // it stays queued, in its place
+	claim1                // it claims its slot in this round trip
+	fail                  // it fails at once (decision.err)
+	refuse                // AllowN: no room now (decision.retry says when there may be)
+)
+
+// decision is plan's word on one request.
+type decision struct {
+	verdict verdict
+	score   int64     // claim1: the slot claimed, server µs
+	localAt time.Time // claim1: its slot in the local share while sharing (zero = none)
+	err     error     // fail
+	retry   time.Time // refuse: when it might fit
+}
+
+// planOut is a planned round.
+type planOut struct {
+	each    []decision // one per request, in queue order
+	claims  []claim    // the claims, in queue order
+	checks  []int64    // distinct scores among the claims, ascending
+	exact   bool       // send as MULTI/EXEC, and learn upcoming slots
+	slots   int        // how many upcoming free slots to learn (0 = none)
+	soonest int64      // the score of a call that goes when the reply is back
+	room    int        // units of the batch (or fair share) left unclaimed
+	// How long to sleep before the next round when nothing wakes the
+	// worker sooner, and whether to add jitter (a wake-up for a slot
+	// coming within reach: see config.jitter).
+	sleep  time.Duration
+	jitter bool
+}
+
+// plan picks the batch for the next round trip: requests from the head of
+// the queue, each given the earliest free slot known for it, as long as
+// that slot lies within the reserve-ahead horizon and the batch has room.
+// A request whose slot would be after its deadline fails; an AllowN that
+// cannot go now is refused. each is reused for the decisions.
+func plan(c *config, in planIn, reqs []request, each []decision) planOut {
+	p := newPlanner(c, in, len(reqs), each)
+	for i, r := range reqs {
+		p.place(i, r)
+	}
+	return p.finish(reqs)
+}
+
+// planner is one round's planning under way.
+type planner struct {
+	c   *config
+	in  planIn
+	out planOut
+
+	room      int  // units the batch may still take
+	known     bool // slots come from the last reply
+	pos       int  // units placed against the known slots
+	full      bool // a WaitN waits: those behind it wait too
+	firstKept int  // the first request left queued (-1 = none)
+	maxNow    int  // the largest AllowN claimed
+
+	soonest, horizon, floor int64 // server µs
+}
+
+func newPlanner(c *config, in planIn, n int, each []decision) *planner {
+	p := &planner{c: c, in: in, firstKept: -1, room: c.batchUnits()}
+	p.out.each = slices.Grow(each[:0], n)[:n]
+	clear(p.out.each)
+	// Far from the limit every call fits now: no slots to look up, and no
+	// need for a transaction.
+	p.out.exact = in.known.near
+	p.known = p.out.exact && in.known.slots != nil
+	// A call admitted now goes when the reply is back: score it then.
+	p.soonest = in.clock.server(in.now) + in.clock.rtt
+	p.out.soonest = p.soonest
+	p.horizon = p.soonest + c.opt.ahead.Microseconds()
+	// No call goes before a shared pause ends.
+	p.floor = max(p.soonest, in.pausedTill)
+	if p.out.exact {
+		// Near the limit, other processes may be waiting for the same slots.
+		p.room = min(p.room, c.fairShare())
+	}
+	return p
+}
+
+// place decides request i.
+func (p *planner) place(i int, r request) {
+	d := &p.out.each[i]
+	switch {
+	case r.n > p.in.lims[0]:
+		*d = decision{verdict: fail, err: invalidf("%s(%d): more calls at once than the limit, lowered to %d", r.name(), r.n, p.in.lims[0])}
+	case r.now:
+		*d = p.placeNow(r)
+	default:
+		*d = p.placeWait(r)
+	}
+	switch d.verdict {
+	case keep:
+		if p.firstKept < 0 {
+			p.firstKept = i
+		}
+	case claim1:
+		p.room -= r.n
+		p.out.claims = append(p.out.claims, claim{score: d.score, n: r.n})
+		p.out.checks = addCheck(p.out.checks, d.score)
+	}
+}
+
+// placeNow decides an AllowN's request: a claim for the slot a call made
+// when the reply is back would take, or a refusal without a round trip
+// when a shared pause or the local share (just back from FallbackLocal)
+// already rules it out. Known slots do not refuse it: they may be stale,
+// and one round trip tells.
+func (p *planner) placeNow(r request) decision {
+	in := p.in
+	if p.floor > p.soonest {
+		return decision{verdict: refuse, retry: in.clock.local(p.floor)}
+	}
+	if len(p.out.claims) > 0 && r.n > p.room {
+		return decision{verdict: keep} // in the next round, at once
+	}
+	var localAt time.Time
+	if in.sharing != nil {
+		if r.n > in.sharing.limit {
+			return decision{verdict: refuse, retry: in.shareUntil}
+		}
+		if localAt = in.sharing.slot(in.now, r.n); localAt.After(in.now) {
+			return decision{verdict: refuse, retry: localAt}
+		}
+		in.sharing.take(localAt, r.n)
+	}
+	if p.known {
+		p.pos += r.n
+	}
+	p.maxNow = max(p.maxNow, r.n)
+	return decision{verdict: claim1, score: p.soonest, localAt: localAt}
+}
+
+// placeWait decides a WaitN's request: the earliest slot known for it,
+// within this process's local share while sharing; or it waits, for the
+// slots of the next reply or for its slot to come within reach.
+func (p *planner) placeWait(r request) decision {
+	in := p.in
+	g := p.floor
+	if p.known {
+		if p.pos+r.n > len(in.known.slots) {
+			// Beyond what the last reply told: learn more first.
+			p.full = true
+			return decision{verdict: keep}
+		}
+		g = max(p.floor, in.known.slots[p.pos+r.n-1])
+	}
+	var localAt time.Time
+	if in.sharing != nil {
+		// Just back from the fallback: also within this process's share.
+		if r.n > in.sharing.limit {
+			g = max(g, in.clock.server(in.shareUntil))
+		} else {
+			// Any time after the local slot fits it; record the call at
+			// the time it will go.
+			g = max(g, in.clock.server(in.sharing.slot(in.now, r.n)))
+			localAt = in.clock.local(g)
+		}
+	}
+	if !r.deadline.IsZero() {
+		if at := in.clock.local(g); at.After(r.deadline) {
+			return decision{verdict: fail, err: deadlineError(at, r.deadline)}
+		}
+	}
+	p.pos += r.n
+	// The share bounds what joins a batch, never its first claim: a
+	// weighted call larger than the share must still get through.
+	if p.full || g > p.horizon || (r.n > p.room && len(p.out.claims) > 0) {
+		if !p.full && len(p.out.claims) == 0 && g > p.horizon {
+			p.out.sleep = in.clock.local(g - p.c.opt.ahead.Microseconds()).Sub(in.now)
+			p.out.jitter = true
+		}
+		p.full = true
+		return decision{verdict: keep}
+	}
+	if !localAt.IsZero() {
+		in.sharing.take(localAt, r.n)
+	}
+	return decision{verdict: claim1, score: g, localAt: localAt}
+}
+
+// finish completes the plan once every request is placed: how long a round
+// that claims nothing sleeps, and what the round trip learns.
+func (p *planner) finish(reqs []request) planOut {
+	c, in, out := p.c, p.in, &p.out
+	out.room = p.room
+	if len(out.claims) == 0 {
+		// A quiet worker still makes a round trip at least every quiet(),
+		// to learn of pauses, lowered limits and losses.
+		out.sleep = min(out.sleep, c.quiet())
+		if in.probe && in.quietDue {
+			out.exact = true
+		}
+	}
+	if p.maxNow > 0 {
+		// An AllowN refused learns when it might fit; of two racing for
+		// the last slot, exactly one wins.
+		out.exact = true
+	}
+	if out.exact && (len(out.claims) > 0 || (p.firstKept >= 0 && out.sleep == 0) || in.probe) {
+		// A round near the limit claims at most a fair share: learning more
+		// upcoming slots than that only costs Redis time.
+		k := max(c.fairShare(), p.maxNow)
+		if p.firstKept >= 0 {
+			k = max(k, reqs[p.firstKept].n)
+		}
+		out.slots = min(slices.Min(in.lims), k)
+	}
+	return *out
+}
+
+// addCheck adds score to the distinct, ascending scores checks (claims are
+// planned in ascending score order, save AllowN's at soonest).
+func addCheck(checks []int64, score int64) []int64 {
+	if i, found := slices.BinarySearch(checks, score); !found {
+		checks = slices.Insert(checks, i, score)
+	}
+	return checks
+}
+
+// name is the method a request came from, for errors.
+func (r request) name() string {
+	if r.now {
+		return "AllowN"
+	}
+	return "WaitN"
+}

@@ -1,0 +1,139 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// The scheduling policy, tested without Redis: plan and resolve are pure
+// functions over plain values.
+
+// testConfig is a config with one limit of limit per interval, a zero
+// buffer and ahead of reserve-ahead.
+func testConfig(limit int, interval, ahead time.Duration) *config {
+	o := defaultOptions()
+	o.buffer, o.ahead = 0, ahead
+	return &config{wins: []window{{key: "k", limit: limit, interval: interval, w: windowMicros(interval)}}, opt: o, minLimit: limit}
+}
+
+// planAt is a planIn at local time 0 = server µs 1,000,000, with a 1ms
+// round trip.
+func planAt(lims ...int) planIn {
+	epoch := time.Unix(0, 0)
+	return planIn{now: epoch, clock: clockView{epoch: epoch, offset: 1_000_000, rtt: 1000}, lims: lims}
+}
+
+func TestPlanFarFromLimitClaimsNow(t *testing.T) {
+	c := testConfig(100, time.Second, time.Second)
+	p := plan(c, planAt(100), []request{{n: 1}, {n: 3}, {n: 2, now: true}}, nil)
+	for i, d := range p.each {
+		if d.verdict != claim1 || d.score != 1_001_000 {
+			t.Fatalf("request %d: %+v, want a claim at soonest (1001000)", i, d)
+		}
+	}
+	if len(p.checks) != 1 || p.checks[0] != 1_001_000 {
+		t.Fatalf("checks %v, want one distinct score", p.checks)
+	}
+	if !p.exact || p.slots < 2 {
+		t.Fatalf("an AllowN's round is exact and learns slots for its n: exact %v slots %d", p.exact, p.slots)
+	}
+	p = plan(c, planAt(100), []request{{n: 1}, {n: 3}}, nil)
+	if p.exact || p.slots != 0 {
+		t.Fatalf("far from the limit, WaitN only: exact %v slots %d, want a plain pipeline learning nothing", p.exact, p.slots)
+	}
+}
+
+func TestPlanNearLimitTakesKnownSlotsInOrder(t *testing.T) {
+	c := testConfig(64, time.Second, time.Second) // a fair share of 4
+	in := planAt(64)
+	in.known = known{near: true, slots: []int64{0, 1_200_000, 1_300_000}}
+	p := plan(c, in, []request{{n: 1}, {n: 1}, {n: 2}}, nil)
+	want := []decision{{verdict: claim1, score: 1_001_000}, {verdict: claim1, score: 1_200_000}, {verdict: keep}}
+	for i, d := range p.each {
+		if d.verdict != want[i].verdict || d.score != want[i].score {
+			t.Fatalf("request %d: %+v, want %+v", i, d, want[i])
+		}
+	}
+	if !p.exact || p.slots < 2 {
+		t.Fatalf("near the limit: exact %v slots %d, want exact, learning at least the kept request's 2", p.exact, p.slots)
+	}
+	// A round near the limit claims a fair share at most (but always one).
+	c = testConfig(16, time.Second, time.Second) // a fair share of 1
+	in.lims = []int{16}
+	in.known.near = true
+	p = plan(c, in, []request{{n: 1}, {n: 1}}, nil)
+	if p.each[0].verdict != claim1 || p.each[1].verdict != keep {
+		t.Fatalf("a fair share of 1: %+v, want one claim", p.each)
+	}
+}
+
+func TestPlanWaitsForSlotsBeyondReach(t *testing.T) {
+	c := testConfig(16, time.Second, 100*time.Millisecond)
+	in := planAt(16)
+	in.known = known{near: true, slots: []int64{1_500_000}}
+	p := plan(c, in, []request{{n: 1}, {n: 1}}, nil)
+	if p.each[0].verdict != keep || p.each[1].verdict != keep || len(p.claims) != 0 {
+		t.Fatalf("a slot 500ms away with 100ms reserve-ahead: %+v, want both kept", p.each)
+	}
+	if want := 400 * time.Millisecond; p.sleep != min(want, c.quiet()) || !p.jitter {
+		t.Fatalf("sleep %s jitter %v, want until the slot comes within reach (%s), jittered", p.sleep, p.jitter, want)
+	}
+}
+
+func TestPlanFailsWhatCannotBeMet(t *testing.T) {
+	c := testConfig(16, time.Second, time.Second)
+	in := planAt(8) // lowered to 8
+	in.known = known{near: true, slots: []int64{1_900_000, 1_950_000}}
+	deadline := in.now.Add(500 * time.Millisecond)
+	p := plan(c, in, []request{{n: 9}, {n: 1, deadline: deadline}, {n: 1}}, nil)
+	if p.each[0].verdict != fail || !errors.Is(p.each[0].err, ErrInvalidArgument) {
+		t.Fatalf("n above the lowered limit: %+v, want an invalid-argument failure", p.each[0])
+	}
+	if p.each[1].verdict != fail || !errors.Is(p.each[1].err, context.DeadlineExceeded) {
+		t.Fatalf("slot after the deadline: %+v, want a deadline failure", p.each[1])
+	}
+	// The failed request took no slot: the next one gets the first.
+	if p.each[2].verdict != claim1 || p.each[2].score != 1_900_000 {
+		t.Fatalf("the next request: %+v, want the first known slot", p.each[2])
+	}
+}
+
+func TestPlanPause(t *testing.T) {
+	c := testConfig(16, time.Second, time.Second)
+	in := planAt(16)
+	in.pausedTill = 1_300_000
+	p := plan(c, in, []request{{n: 1, now: true}, {n: 1}}, nil)
+	if d := p.each[0]; d.verdict != refuse || !d.retry.Equal(in.clock.local(1_300_000)) {
+		t.Fatalf("AllowN during a pause: %+v, want refused until its end", d)
+	}
+	if d := p.each[1]; d.verdict != claim1 || d.score != 1_300_000 {
+		t.Fatalf("WaitN during a pause within reach: %+v, want a claim at its end", d)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	c := testConfig(2, time.Second, time.Second)
+	a := &attempt{adds: []entry{{1_001_000, "a"}, {1_001_000, "b"}, {1_001_000, "c"}},
+		checks: []int64{1_001_000}, lims: []int{2}, soonest: 1_001_000}
+	claims := []claim{{score: 1_001_000, n: 1, first: 0}, {score: 1_001_000, n: 2, first: 1}}
+	r := reply{counts: [][]int64{{3}}}
+	in := resolveIn{a: a, r: r, claims: claims, leaving: []bool{false, false}, lims: []int{2}, arrived: 1_001_000}
+	out := resolve(c, in, nil)
+	if !out.ok[0] || out.ok[1] || !out.near || !out.immediate[0] {
+		t.Fatalf("3 members counted on a limit of 2: %+v, want the first claim admitted at once, the second refused, near", out)
+	}
+	in.distrust = true
+	if out := resolve(c, in, nil); out.ok[0] {
+		t.Fatalf("counts that prove nothing admitted a claim: %+v", out)
+	}
+	in.distrust, in.pausedTill = false, 1_100_000
+	if out := resolve(c, in, nil); out.ok[0] {
+		t.Fatalf("a claim inside a pause learned from the reply was admitted: %+v", out)
+	}
+	in.pausedTill, in.arrived = 0, 900_000 // the reply came back 101ms sooner than planned
+	if out := resolve(c, in, nil); !out.ok[0] || out.immediate[0] {
+		t.Fatalf("a reply back early: %+v, want admitted on a timer, not at once", out)
+	}
+}

@@ -1,0 +1,325 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisStore is the store on a go-redis client: every limit's sorted set,
+// the first of which also holds the members that are not calls.
+type redisStore struct {
+	rdb      redis.UniversalClient
+	wins     []window
+	metaArgs []any // ZMSCORE key marker pause limit limit-end, boxed once
+	probeIn  int   // the index of the key the probe is looked up in
+	// The client ends a call at its context's deadline by itself (see
+	// bounded).
+	ctxTimeouts bool
+}
+
+func newRedisStore(c redis.UniversalClient, wins []window, probeIn int) *redisStore {
+	return &redisStore{
+		rdb:         c,
+		wins:        wins,
+		probeIn:     probeIn,
+		metaArgs:    []any{"zmscore", wins[0].key, marker, pauseMember, limitMember, limitEndMember},
+		ctxTimeouts: honoursContext(c),
+	}
+}
+
+func (s *redisStore) reserve(ctx context.Context, a *attempt) (reply, error) {
+	cmds := &attemptCmds{s: s, a: a}
+	err := s.bounded(ctx, func(ctx context.Context) error {
+		var err error
+		cmds.ctx = ctx
+		if a.exact {
+			_, err = s.rdb.TxPipelined(ctx, cmds.queue)
+		} else {
+			_, err = s.rdb.Pipelined(ctx, cmds.queue)
+		}
+		return err
+	})
+	if err != nil {
+		return reply{}, err
+	}
+	return cmds.reply(), nil
+}
+
+// attemptCmds are the commands of one attempt's round trip, queued on a
+// pipeline (see attempt for the sequence), and read back into a reply.
+type attemptCmds struct {
+	s      *redisStore
+	a      *attempt
+	ctx    context.Context // the round trip's
+	counts []*redis.IntCmd // window by window
+	tails  []*redis.ZSliceCmd
+	clock  *redis.TimeCmd
+	meta   *redis.FloatSliceCmd
+	probe  *redis.FloatSliceCmd // when not in meta
+}
+
+func (c *attemptCmds) queue(p redis.Pipeliner) error {
+	s, a, ctx := c.s, c.a, c.ctx
+	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.checks))
+	if a.slots > 0 {
+		c.tails = make([]*redis.ZSliceCmd, len(s.wins))
+	}
+	zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
+	for i, e := range a.adds {
+		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+	}
+	if a.mark {
+		zs = append(zs, redis.Z{Score: -1, Member: marker})
+	}
+	var remove []any
+	if len(a.remove) > 0 {
+		remove = toAny(a.remove)
+	}
+	for wi, x := range s.wins {
+		if remove != nil {
+			p.ZRem(ctx, x.key, remove...)
+		}
+		if a.trim && a.trimAt > 0 {
+			p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(a.trimAt-x.w-trimSlack))
+			p.ZRemRangeByScore(ctx, x.key, exclusive(a.futureAt), "+inf")
+		}
+		if wi == 0 && a.pause > 0 {
+			// Before the marker: a marker present means the pause written
+			// with it is there too.
+			p.ZAddLT(ctx, x.key, redis.Z{Score: float64(-a.pause), Member: pauseMember})
+		}
+		add := zs
+		if wi > 0 {
+			add = zs[:len(a.adds)] // the marker lives in the first key only
+		}
+		if len(add) > 0 {
+			p.ZAdd(ctx, x.key, add...)
+		}
+		for _, g := range a.checks {
+			c.counts = append(c.counts, p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
+		}
+		if a.slots > 0 {
+			lim := a.lims[wi]
+			c.tails[wi] = p.ZRangeWithScores(ctx, x.key, int64(-(lim + len(a.adds))), int64(-(lim - a.slots + 1)))
+		}
+		if a.expire {
+			p.PExpire(ctx, x.key, a.ttls[wi])
+		}
+	}
+	// The checks come after the counts: without MULTI, a loss can fall
+	// between two commands of the pipeline, and counts taken after it must
+	// not go unnoticed. Counts taken before it were true. ZMSCORE from
+	// arguments boxed once: one allocation here instead of one per
+	// argument.
+	args := make([]any, len(s.metaArgs), len(s.metaArgs)+1)
+	copy(args, s.metaArgs)
+	if a.probe != "" && s.probeIn == 0 {
+		args = append(args, a.probe)
+	}
+	c.meta = redis.NewFloatSliceCmd(ctx, args...)
+	p.Process(ctx, c.meta)
+	if a.probe != "" && s.probeIn > 0 {
+		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].key, a.probe)
+	}
+	if a.clock {
+		c.clock = p.Time(ctx)
+	}
+	return nil
+}
+
+// reply reads the commands' results.
+func (c *attemptCmds) reply() reply {
+	s, a := c.s, c.a
+	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
+	// no member of ours, nor the marker, ever scores exactly 0.
+	found := c.meta.Val()
+	meta := func(i int) int64 {
+		if i < len(found) {
+			return -int64(found[i])
+		}
+		return 0
+	}
+	r := reply{
+		counts:   make([][]int64, len(s.wins)),
+		noMark:   meta(0) == 0,
+		pause:    max(0, meta(1)),
+		limit:    max(0, meta(2)),
+		limitEnd: max(0, meta(3)),
+		lost:     a.probe != "" && s.probeIn == 0 && meta(4) == 0,
+	}
+	if c.probe != nil {
+		r.lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
+	}
+	if c.clock != nil {
+		r.serverTime = c.clock.Val()
+		r.server = r.serverTime.UnixMicro()
+	}
+	flat := make([]int64, len(c.counts))
+	for i, cmd := range c.counts {
+		flat[i] = cmd.Val()
+	}
+	for wi := range s.wins {
+		r.counts[wi] = flat[wi*len(a.checks) : (wi+1)*len(a.checks)]
+	}
+	if a.slots > 0 {
+		r.tails = make([][]entry, len(s.wins))
+		for wi, tail := range c.tails {
+			r.tails[wi] = zEntries(tail.Val())
+		}
+	}
+	return r
+}
+
+func (s *redisStore) remove(ctx context.Context, members []string) error {
+	args := toAny(members)
+	return s.bounded(ctx, func(ctx context.Context) error {
+		if len(s.wins) == 1 {
+			return s.rdb.ZRem(ctx, s.wins[0].key, args...).Err()
+		}
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, x := range s.wins {
+				p.ZRem(ctx, x.key, args...)
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+func (s *redisStore) now(ctx context.Context) (time.Time, error) {
+	var server time.Time
+	err := s.bounded(ctx, func(ctx context.Context) (err error) {
+		server, err = s.rdb.Time(ctx).Result()
+		return err
+	})
+	return server, err
+}
+
+func (s *redisStore) writeMeta(ctx context.Context, m metaWrite, ttl time.Duration) error {
+	key := s.wins[0].key
+	return s.bounded(ctx, func(ctx context.Context) error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if m.pause > 0 {
+				// Negative scores: the lower one is the later pause.
+				p.ZAddLT(ctx, key, redis.Z{Score: float64(-m.pause), Member: pauseMember})
+			}
+			if len(m.set) > 0 {
+				zs := make([]redis.Z, len(m.set))
+				for i, e := range m.set {
+					zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+				}
+				p.ZAdd(ctx, key, zs...)
+			}
+			if len(m.remove) > 0 {
+				p.ZRem(ctx, key, toAny(m.remove)...)
+			}
+			// Never shorten the TTL another writer set for a longer pause.
+			secs := ttl.Round(time.Second) + time.Second
+			p.ExpireNX(ctx, key, secs)
+			p.ExpireGT(ctx, key, secs)
+			return nil
+		})
+		return err
+	})
+}
+
+func (s *redisStore) usage(ctx context.Context, limits func(now int64, meta []float64) []int) (usageRead, error) {
+	var (
+		u     usageRead
+		clock *redis.TimeCmd
+		meta  *redis.FloatSliceCmd
+		used  = make([]*redis.IntCmd, len(s.wins))
+		resv  = make([]*redis.IntCmd, len(s.wins))
+		nth   = make([]*redis.ZSliceCmd, len(s.wins))
+	)
+	err := s.bounded(ctx, func(ctx context.Context) error {
+		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			clock = p.Time(ctx)
+			meta = p.ZMScore(ctx, s.wins[0].key, pauseMember, limitMember, limitEndMember)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		now := clock.Val().UnixMicro()
+		u.lims = limits(now, meta.Val())
+		// A second round trip, now that the server's clock and the limit in
+		// force are known: what it counts is consistent within each key.
+		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i, x := range s.wins {
+				used[i] = p.ZCount(ctx, x.key, exclusive(now-x.w), itoa(now))
+				resv[i] = p.ZCount(ctx, x.key, exclusive(now), itoa(now+futureBound))
+				nth[i] = p.ZRangeWithScores(ctx, x.key, int64(-u.lims[i]), int64(-u.lims[i]))
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return usageRead{}, err
+	}
+	u.server, u.meta = clock.Val(), meta.Val()
+	for i := range s.wins {
+		u.used = append(u.used, int(used[i].Val()))
+		u.reserved = append(u.reserved, int(resv[i].Val()))
+		u.nth = append(u.nth, zEntries(nth[i].Val()))
+	}
+	return u, nil
+}
+
+// errTimeout reports a Redis call that did not answer in time.
+var errTimeout = errors.New("no answer within the Redis timeout")
+
+// bounded runs a Redis call and returns by ctx's deadline even when the
+// client would not: go-redis only honours context deadlines when the client
+// was built with ContextTimeoutEnabled, and otherwise waits out its own read
+// timeout. A call that overruns is left to finish in the background (the
+// client's own timeouts end it); its results are never read.
+func (s *redisStore) bounded(ctx context.Context, call func(context.Context) error) error {
+	if s.ctxTimeouts {
+		return call(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errTimeout, context.Cause(ctx))
+	}
+}
+
+// honoursContext reports whether the client ends a call at its context's
+// deadline by itself.
+func honoursContext(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// toAny converts members to the arguments go-redis takes.
+func toAny(members []string) []any {
+	args := make([]any, len(members))
+	for i, m := range members {
+		args[i] = m
+	}
+	return args
+}
+
+// zEntries converts a ZRANGE WITHSCORES reply to entries.
+func zEntries(zs []redis.Z) []entry {
+	out := make([]entry, len(zs))
+	for i, z := range zs {
+		m, _ := z.Member.(string)
+		out[i] = entry{score: int64(z.Score), member: m}
+	}
+	return out
+}

@@ -1,0 +1,134 @@
+package throttler
+
+import "slices"
+
+// Resolving a reply is a pure function too: resolve takes the attempt, the
+// reply and what the Throttler learned from it (the limits and pause in
+// force, whether the counts can be trusted), and returns which claims are
+// admitted and what the next round should know. The worker applies it.
+
+// resolveIn is what a reply is resolved with.
+type resolveIn struct {
+	a          *attempt
+	r          reply
+	claims     []claim
+	leaving    []bool // per claim: its caller left while it was in flight
+	lims       []int  // the limits in force, as the reply told them
+	pausedTill int64  // server µs, as the reply told it
+	arrived    int64  // server µs: the server's now as the reply is applied
+	// The counts prove nothing: scored with a clock estimate a step made
+	// wrong, or Redis lost the window (see noticeLossLocked).
+	distrust bool
+}
+
+// resolveOut is a resolved reply.
+type resolveOut struct {
+	ok        []bool // per claim: admitted
+	immediate []bool // per claim admitted: it goes now, without a timer
+	remaining []int  // per claim: room left under the tightest limit
+	near      bool   // little room left: the next round reserves exactly
+	nearSet   bool   // the round claimed something, so near says something
+	slots     []int64
+}
+
+// resolve decides the claims of a reply. A claim is admitted when it fits
+// under every limit (see decide), its slot is not inside a shared pause,
+// and the counts can be trusted.
+func resolve(c *config, in resolveIn, ok []bool) resolveOut {
+	a, r := in.a, in.r
+	out := resolveOut{ok: decide(c.wins, a, in.lims, r, in.claims, ok)}
+	for i, cl := range in.claims {
+		// A pause another process set while this attempt was on its way.
+		if cl.score < in.pausedTill || in.distrust {
+			out.ok[i] = false
+		}
+	}
+	if len(in.claims) > 0 {
+		// A round that claimed nothing says nothing about room.
+		out.nearSet = true
+		out.near = slices.Contains(out.ok, false)
+		for wi, counts := range r.counts {
+			for _, n := range counts {
+				out.near = out.near || n+int64(c.batchUnits()) > int64(in.lims[wi])
+			}
+		}
+	}
+	out.immediate = make([]bool, len(in.claims))
+	out.remaining = make([]int, len(in.claims))
+	for i, cl := range in.claims {
+		// Scored for when the reply arrives, which is now: a timer for the
+		// microseconds left would only add its own latency. Unless the
+		// reply came back much sooner than the round trip it was planned
+		// with (an estimate taken during a stall): then the call would go
+		// early by the difference (seed 803: a second early). Early by up
+		// to half the buffer, as late by up to half (see await), keeps two
+		// calls a limit apart an interval apart.
+		out.immediate[i] = cl.score <= a.soonest && cl.score <= in.arrived+c.opt.buffer.Microseconds()/2
+		out.remaining[i] = remaining(c, a, in.lims, r, cl, out.ok[i])
+	}
+	if a.slots > 0 {
+		var dropped []entry
+		for i, cl := range in.claims {
+			if !out.ok[i] || in.leaving[i] {
+				dropped = append(dropped, a.adds[cl.first:cl.first+cl.n]...)
+			}
+		}
+		out.slots = upcoming(c.wins, a, r, dropped, len(a.adds), in.arrived+futureBound)
+	}
+	return out
+}
+
+// remaining is the room claim cl's counts left under the tightest limit.
+func remaining(c *config, a *attempt, lims []int, r reply, cl claim, ok bool) int {
+	i, _ := slices.BinarySearch(a.checks, cl.score)
+	left := c.wins[0].limit
+	for wi, counts := range r.counts {
+		if i >= len(counts) {
+			continue
+		}
+		room := lims[wi] - int(counts[i])
+		if !ok {
+			room += cl.n // counted, but given back
+		}
+		left = min(left, max(0, room))
+	}
+	return left
+}
+
+// decide returns which claims of the attempt fit under every limit, given
+// the limits in force (as the reply told them: the counts are exact under
+// whichever limit holds, so the newest word on the limit is the one to
+// use). Each limit keeps claims greedily on its own (see admit); a claim is
+// admitted only when all keep it. A claim one limit would have kept but
+// another refused still counts against the first's later claims in this
+// attempt, which can only refuse more, never admit more.
+func decide(wins []window, a *attempt, lims []int, r reply, claims []claim, ok []bool) []bool {
+	ok = admit(claims, a.checks, r.counts[0], lims[0], wins[0].w, ok)
+	for wi := 1; wi < len(wins); wi++ {
+		more := admit(claims, a.checks, r.counts[wi], lims[wi], wins[wi].w, nil)
+		for i := range ok {
+			ok[i] = ok[i] && more[i]
+		}
+	}
+	return ok
+}
+
+// upcoming returns the next free slots under every limit: for j = 0..k-1,
+// the earliest score at which j+1 members could be added at once under all
+// limits, the latest of each limit's (see nextSlots). Members scored after
+// limit (server µs) are garbage, not calls.
+func upcoming(wins []window, a *attempt, r reply, dropped []entry, extra int, limit int64) []int64 {
+	var slots []int64
+	for wi, x := range wins {
+		s := nextSlots(sane(r.tails[wi], limit), dropped, a.lims[wi], a.slots, extra, x.w)
+		if wi == 0 {
+			slots = s
+			continue
+		}
+		slots = slots[:min(len(slots), len(s))]
+		for j := range slots {
+			slots[j] = max(slots[j], s[j])
+		}
+	}
+	return slots
+}

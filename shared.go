@@ -1,0 +1,57 @@
+package throttler
+
+// sharedState is what every process on the key agrees on through members
+// of the first limit's key that are not calls (see limits.go): a shared
+// pause and a lowered first limit, as this process last learned or set
+// them. Guarded by the Throttler's mu.
+type sharedState struct {
+	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
+	lowered    int   // the first limit as lowered through Redis (SetLimit); 0 = not lowered
+	lowerTill  int64 // server µs at which the lowering ends
+	epoch      int   // grows each time the limit is lowered: reservations made before must be made again
+}
+
+// pauseUntil extends the pause to end (server µs), and reports whether it
+// did: pauses only extend.
+func (s *sharedState) pauseUntil(end int64) bool {
+	if end <= s.pausedTill {
+		return false
+	}
+	s.pausedTill = end
+	return true
+}
+
+// paused reports whether the pause covers server time at.
+func (s *sharedState) paused(at int64) bool { return at < s.pausedTill }
+
+// limits returns the limits in force at serverNow, one per window of wins,
+// appended to buf[:0].
+func (s *sharedState) limits(wins []window, serverNow int64, buf []int) []int {
+	buf = buf[:0]
+	for _, x := range wins {
+		buf = append(buf, x.limit)
+	}
+	if s.lowered > 0 && serverNow < s.lowerTill {
+		buf[0] = min(buf[0], s.lowered)
+	}
+	return buf
+}
+
+// lower records the first limit lowered to n (0 = not lowered) until till,
+// where configured is New's. It returns the limit before and after; when
+// after is lower, a new epoch makes calls holding slots reserved under the
+// higher limit reserve again.
+func (s *sharedState) lower(n int, till int64, configured int) (before, after int) {
+	before, after = configured, configured
+	if s.lowered > 0 {
+		before = s.lowered
+	}
+	if n > 0 {
+		after = n
+	}
+	if after < before {
+		s.epoch++
+	}
+	s.lowered, s.lowerTill = n, till
+	return before, after
+}

@@ -1,0 +1,68 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// faultStore wraps the store a Throttler talks to and injects faults at the
+// seam: the next cutBefore round trips fail before reaching Redis, the next
+// cutAfter fail after Redis applied them (the reply is lost), and the next
+// failRemove removals fail.
+type faultStore struct {
+	store
+	cutBefore, cutAfter, failRemove atomic.Int32
+}
+
+var errInjected = errors.New("injected fault")
+
+func (s *faultStore) reserve(ctx context.Context, a *attempt) (reply, error) {
+	if s.cutBefore.Add(-1) >= 0 {
+		return reply{}, errInjected
+	}
+	r, err := s.store.reserve(ctx, a)
+	if err == nil && s.cutAfter.Add(-1) >= 0 {
+		return reply{}, errInjected
+	}
+	return r, err
+}
+
+func (s *faultStore) remove(ctx context.Context, members []string) error {
+	if s.failRemove.Add(-1) >= 0 {
+		return errInjected
+	}
+	return s.store.remove(ctx, members)
+}
+
+// withFaults puts a faultStore between th and Redis.
+func withFaults(th *Throttler) *faultStore {
+	fs := &faultStore{store: th.st}
+	th.st = fs
+	return fs
+}
+
+// A round trip whose reply is lost after Redis applied it fails the call
+// (FailClosed), and what it added is given back once Redis answers again:
+// nothing is left counting for a call that did not go.
+func TestLostReplyLeavesNothingBehind(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		th := mustNew(t, c, key, 5, time.Hour, WithLogger(quiet))
+		fs := withFaults(th)
+		ctx := context.Background()
+		if err := th.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fs.cutAfter.Store(1)
+		if err := th.WaitN(ctx, 2); !errors.Is(err, ErrRedis) {
+			t.Fatalf("WaitN with its reply lost: %v, want ErrRedis", err)
+		}
+		waitIdle(t, th)
+		if n := len(keyMembers(t, c, key)); n != 1 {
+			t.Fatalf("once idle the window holds %d members, want only the call that went", n)
+		}
+	})
+}

@@ -1,0 +1,64 @@
+package throttler
+
+import "time"
+
+// upkeep is when each kind of upkeep last rode on a round trip that
+// reached Redis, guarded by the Throttler's mu. Upkeep is due until a round
+// trip that carried it succeeds (see done): a round that sends nothing, or
+// fails, must not put off the next PEXPIRE, or the key could expire under
+// live members.
+type upkeep struct {
+	trim, clock, expire time.Time
+	round               time.Time // the last round trip that reached Redis
+	log                 time.Time // the last Redis failure logged
+}
+
+// due sets what attempt a planned at now carries: a trim, a clock sample
+// and a TTL refresh, each when its time has come.
+func (u *upkeep) due(a *attempt, c *config, now time.Time, clockSynced, monotonic, newKey bool) {
+	a.trim = now.Sub(u.trim) >= c.trimEvery()
+	a.clock = now.Sub(u.clock) >= clockEvery || !clockSynced || !monotonic
+	a.expire = now.Sub(u.expire) >= expireEvery || newKey
+}
+
+// done notes the upkeep attempt a, planned at now, carried, once its round
+// trip succeeded.
+func (u *upkeep) done(a *attempt, now time.Time) {
+	if a.trim {
+		u.trim = now
+	}
+	if a.clock {
+		u.clock = now
+	}
+	if a.expire {
+		u.expire = now
+	}
+}
+
+// Upkeep that need not ride on every round trip.
+const (
+	// Trims of expired members ride along at most this often, or every
+	// twentieth of the shortest window if longer (see trimEvery).
+	minTrimEvery = 100 * time.Millisecond
+	// A local clock without monotonic readings is sampled every round
+	// trip instead (see clockSync).
+	clockEvery = 250 * time.Millisecond
+	// The key's TTL outlives its newest member by 2s (see ttl), so a
+	// refresh a second late still keeps every member that counts.
+	expireEvery = time.Second
+)
+
+// trimEvery is how often a process trims what stopped counting: every
+// 100ms, or every twentieth of the shortest window if longer. Counts and
+// slot lookups read only a window's neighbourhood, so members past it cost
+// memory, not correctness: a set holds at most a twentieth of a window of
+// them more than a trim on every round trip would leave, and an hour-long
+// window's process, probing every 36s, sends two ZREMRANGEBYSCORE per key
+// every 3 minutes instead of with every probe.
+func (c *config) trimEvery() time.Duration {
+	w := c.wins[0].w
+	for _, x := range c.wins[1:] {
+		w = min(w, x.w)
+	}
+	return max(minTrimEvery, time.Duration(w)*time.Microsecond/20)
+}

@@ -1,0 +1,82 @@
+package throttler
+
+import (
+	"time"
+)
+
+// waiter is one WaitN or AllowN call in this process. n, deadline, now and
+// wake are set when the call begins; res and left change under the
+// Throttler's mu.
+type waiter struct {
+	n        int
+	deadline time.Time // zero without one
+	now      bool      // AllowN: admitted now or refused, never given a later slot
+	wake     chan struct{}
+
+	res    reservation // replaced whole at each step, never edited field by field
+	caller presence
+}
+
+// reservation is where a call stands: one value, replaced whole, so that
+// nothing said of one reservation (go at once, reserved under that limit)
+// outlives it.
+type reservation struct {
+	state   waitState
+	members []string  // its members in Redis (in flight, admitted), if any
+	stale   []string  // members of its last attempt that did not fit, being given back
+	localAt time.Time // its slot in the local window while sharing (see recovered); zero = none
+
+	at        time.Time // admitted: the local time at which it may proceed
+	immediate bool      // admitted: at is "when the reply arrives": go without a timer
+	epoch     int       // admitted: the limit epoch it was made in
+
+	err       error     // failed: why
+	retry     time.Time // refused (AllowN): when the calls might have fitted; zero = unknown
+	remaining int       // AllowN: room left under the tightest limit by its round trip
+}
+
+type waitState uint8
+
+const (
+	stQueued   waitState = iota // in t.queue
+	stInFlight                  // in a round trip's batch
+	stAdmitted                  // holds a slot at res.at
+	stFailed                    // res.err says why
+	stRefused                   // AllowN only: no room now
+)
+
+// presence is how far the caller behind a waiter has gone.
+type presence uint8
+
+const (
+	present presence = iota
+	leaving          // its context ended while its reservation was in flight: it waits for the reply
+	gone             // it returned: what it holds is the worker's to give back
+)
+
+// held is every member of the reservation still in Redis.
+func (r reservation) held() []string {
+	if len(r.stale) == 0 {
+		return r.members
+	}
+	return append(append([]string(nil), r.members...), r.stale...)
+}
+
+// queuedAfter is the reservation of a call sent back to the queue: what
+// its last attempt added is being given back.
+func queuedAfter(r reservation) reservation {
+	return reservation{state: stQueued, stale: r.held()}
+}
+
+// settle gives w its reservation and wakes its caller.
+func (w *waiter) settle(r reservation) {
+	w.res = r
+	w.signal()
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}

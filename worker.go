@@ -1,0 +1,353 @@
+package throttler
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// The worker serves the queue one round at a time: under the mutex it
+// snapshots what the Throttler knows and plans the round (plan.go), sends
+// the round trip without the mutex, then resolves the reply (resolve.go)
+// and applies the outcome to the waiters. One worker runs per Throttler at
+// a time; it exits when nothing is left to do, so an idle Throttler holds
+// no goroutine.
+
+// submit queues w and, when no worker runs, serves one round in the
+// caller's goroutine (see serveInline).
+func (t *Throttler) submit(w *waiter) {
+	if t.enqueue(w) {
+		t.serveInline()
+	}
+}
+
+// enqueue queues w: a WaitN at the tail, an AllowN ahead of every WaitN
+// (it does not wait behind them). It returns true when no worker was
+// running: the caller then serves the queue itself for one round, which
+// spares an uncontended call two goroutine hand-offs.
+func (t *Throttler) enqueue(w *waiter) (inline bool) {
+	t.mu.Lock()
+	w.res = reservation{state: stQueued, stale: w.res.stale}
+	if w.now {
+		i := 0
+		for i < len(t.queue) && t.queue[i].now {
+			i++
+		}
+		t.queue = slices.Insert(t.queue, i, w)
+	} else {
+		t.queue = append(t.queue, w)
+	}
+	first := len(t.queue) == 1
+	if !t.running {
+		t.running, first, inline = true, false, true
+	}
+	t.mu.Unlock()
+	if first || w.now {
+		// The worker may be sleeping with nobody queued (retrying Redis for
+		// its journal), or toward a slot: this caller should not wait that
+		// sleep out.
+		t.nudge()
+	}
+	return inline
+}
+
+// serveInline runs one round in the caller's goroutine, then hands whatever
+// is left (waiters that arrived meanwhile, or this caller, if it must wait
+// for a slot) to a worker goroutine.
+func (t *Throttler) serveInline() {
+	sleep, more := t.round()
+	if !more || t.idle() {
+		return
+	}
+	go t.work(sleep)
+}
+
+// nudge wakes a sleeping worker.
+func (t *Throttler) nudge() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// work serves the queue until it is empty.
+func (t *Throttler) work(sleep time.Duration) {
+	for {
+		if sleep > 0 {
+			timer := time.NewTimer(sleep)
+			select {
+			case <-timer.C:
+			case <-t.kick:
+			}
+			timer.Stop()
+		}
+		var more bool
+		sleep, more = t.round()
+		if !more || (sleep > 0 && t.idle()) {
+			return
+		}
+	}
+}
+
+// idle stops the worker when no caller waits and nothing is left to tell
+// Redis, rather than have it sleep first.
+func (t *Throttler) idle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pendingLocked() {
+		return false
+	}
+	t.running = false
+	return true
+}
+
+// pendingLocked reports whether the worker has anything to do: callers
+// waiting, or something to tell Redis (see owed).
+func (t *Throttler) pendingLocked() bool {
+	return len(t.queue) > 0 || t.owed.pending()
+}
+
+// startWorkerLocked starts a worker when there is something to tell Redis
+// and none runs.
+func (t *Throttler) startWorkerLocked() {
+	if !t.running && t.pendingLocked() {
+		t.running = true
+		go t.work(0)
+	}
+}
+
+// round makes one round trip for the head of the queue. It returns how long
+// to sleep before the next round, and false when the worker should exit.
+func (t *Throttler) round() (time.Duration, bool) {
+	t.mu.Lock()
+	t.trimReplayLocked(t.clock.server(t.now()))
+	if !t.pendingLocked() {
+		t.running = false
+		t.mu.Unlock()
+		return 0, false
+	}
+	if t.opt.policy.kind != policyClosed && t.now().Before(t.health.degraded) {
+		d := t.serveDegradedLocked(t.now())
+		t.mu.Unlock()
+		return d, true
+	}
+	t.mu.Unlock()
+
+	if !t.clock.synced() {
+		if err := t.syncClock(context.Background()); err != nil {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return t.failLocked(nil, nil, err), true
+		}
+	}
+
+	t.mu.Lock()
+	now := t.now()
+	a, batch, claims, sleep := t.planLocked(now)
+	t.mu.Unlock()
+	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 && a.pause == 0 {
+		t.mu.Lock()
+		t.owed.mark = t.owed.mark || a.mark // not sent: still to write
+		t.mu.Unlock()
+		return sleep, true
+	}
+
+	r, err := t.send(context.Background(), a)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		// A round trip that timed out may still be running, reading a: the
+		// next round must not reuse its buffers.
+		t.scratch.a = nil
+		t.owed.mark = t.owed.mark || a.mark // it may not have arrived
+		return t.failLocked(batch, a, err), true
+	}
+	t.upkeep.round = now
+	t.owed.giveUpAt = time.Time{} // what it had to give back went with it
+	t.upkeep.done(a, now)
+	t.owed.sent(a)
+	admitted := t.resolveLocked(a, r, batch, claims)
+	switch {
+	case t.owed.healPause > 0:
+		// Redis lost the window: tell the others at once.
+		return 0, true
+	case len(batch) == 0:
+		// Only upkeep (give-backs, a probe): keep the sleep planned.
+		return sleep, true
+	case admitted == len(batch) && a.room <= 0 && a.exact && claims[len(claims)-1].score > a.soonest:
+		// Took a full share of slots ahead of their time while other
+		// processes may want the same slots: let them have a turn. The
+		// pause is short enough for one process alone to take shares
+		// faster than slots free, so it costs no throughput. A share whose
+		// last slot was free already is no turn taken from anyone: more
+		// may be free, and every slot not taken now is lost for good (the
+		// window frees slots as far apart as the calls it holds), so the
+		// next round goes at once. (The simulation's calm seed 64, one
+		// process on 8 per 2.9s, used 83% of the quota with the pause.)
+		return t.sharePause(t.rng), true
+	}
+	return 0, true
+}
+
+// planLocked plans the next round (see plan) from a snapshot of what t
+// knows, and applies the plan: waiters that fail or are refused are told,
+// those that claim a slot get their members and leave the queue for the
+// round trip's batch. It returns the attempt to send, the batch with its
+// claims, and how long to sleep if the round sends nothing.
+func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, claims []claim, sleep time.Duration) {
+	view := t.clock.view()
+	serverNow := view.server(now)
+	// One round runs at a time: its buffers are reused from the last one.
+	sc := &t.scratch
+	if sc.a == nil {
+		sc.a = new(attempt)
+	}
+	*sc.a = attempt{remove: t.owed.giveBack, adds: append(sc.a.adds[:0], t.owed.replay...),
+		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls}
+	a = sc.a
+	t.owed.giveBack, t.owed.replay = nil, nil
+	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, t.owed.mark)
+	t.lossChecksLocked(a, serverNow)
+	a.expire = a.expire || a.pause > 0 // the key must outlive the pause
+	a.ttl0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
+	a.clockGen = view.gen
+
+	in := planIn{now: now, clock: view, lims: a.lims, pausedTill: t.shared.pausedTill, known: t.known,
+		probe: a.probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet()}
+	if now.Before(t.health.shareUntil) && t.local != nil {
+		in.sharing, in.shareUntil = t.local.clone(), t.health.shareUntil
+	}
+	reqs := sc.reqs[:0]
+	for _, w := range t.queue {
+		reqs = append(reqs, request{n: w.n, deadline: w.deadline, now: w.now})
+	}
+	p := plan(&t.config, in, reqs, sc.each)
+	sc.reqs, sc.each = reqs, p.each
+
+	clear(sc.batch)
+	batch, claims = sc.batch[:0], sc.claims[:0]
+	rest := t.queue[:0]
+	for i, w := range t.queue {
+		switch d := p.each[i]; d.verdict {
+		case keep:
+			rest = append(rest, w)
+		case fail:
+			w.settle(reservation{state: stFailed, err: d.err, stale: w.res.held()})
+		case refuse:
+			w.settle(reservation{state: stRefused, retry: d.retry, stale: w.res.held()})
+		case claim1:
+			if !d.localAt.IsZero() {
+				t.local.take(d.localAt, w.n)
+			}
+			first := len(a.adds)
+			members := make([]string, w.n)
+			for j := range members {
+				members[j] = t.ids.next()
+				a.adds = append(a.adds, entry{score: d.score, member: members[j]})
+			}
+			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, localAt: d.localAt}
+			batch = append(batch, w)
+			claims = append(claims, claim{score: d.score, n: w.n, first: first})
+		}
+	}
+	clear(t.queue[len(rest):])
+	t.queue = rest
+	sc.batch, sc.claims = batch, claims
+	a.checks = append(a.checks, p.checks...)
+	a.exact, a.slots, a.soonest, a.room = p.exact, p.slots, p.soonest, p.room
+	sleep = p.sleep
+	if p.jitter {
+		sleep += t.jitter(t.rng)
+		if len(batch) == 0 {
+			sleep = min(sleep, t.quiet())
+		}
+	}
+	return a, batch, claims, sleep
+}
+
+// resolveLocked applies a reply (see resolve): claims that fit are
+// admitted; the others' members are given back, an AllowN's by its caller
+// before it returns, a WaitN's with the next round trip, and the WaitN goes
+// back to the head of the queue.
+func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) (admitted int) {
+	t.learnMetaLocked(r)
+	now := t.now()
+	arrived := t.clock.server(now) // the reply is in: the server's now
+	lost := t.noticeLossLocked(a, r, now)
+	sc := &t.scratch
+	sc.leaving = sc.leaving[:0]
+	for _, w := range batch {
+		sc.leaving = append(sc.leaving, w.caller != present)
+	}
+	sc.lims = t.shared.limits(t.wins, arrived, sc.lims)
+	res := resolve(&t.config, resolveIn{a: a, r: r, claims: claims, leaving: sc.leaving, lims: sc.lims,
+		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost}, sc.ok)
+	sc.ok = res.ok
+	if res.nearSet {
+		t.known.near = res.near
+	}
+
+	var requeue []*waiter
+	for i, w := range batch {
+		c := claims[i]
+		switch {
+		case w.caller == gone:
+			// Its caller returned: what it holds is ours to give back.
+			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+			t.dropLocalLocked(w)
+			w.settle(reservation{state: stFailed})
+		case w.caller == leaving:
+			// Its caller is leaving, and gives back what it holds.
+			w.settle(reservation{state: stFailed, stale: w.res.held(), localAt: w.res.localAt})
+		case res.ok[i]:
+			admitted++
+			w.settle(reservation{state: stAdmitted, members: w.res.members, localAt: w.res.localAt,
+				at: t.clock.local(c.score), immediate: res.immediate[i], epoch: t.shared.epoch,
+				remaining: res.remaining[i]})
+			t.health.journal.add(c.score, w.res.members)
+			if t.onAdmit != nil {
+				t.onAdmit(c.score, w.res.members)
+			}
+		case w.now:
+			// Refused: its caller removes the members before it returns.
+			t.dropLocalLocked(w)
+			retry := time.Time{}
+			if len(res.slots) >= w.n && res.slots[w.n-1] > c.score {
+				retry = t.clock.local(res.slots[w.n-1])
+			}
+			if t.shared.pausedTill > c.score {
+				retry = maxTime(retry, t.clock.local(t.shared.pausedTill))
+			}
+			w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.remaining[i]})
+		default:
+			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+			t.dropLocalLocked(w)
+			w.res = queuedAfter(w.res)
+			requeue = append(requeue, w)
+		}
+	}
+	if len(requeue) > 0 {
+		t.queue = append(requeue, t.queue...)
+	}
+	if a.slots > 0 {
+		t.known.slots = res.slots
+	}
+	t.recovered()
+	if t.onResolved != nil {
+		t.onResolved(len(requeue))
+	}
+	return admitted
+}
+
+// roundScratch holds the buffers of a round, reused by the next one.
+type roundScratch struct {
+	a       *attempt
+	reqs    []request
+	each    []decision
+	batch   []*waiter
+	claims  []claim
+	leaving []bool
+	ok      []bool
+	lims    []int
+}
