@@ -28,6 +28,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 	}
 	now := t.now()
 	t.known.near = true
+	t.health.closed = errors.Is(err, redis.ErrClosed)
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
@@ -180,9 +181,11 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 			continue
 		}
 		t.local.take(at, w.n)
-		serverAt := t.clock.server(at)
-		for range w.n {
-			t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
+		if !t.health.closed { // a closed client will never write them
+			serverAt := t.clock.server(at)
+			for range w.n {
+				t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
+			}
 		}
 		t.admitDegradedLocked(w, at, at)
 	}

@@ -11,4 +11,7 @@ type health struct {
 	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
 	lastSeen   int64     // server µs: the last round trip that found (or wrote) the marker (0 = none)
 	journal    journal   // our admissions that still count: the probe for a lost window
+	// The client was closed (redis.ErrClosed): it will never answer, so
+	// calls admitted without it are not kept to write back.
+	closed bool
 }

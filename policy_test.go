@@ -236,3 +236,24 @@ func TestFallbackReplaysIntoLongerLimits(t *testing.T) {
 		t.Fatalf("after recovery the hour's set holds %d members, want 2 replayed + 1 admitted", n)
 	}
 }
+
+// A closed client will never answer: calls FallbackLocal admits without it
+// are not kept to write back, and no worker lingers retrying them.
+func TestFallbackWithClosedClientHoldsNoWorker(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	c.Close()
+	th := mustNew(t, c, "k", 4, time.Hour, WithLogger(quiet), WithFailurePolicy(FallbackLocal(0.5)))
+	for i, want := range []bool{true, true, false} {
+		res, err := th.Allow(context.Background())
+		if err != nil || res.Allowed != want {
+			t.Fatalf("Allow #%d with a closed client: (%+v, %v), want allowed %v", i, res, err, want)
+		}
+	}
+	th.mu.Lock()
+	running, replay := th.running, len(th.owed.replay)
+	th.mu.Unlock()
+	if running || replay > 0 {
+		t.Fatalf("after Allow with a closed client: worker running %v, %d calls kept to write back; want none", running, replay)
+	}
+}
