@@ -105,10 +105,13 @@ func TestHostileState(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The window is full for 10s: with the key gone, the next call
-			// must notice and pause every process until the lost calls stop
-			// counting, not admit.
+			// that reserves must notice and pause every process until the
+			// lost calls stop counting, not admit. (A call whose deadline
+			// ends before the next free slot known fails without a round
+			// trip, and notices nothing: its deadline reaches past that
+			// slot, and not past the pause.)
 			deleted := serverMicros(t, c)
-			short, cancel := context.WithTimeout(ctx, 2*time.Second)
+			short, cancel := context.WithTimeout(ctx, 10*time.Second+th.opt.buffer+500*time.Millisecond)
 			defer cancel()
 			if err := th.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Wait after the key was deleted under a full window: got %v, want DeadlineExceeded", err)

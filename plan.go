@@ -238,7 +238,11 @@ func (p *planner) finish(reqs []request) planOut {
 		// the last slot, exactly one wins.
 		out.exact = true
 	}
-	if out.exact && (len(out.claims) > 0 || (p.firstKept >= 0 && out.sleep == 0) || in.probe) {
+	// A round with callers still waiting carries the probe (and learns
+	// slots) whenever it runs; one that only refused AllowN calls without a
+	// round trip sends it only when quiet() has passed.
+	probe := in.probe && (p.firstKept >= 0 || in.quietDue)
+	if out.exact && (len(out.claims) > 0 || (p.firstKept >= 0 && out.sleep == 0) || probe) {
 		// A round near the limit claims at most a fair share: learning more
 		// upcoming slots than that only costs Redis time.
 		k := max(c.fairShare(), p.maxNow)

@@ -137,3 +137,19 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("a reply back early: %+v, want admitted on a timer, not at once", out)
 	}
 }
+
+// An AllowN refused during a pause costs no round trip: a round that only
+// refused calls sends nothing, unless a quiet probe is due.
+func TestPlanRefusalSendsNothing(t *testing.T) {
+	c := testConfig(16, time.Second, time.Second)
+	in := planAt(16)
+	in.pausedTill, in.probe, in.known.near = 2_000_000, true, true
+	p := plan(c, in, []request{{n: 1, now: true}}, nil)
+	if p.each[0].verdict != refuse || len(p.claims) != 0 || p.slots != 0 {
+		t.Fatalf("AllowN during a pause: %+v, slots %d; want refused with nothing to send", p.each[0], p.slots)
+	}
+	in.quietDue = true
+	if p := plan(c, in, []request{{n: 1, now: true}}, nil); p.slots == 0 {
+		t.Fatal("with a quiet probe due, the round sends nothing")
+	}
+}
