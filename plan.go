@@ -73,9 +73,11 @@ type planOut struct {
 // the queue, each given the earliest free slot known for it, as long as
 // that slot lies within the reserve-ahead horizon and the batch has room.
 // A request whose slot would be after its deadline fails; an AllowN that
-// cannot go now is refused. each is reused for the decisions.
-func plan(c *config, in planIn, reqs []request, each []decision) planOut {
-	p := newPlanner(c, in, len(reqs), each)
+// cannot go now is refused. The slices of buf (the last round's plan) are
+// reused.
+func plan(c *config, in planIn, reqs []request, buf planOut) planOut {
+	var p planner
+	p.init(c, in, len(reqs), buf)
 	for i, r := range reqs {
 		p.place(i, r)
 	}
@@ -98,10 +100,11 @@ type planner struct {
 	soonest, horizon, floor int64 // server µs
 }
 
-func newPlanner(c *config, in planIn, n int, each []decision) *planner {
-	p := &planner{c: c, in: in, firstKept: -1, room: c.batchUnits()}
-	p.out.each = slices.Grow(each[:0], n)[:n]
+func (p *planner) init(c *config, in planIn, n int, buf planOut) {
+	*p = planner{c: c, in: in, firstKept: -1, room: c.batchUnits()}
+	p.out.each = slices.Grow(buf.each[:0], n)[:n]
 	clear(p.out.each)
+	p.out.claims, p.out.checks = buf.claims[:0], buf.checks[:0]
 	// Far from the limit every call fits now: no slots to look up, and no
 	// need for a transaction.
 	p.out.exact = in.known.near
@@ -116,7 +119,6 @@ func newPlanner(c *config, in planIn, n int, each []decision) *planner {
 		// Near the limit, other processes may be waiting for the same slots.
 		p.room = min(p.room, c.fairShare())
 	}
-	return p
 }
 
 // place decides request i.

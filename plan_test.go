@@ -27,7 +27,7 @@ func planAt(lims ...int) planIn {
 
 func TestPlanFarFromLimitClaimsNow(t *testing.T) {
 	c := testConfig(100, time.Second, time.Second)
-	p := plan(c, planAt(100), []request{{n: 1}, {n: 3}, {n: 2, now: true}}, nil)
+	p := plan(c, planAt(100), []request{{n: 1}, {n: 3}, {n: 2, now: true}}, planOut{})
 	for i, d := range p.each {
 		if d.verdict != claim1 || d.score != 1_001_000 {
 			t.Fatalf("request %d: %+v, want a claim at soonest (1001000)", i, d)
@@ -39,7 +39,7 @@ func TestPlanFarFromLimitClaimsNow(t *testing.T) {
 	if !p.exact || p.slots < 2 {
 		t.Fatalf("an AllowN's round is exact and learns slots for its n: exact %v slots %d", p.exact, p.slots)
 	}
-	p = plan(c, planAt(100), []request{{n: 1}, {n: 3}}, nil)
+	p = plan(c, planAt(100), []request{{n: 1}, {n: 3}}, planOut{})
 	if p.exact || p.slots != 0 {
 		t.Fatalf("far from the limit, WaitN only: exact %v slots %d, want a plain pipeline learning nothing", p.exact, p.slots)
 	}
@@ -49,7 +49,7 @@ func TestPlanNearLimitTakesKnownSlotsInOrder(t *testing.T) {
 	c := testConfig(64, time.Second, time.Second) // a fair share of 4
 	in := planAt(64)
 	in.known = known{near: true, slots: []int64{0, 1_200_000, 1_300_000}}
-	p := plan(c, in, []request{{n: 1}, {n: 1}, {n: 2}}, nil)
+	p := plan(c, in, []request{{n: 1}, {n: 1}, {n: 2}}, planOut{})
 	want := []decision{{verdict: claim1, score: 1_001_000}, {verdict: claim1, score: 1_200_000}, {verdict: keep}}
 	for i, d := range p.each {
 		if d.verdict != want[i].verdict || d.score != want[i].score {
@@ -63,7 +63,7 @@ func TestPlanNearLimitTakesKnownSlotsInOrder(t *testing.T) {
 	c = testConfig(16, time.Second, time.Second) // a fair share of 1
 	in.lims = []int{16}
 	in.known.near = true
-	p = plan(c, in, []request{{n: 1}, {n: 1}}, nil)
+	p = plan(c, in, []request{{n: 1}, {n: 1}}, planOut{})
 	if p.each[0].verdict != claim1 || p.each[1].verdict != keep {
 		t.Fatalf("a fair share of 1: %+v, want one claim", p.each)
 	}
@@ -73,7 +73,7 @@ func TestPlanWaitsForSlotsBeyondReach(t *testing.T) {
 	c := testConfig(16, time.Second, 100*time.Millisecond)
 	in := planAt(16)
 	in.known = known{near: true, slots: []int64{1_500_000}}
-	p := plan(c, in, []request{{n: 1}, {n: 1}}, nil)
+	p := plan(c, in, []request{{n: 1}, {n: 1}}, planOut{})
 	if p.each[0].verdict != keep || p.each[1].verdict != keep || len(p.claims) != 0 {
 		t.Fatalf("a slot 500ms away with 100ms reserve-ahead: %+v, want both kept", p.each)
 	}
@@ -87,7 +87,7 @@ func TestPlanFailsWhatCannotBeMet(t *testing.T) {
 	in := planAt(8) // lowered to 8
 	in.known = known{near: true, slots: []int64{1_900_000, 1_950_000}}
 	deadline := in.now.Add(500 * time.Millisecond)
-	p := plan(c, in, []request{{n: 9}, {n: 1, deadline: deadline}, {n: 1}}, nil)
+	p := plan(c, in, []request{{n: 9}, {n: 1, deadline: deadline}, {n: 1}}, planOut{})
 	if p.each[0].verdict != fail || !errors.Is(p.each[0].err, ErrInvalidArgument) {
 		t.Fatalf("n above the lowered limit: %+v, want an invalid-argument failure", p.each[0])
 	}
@@ -104,7 +104,7 @@ func TestPlanPause(t *testing.T) {
 	c := testConfig(16, time.Second, time.Second)
 	in := planAt(16)
 	in.pausedTill = 1_300_000
-	p := plan(c, in, []request{{n: 1, now: true}, {n: 1}}, nil)
+	p := plan(c, in, []request{{n: 1, now: true}, {n: 1}}, planOut{})
 	if d := p.each[0]; d.verdict != refuse || !d.retry.Equal(in.clock.local(1_300_000)) {
 		t.Fatalf("AllowN during a pause: %+v, want refused until its end", d)
 	}
@@ -120,20 +120,20 @@ func TestResolve(t *testing.T) {
 	claims := []claim{{score: 1_001_000, n: 1, first: 0}, {score: 1_001_000, n: 2, first: 1}}
 	r := reply{counts: [][]int64{{3}}}
 	in := resolveIn{a: a, r: r, claims: claims, leaving: []bool{false, false}, lims: []int{2}, arrived: 1_001_000}
-	out := resolve(c, in, nil)
+	out := resolve(c, in, resolveOut{})
 	if !out.ok[0] || out.ok[1] || !out.near || !out.immediate[0] {
 		t.Fatalf("3 members counted on a limit of 2: %+v, want the first claim admitted at once, the second refused, near", out)
 	}
 	in.distrust = true
-	if out := resolve(c, in, nil); out.ok[0] {
+	if out := resolve(c, in, resolveOut{}); out.ok[0] {
 		t.Fatalf("counts that prove nothing admitted a claim: %+v", out)
 	}
 	in.distrust, in.pausedTill = false, 1_100_000
-	if out := resolve(c, in, nil); out.ok[0] {
+	if out := resolve(c, in, resolveOut{}); out.ok[0] {
 		t.Fatalf("a claim inside a pause learned from the reply was admitted: %+v", out)
 	}
 	in.pausedTill, in.arrived = 0, 900_000 // the reply came back 101ms sooner than planned
-	if out := resolve(c, in, nil); !out.ok[0] || out.immediate[0] {
+	if out := resolve(c, in, resolveOut{}); !out.ok[0] || out.immediate[0] {
 		t.Fatalf("a reply back early: %+v, want admitted on a timer, not at once", out)
 	}
 }
@@ -144,12 +144,12 @@ func TestPlanRefusalSendsNothing(t *testing.T) {
 	c := testConfig(16, time.Second, time.Second)
 	in := planAt(16)
 	in.pausedTill, in.probe, in.known.near = 2_000_000, true, true
-	p := plan(c, in, []request{{n: 1, now: true}}, nil)
+	p := plan(c, in, []request{{n: 1, now: true}}, planOut{})
 	if p.each[0].verdict != refuse || len(p.claims) != 0 || p.slots != 0 {
 		t.Fatalf("AllowN during a pause: %+v, slots %d; want refused with nothing to send", p.each[0], p.slots)
 	}
 	in.quietDue = true
-	if p := plan(c, in, []request{{n: 1, now: true}}, nil); p.slots == 0 {
+	if p := plan(c, in, []request{{n: 1, now: true}}, planOut{}); p.slots == 0 {
 		t.Fatal("with a quiet probe due, the round sends nothing")
 	}
 }

@@ -33,10 +33,11 @@ type resolveOut struct {
 
 // resolve decides the claims of a reply. A claim is admitted when it fits
 // under every limit (see decide), its slot is not inside a shared pause,
-// and the counts can be trusted.
-func resolve(c *config, in resolveIn, ok []bool) resolveOut {
+// and the counts can be trusted. The slices of buf (the last round's
+// outcome) are reused.
+func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	a, r := in.a, in.r
-	out := resolveOut{ok: decide(c.wins, a, in.lims, r, in.claims, ok)}
+	out := resolveOut{ok: decide(c.wins, a, in.lims, r, in.claims, buf.ok)}
 	for i, cl := range in.claims {
 		// A pause another process set while this attempt was on its way.
 		if cl.score < in.pausedTill || in.distrust {
@@ -53,8 +54,8 @@ func resolve(c *config, in resolveIn, ok []bool) resolveOut {
 			}
 		}
 	}
-	out.immediate = make([]bool, len(in.claims))
-	out.remaining = make([]int, len(in.claims))
+	out.immediate = slices.Grow(buf.immediate[:0], len(in.claims))[:len(in.claims)]
+	out.remaining = slices.Grow(buf.remaining[:0], len(in.claims))[:len(in.claims)]
 	for i, cl := range in.claims {
 		// Scored for when the reply arrives, which is now: a timer for the
 		// microseconds left would only add its own latency. Unless the

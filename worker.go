@@ -222,8 +222,8 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	for _, w := range t.queue {
 		reqs = append(reqs, request{n: w.n, deadline: w.deadline, now: w.now})
 	}
-	p := plan(&t.config, in, reqs, sc.each)
-	sc.reqs, sc.each = reqs, p.each
+	p := plan(&t.config, in, reqs, sc.plan)
+	sc.reqs, sc.plan = reqs, p
 
 	clear(sc.batch)
 	batch, claims = sc.batch[:0], sc.claims[:0]
@@ -282,8 +282,8 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	}
 	sc.lims = t.shared.limits(t.wins, arrived, sc.lims)
 	res := resolve(&t.config, resolveIn{a: a, r: r, claims: claims, leaving: sc.leaving, lims: sc.lims,
-		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost}, sc.ok)
-	sc.ok = res.ok
+		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost}, sc.resolved)
+	sc.resolved = res
 	if res.nearSet {
 		t.known.near = res.near
 	}
@@ -342,12 +342,12 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 
 // roundScratch holds the buffers of a round, reused by the next one.
 type roundScratch struct {
-	a       *attempt
-	reqs    []request
-	each    []decision
-	batch   []*waiter
-	claims  []claim
-	leaving []bool
-	ok      []bool
-	lims    []int
+	a        *attempt
+	reqs     []request
+	plan     planOut
+	batch    []*waiter
+	claims   []claim
+	leaving  []bool
+	resolved resolveOut
+	lims     []int
 }
