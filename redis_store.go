@@ -190,6 +190,22 @@ func (s *redisStore) remove(ctx context.Context, members []string) error {
 	})
 }
 
+func (s *redisStore) add(ctx context.Context, members []entry) error {
+	zs := make([]redis.Z, len(members))
+	for i, e := range members {
+		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+	}
+	return s.bounded(ctx, func(ctx context.Context) error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, x := range s.wins {
+				p.ZAdd(ctx, x.key, zs...)
+			}
+			return nil
+		})
+		return err
+	})
+}
+
 func (s *redisStore) now(ctx context.Context) (time.Time, error) {
 	var server time.Time
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {

@@ -105,12 +105,13 @@ func (t *Throttler) syncClock(ctx context.Context) error {
 	return nil
 }
 
-// release removes members synchronously; what it cannot remove is given
+// release removes members synchronously, and returns the Redis error if it
+// could not; what it cannot remove is given
 // back by the next round trip, which a worker makes even in a process that
 // only calls Allow (and the members stop counting on their own regardless).
-func (t *Throttler) release(ctx context.Context, members []string) {
+func (t *Throttler) release(ctx context.Context, members []string) error {
 	if len(members) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.releaseTimeout())
 	defer cancel()
@@ -123,6 +124,7 @@ func (t *Throttler) release(ctx context.Context, members []string) {
 		t.startWorkerLocked()
 		t.mu.Unlock()
 	}
+	return err
 }
 
 // releaseTimeout bounds how long an abandoned call spends giving its slot

@@ -15,6 +15,8 @@ type store interface {
 	reserve(ctx context.Context, a *attempt) (reply, error)
 	// remove takes members out of every limit's key.
 	remove(ctx context.Context, members []string) error
+	// add puts members into every limit's key, counted as calls.
+	add(ctx context.Context, members []entry) error
 	// now reads the server's clock.
 	now(ctx context.Context) (time.Time, error)
 	// writeMeta writes a change to the members that are not calls, in the

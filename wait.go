@@ -36,13 +36,20 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // Waiters on one Throttler are served in the order they called, and one
 // Redis round trip reserves for as many of them as fit. A waiter given a
 // slot in the future sleeps until then without further Redis traffic.
-func (t *Throttler) WaitN(ctx context.Context, n int) (err error) {
+func (t *Throttler) WaitN(ctx context.Context, n int) error {
+	_, err := t.wait(ctx, "WaitN", n)
+	return err
+}
+
+// wait is WaitN, named where for errors; it returns the reservation the
+// call went with.
+func (t *Throttler) wait(ctx context.Context, where string, n int) (res reservation, err error) {
 	if n < 1 || n > t.minLimit {
-		return invalidf("WaitN(%d): n must be in 1..%d", n, t.minLimit)
+		return reservation{}, invalidf("%s(%d): n must be in 1..%d", where, n, t.minLimit)
 	}
 	if ctx.Err() != nil {
 		t.stats.abandoned.Add(1)
-		return ctxError(ctx)
+		return reservation{}, ctxError(ctx)
 	}
 	start := t.now()
 	defer func() { t.observeWait(n, start, err) }()
@@ -60,7 +67,12 @@ func (t *Throttler) WaitN(ctx context.Context, n int) (err error) {
 			late++
 		case againPaused:
 		default:
-			return err
+			if err != nil {
+				return reservation{}, err
+			}
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return w.res, nil
 		}
 	}
 }

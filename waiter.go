@@ -27,6 +27,7 @@ type reservation struct {
 	localAt time.Time // its slot in the local window while sharing (see recovered); zero = none
 
 	at        time.Time // admitted: the local time at which it may proceed
+	score     int64     // admitted through Redis: the server µs it was counted at (0 = admitted without Redis)
 	immediate bool      // admitted: at is "when the reply arrives": go without a timer
 	epoch     int       // admitted: the limit epoch it was made in
 

@@ -303,7 +303,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		case res.ok[i]:
 			admitted++
 			w.settle(reservation{state: stAdmitted, members: w.res.members, localAt: w.res.localAt,
-				at: t.clock.local(c.score), immediate: res.immediate[i], epoch: t.shared.epoch,
+				at: t.clock.local(c.score), score: c.score, immediate: res.immediate[i], epoch: t.shared.epoch,
 				remaining: res.remaining[i]})
 			t.health.journal.add(c.score, w.res.members)
 			if t.onAdmit != nil {

@@ -1,0 +1,110 @@
+package throttler
+
+import (
+	"context"
+	"sync"
+)
+
+// A Permit is quota that Reserve admitted for one call whose cost is known
+// only once it is done, as an LLM API's tokens are: settle it with the
+// actual cost. It is safe for concurrent use.
+type Permit struct {
+	t        *Throttler
+	estimate int
+	score    int64    // server µs the call was counted at (0: admitted without Redis)
+	members  []string // its members in every key (nil: admitted without Redis)
+
+	once sync.Once
+	err  error
+}
+
+// Reserve waits, as WaitN does, until estimate units of quota may be used
+// at once, and returns a Permit holding them: they count at the moment
+// Reserve returns, in every window that holds it, until Settle corrects
+// them. Its errors are WaitN's. A Permit never settled keeps its estimate.
+func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) {
+	res, err := t.wait(ctx, "Reserve", estimate)
+	if err != nil {
+		return nil, err
+	}
+	return &Permit{t: t, estimate: estimate, score: res.score, members: res.members}, nil
+}
+
+// Estimate returns the units Reserve admitted.
+func (p *Permit) Estimate() int { return p.estimate }
+
+// Settle corrects the permit to actual units, for every replica, in every
+// window that holds the call's admission time (every limit's, with
+// WithLimit):
+//
+//   - actual below the estimate: the surplus is given back at once; later
+//     calls may use it;
+//   - actual above it: the excess is added at the admission time, as debt:
+//     every later call counts it, and waits until it slides out of the
+//     window. Calls admitted before the debt was added could not count it,
+//     so a window that holds the admission time of under-estimated permits
+//     may hold more than limit calls: by at most the sum of their excesses
+//     (actual minus estimate), and only windows holding those admission
+//     times; no window is pushed over by anything but an under-estimate.
+//
+// Only the first call of Settle counts: later ones do nothing and return
+// what it returned. Settle takes one Redis round trip, bounded by the
+// Redis timeout. When Redis fails, it returns an error wrapping ErrRedis,
+// and what it could not write (the surplus to remove, the debt to add) is
+// written by the Throttler's next round trip that works (the debt counts
+// in this process's own calls meanwhile, the surplus stops counting with
+// the window regardless). A permit admitted without Redis (FailOpen, or
+// FallbackLocal while Redis failed) settles nothing. actual below 0 is an
+// error wrapping ErrInvalidArgument, and does not settle the permit.
+func (p *Permit) Settle(ctx context.Context, actual int) error {
+	if actual < 0 {
+		return invalidf("Settle(%d): actual must not be negative", actual)
+	}
+	p.once.Do(func() { p.err = p.t.settle(ctx, p, actual) })
+	return p.err
+}
+
+// settle applies a permit's first Settle.
+func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
+	if p.members == nil || actual == p.estimate {
+		return nil
+	}
+	if actual < p.estimate {
+		surplus := p.members[actual:]
+		t.mu.Lock()
+		t.forgetLocked(surplus)
+		t.mu.Unlock()
+		if err := t.release(ctx, surplus); err != nil {
+			return redisError(err)
+		}
+		return nil
+	}
+	debt := make([]entry, actual-p.estimate)
+	members := make([]string, len(debt))
+	for i := range debt {
+		members[i] = t.ids.next()
+		debt[i] = entry{score: p.score, member: members[i]}
+	}
+	t.mu.Lock()
+	if t.onAdmit != nil {
+		t.onAdmit(p.score, members)
+	}
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.redisTimeout)
+	defer cancel()
+	if err := t.st.add(ctx, debt); err != nil {
+		t.observeRedisError(err)
+		t.mu.Lock()
+		// Written with the next round trip that works, as calls admitted
+		// without Redis are.
+		t.owed.replay = append(t.owed.replay, debt...)
+		t.logRedis(err, "debt written later")
+		t.startWorkerLocked()
+		t.mu.Unlock()
+		return redisError(err)
+	}
+	// Not journaled: the journal's newest entry is the probe, and a debt
+	// member scored back at the admission time would leave the set before
+	// the journal's newer entries (see heal.go).
+	return nil
+}

@@ -1,0 +1,197 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// allowed counts how many single calls Allow admits now, up to max.
+func allowed(t *testing.T, th *Throttler, max int) int {
+	t.Helper()
+	n := 0
+	for range max {
+		res, err := th.Allow(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// A surplus goes back at once, for every replica; an excess is debt that
+// later calls count, in every limit's key; only the first Settle counts.
+func TestSettle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		other := dial()
+		first, second := "{"+key+"}:min", "{"+key+"}:hour"
+		th := mustNew(t, dial(), first, 10, time.Minute, WithLogger(quiet), WithLimit(second, 20, time.Hour))
+		peer := mustNew(t, other, first, 10, time.Minute, WithLogger(quiet), WithLimit(second, 20, time.Hour))
+
+		p, err := th.Reserve(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Settle(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{first, second} {
+			if n := len(keyMembers(t, other, k)); n != 3 {
+				t.Fatalf("%s holds %d members after settling 8 down to 3, want 3", k, n)
+			}
+		}
+		if err := p.Settle(ctx, 8); err != nil || len(keyMembers(t, other, first)) != 3 {
+			t.Fatalf("a second Settle changed the permit (err %v)", err)
+		}
+		// The surplus is the other replica's to use at once.
+		if n := allowed(t, peer, 10); n != 7 {
+			t.Fatalf("the other replica got %d calls after the surplus went back, want 7", n)
+		}
+	})
+}
+
+// Debt: a call that cost more than estimated counts its excess at its
+// admission time; later calls wait until it slides out.
+func TestSettleDebt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		c := dial()
+		th := mustNew(t, c, key, 10, time.Hour, WithLogger(quiet))
+		p, err := th.Reserve(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Settle(ctx, 6); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(keyMembers(t, c, key)); n != 6 {
+			t.Fatalf("the window holds %d members after settling 2 up to 6, want 6", n)
+		}
+		if n := allowed(t, th, 10); n != 4 {
+			t.Fatalf("after a debt of 4, %d more calls fit in a window of 10, want 4", n)
+		}
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := th.Reserve(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Reserve in a window full with debt: %v, want the deadline error", err)
+		}
+	})
+}
+
+func TestSettleRejectsBadInput(t *testing.T) {
+	th := miniThrottler(t, 5, time.Second)
+	ctx := context.Background()
+	if _, err := th.Reserve(ctx, 6); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Reserve above the limit: %v, want ErrInvalidArgument", err)
+	}
+	p, err := th.Reserve(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Settle(ctx, -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Settle(-1): %v, want ErrInvalidArgument", err)
+	}
+	// The bad call did not settle the permit.
+	if err := p.Settle(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, th)
+}
+
+// A Settle whose write fails returns ErrRedis; the surplus is removed, and
+// the debt added, by the next round trip that works.
+func TestSettleWhenRedisFails(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		c := dial()
+		th := mustNew(t, c, key, 10, time.Hour, WithLogger(quiet))
+		fs := withFaults(th)
+		p, err := th.Reserve(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.failRemove.Store(1)
+		if err := p.Settle(ctx, 1); !errors.Is(err, ErrRedis) {
+			t.Fatalf("Settle with its removal failing: %v, want ErrRedis", err)
+		}
+		waitIdle(t, th)
+		if n := len(keyMembers(t, c, key)); n != 1 {
+			t.Fatalf("once idle the window holds %d members, want the 1 settled", n)
+		}
+	})
+}
+
+// The guarantee with settle, under concurrency, on both backends: in every
+// window, the calls' settled costs exceed the limit by at most what was
+// under-estimated there; that is, what each permit held within its
+// estimate, min(actual, estimate), sums to at most the limit.
+func TestSettleInvariant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		const (
+			limit    = 20
+			interval = 300 * time.Millisecond
+		)
+		type settled struct {
+			score            int64
+			estimate, actual int
+		}
+		var (
+			mu   sync.Mutex
+			done []settled
+		)
+		ths := []*Throttler{
+			mustNew(t, dial(), key, limit, interval, WithLogger(quiet)),
+			mustNew(t, dial(), key, limit, interval, WithLogger(quiet)),
+		}
+		var wg sync.WaitGroup
+		for i, th := range ths {
+			for g := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
+					for range 12 {
+						est := 1 + rng.IntN(5)
+						p, err := th.Reserve(context.Background(), est)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						actual := rng.IntN(9)
+						if err := p.Settle(context.Background(), actual); err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						done = append(done, settled{p.score, est, actual})
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for _, th := range ths {
+			waitIdle(t, th)
+		}
+		w := windowMicros(interval + ths[0].opt.buffer)
+		for _, a := range done {
+			held := 0
+			for _, b := range done {
+				if b.score >= a.score && b.score < a.score+w {
+					held += min(b.estimate, b.actual)
+				}
+			}
+			if held > limit {
+				t.Fatalf("the window from %d holds %d units within their estimates, more than the limit %d", a.score, held, limit)
+			}
+		}
+	})
+}
