@@ -53,6 +53,32 @@ func ExampleThrottler_Wait() {
 	// the 6th came at least 200ms after the 3rd: true
 }
 
+// An LLM API meters tokens, and a call's cost is known only from its
+// response: reserve an estimate, then settle the actual cost. A surplus is
+// given back at once; an excess counts as debt that later calls wait out.
+func ExampleThrottler_Reserve() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	tokens, err := throttler.New(rdb, "llm-tokens", 10000, time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	p, err := tokens.Reserve(ctx, 1200) // prompt + max_tokens
+	if err != nil {
+		panic(err)
+	}
+	used := 700 // from the response's usage
+	if err := p.Settle(ctx, used); err != nil {
+		panic(err)
+	}
+	u, _ := tokens.Usage(ctx)
+	fmt.Println("tokens counted in the last minute:", u[0].Used+u[0].Reserved)
+	// Output:
+	// tokens counted in the last minute: 700
+}
+
 // A wait that cannot end before the context's deadline fails at once, with
 // an error that is context.DeadlineExceeded to errors.Is.
 func ExampleThrottler_Wait_deadline() {
