@@ -60,7 +60,14 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 	if actual < 0 {
 		return invalidf("Settle(%d): actual must not be negative", actual)
 	}
-	p.once.Do(func() { p.err = p.t.settle(ctx, p, actual) })
+	p.once.Do(func() {
+		t := p.t
+		t.stats.settled.Add(1)
+		if o := t.opt.observer.Settled; o != nil {
+			o(p.estimate, actual)
+		}
+		p.err = t.settle(ctx, p, actual)
+	})
 	return p.err
 }
 
@@ -70,6 +77,7 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		return nil
 	}
 	if actual < p.estimate {
+		t.stats.returned.Add(uint64(p.estimate - actual))
 		surplus := p.members[actual:]
 		t.mu.Lock()
 		t.forgetLocked(surplus)
@@ -79,6 +87,7 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		}
 		return nil
 	}
+	t.stats.debt.Add(uint64(actual - p.estimate))
 	debt := make([]entry, actual-p.estimate)
 	members := make([]string, len(debt))
 	for i := range debt {

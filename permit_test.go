@@ -78,6 +78,9 @@ func TestSettleDebt(t *testing.T) {
 		if n := allowed(t, th, 10); n != 4 {
 			t.Fatalf("after a debt of 4, %d more calls fit in a window of 10, want 4", n)
 		}
+		if s := th.Stats(); s.Settled != 1 || s.Debt != 4 || s.Returned != 0 {
+			t.Fatalf("Stats after one permit settled 2 -> 6: %+v, want Settled 1, Debt 4", s)
+		}
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if _, err := th.Reserve(short, 1); !errors.Is(err, context.DeadlineExceeded) {

@@ -31,11 +31,17 @@ type Stats struct {
 	// Pauses is how many shared pauses this Throttler set or learned of.
 	Pauses uint64
 	// Heals is how many times this Throttler found that Redis had lost the
-	// window and wrote its own recent calls back.
+	// window, and paused every process until the calls it held stopped
+	// counting.
 	Heals uint64
 	// LateWakes is how many calls gave their slot back and reserved again
 	// because they were woken too late (see WaitN).
 	LateWakes uint64
+	// Settled is how many permits were settled (see Permit.Settle);
+	// Returned is how many units their surpluses gave back in Redis, and
+	// Debt how many their excesses added (a permit admitted without Redis
+	// adds to neither).
+	Settled, Returned, Debt uint64
 
 	// PausedUntil is the end of the shared pause known to this Throttler;
 	// zero when none is in force.
@@ -53,6 +59,7 @@ type counters struct {
 	admitted, waits, abandoned, failed, refused atomic.Uint64
 	roundTrips, redisErrors, pauses             atomic.Uint64
 	heals, lateWakes                            atomic.Uint64
+	settled, returned, debt                     atomic.Uint64
 	waited                                      atomic.Int64 // nanoseconds
 }
 
@@ -71,6 +78,9 @@ func (t *Throttler) Stats() Stats {
 		Pauses:      t.stats.pauses.Load(),
 		Heals:       t.stats.heals.Load(),
 		LateWakes:   t.stats.lateWakes.Load(),
+		Settled:     t.stats.settled.Load(),
+		Returned:    t.stats.returned.Load(),
+		Debt:        t.stats.debt.Load(),
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -102,6 +112,9 @@ type Observer struct {
 	LimitChanged func(limit int)
 	// RedisError is called for every Redis call that failed or timed out.
 	RedisError func(err error)
+	// Settled is called when a permit is settled (see Permit.Settle), with
+	// its estimate and its actual cost.
+	Settled func(estimate, actual int)
 	// Degraded is called with true when Redis fails and calls start to
 	// follow the FailOpen or FallbackLocal policy, and with false once
 	// Redis answers again.

@@ -25,6 +25,7 @@ type Collector struct {
 
 	admitted, waits, waitSeconds, abandoned, failed, refused *prometheus.Desc
 	roundTrips, redisErrors, pauses, heals, lateWakes        *prometheus.Desc
+	settled, returned, debt                                  *prometheus.Desc
 	limit, interval, pausedUntil, degraded                   *prometheus.Desc
 }
 
@@ -46,8 +47,11 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		roundTrips:  desc("throttler_redis_round_trips_total", "Reservation round trips that reached Redis."),
 		redisErrors: desc("throttler_redis_errors_total", "Redis calls that failed or timed out."),
 		pauses:      desc("throttler_pauses_total", "Shared pauses this Throttler set or learned of."),
-		heals:       desc("throttler_heals_total", "Times this Throttler found that Redis had lost the window and wrote its own recent calls back."),
+		heals:       desc("throttler_heals_total", "Times this Throttler found that Redis had lost the window and paused every process until the calls it held stopped counting."),
 		lateWakes:   desc("throttler_late_wakes_total", "Calls that gave their slot back and reserved again because they were woken too late."),
+		settled:     desc("throttler_settled_total", "Permits settled with their actual cost (Reserve, Settle)."),
+		returned:    desc("throttler_settle_returned_units_total", "Units given back in Redis by permits that cost less than estimated."),
+		debt:        desc("throttler_settle_debt_units_total", "Units added as debt in Redis by permits that cost more than estimated."),
 		limit:       desc("throttler_limit", "The first limit in force: New's, or lower while SetLimit or an API's answer lowers it."),
 		interval:    desc("throttler_interval_seconds", "The length of the sliding window."),
 		pausedUntil: desc("throttler_paused_until_seconds", "End of the shared pause in force, in Unix seconds; 0 when none."),
@@ -60,6 +64,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.admitted, c.waits, c.waitSeconds, c.abandoned, c.failed, c.refused,
 		c.roundTrips, c.redisErrors, c.pauses, c.heals, c.lateWakes,
+		c.settled, c.returned, c.debt,
 		c.limit, c.interval, c.pausedUntil, c.degraded,
 	} {
 		ch <- d
@@ -88,6 +93,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.pauses, float64(s.Pauses))
 		counter(c.heals, float64(s.Heals))
 		counter(c.lateWakes, float64(s.LateWakes))
+		counter(c.settled, float64(s.Settled))
+		counter(c.returned, float64(s.Returned))
+		counter(c.debt, float64(s.Debt))
 		gauge(c.limit, float64(s.Limit))
 		gauge(c.interval, t.Interval().Seconds())
 		gauge(c.pausedUntil, unixSeconds(s.PausedUntil))

@@ -109,6 +109,7 @@ func TestCollector(t *testing.T) {
 		"throttler_redis_errors_total": 0,
 		"throttler_heals_total":        0,
 		"throttler_late_wakes_total":   0,
+		"throttler_settled_total":      0,
 		"throttler_pauses_total":       1,
 		"throttler_limit":              limit,
 		"throttler_interval_seconds":   1,
@@ -193,8 +194,8 @@ func TestCollectorKeys(t *testing.T) {
 			t.Errorf("throttler_wait_seconds_count{key=%q} = %d, want %d", key, n, want)
 		}
 	}
-	if n, want := testutil.CollectAndCount(c), 2*15; n != want {
-		t.Errorf("Collector sent %d metrics, want %d (15 per Throttler)", n, want)
+	if n, want := testutil.CollectAndCount(c), 2*18; n != want {
+		t.Errorf("Collector sent %d metrics, want %d (18 per Throttler)", n, want)
 	}
 	if v := value(t, got, "throttler_paused_until_seconds", "a"); v != 0 {
 		t.Errorf("throttler_paused_until_seconds without a pause = %v, want 0", v)
