@@ -90,6 +90,11 @@ type Transport struct {
 
 	// LimitFor is how long a limit read from LimitHeader holds. Default 1h.
 	LimitFor time.Duration
+
+	// Cost, when set, prices each request in the Throttler's units (tokens,
+	// query cost points) instead of one call each, settled from the
+	// response: see Cost.
+	Cost *Cost
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -103,13 +108,17 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	send := req
 	for attempt := 0; ; attempt++ {
-		if err := t.Wait(req.Context()); err != nil {
+		permit, err := tr.admit(t, send)
+		if err != nil {
 			closeBody(send)
 			return nil, err
 		}
 		resp, err := tr.base().RoundTrip(send)
 		if err != nil {
-			return nil, err
+			return nil, err // a permit keeps its estimate: the request may have reached the API
+		}
+		if permit != nil {
+			tr.Cost.settleOnRead(req, resp, permit)
 		}
 		paused := tr.learn(t, req, resp)
 		if attempt >= tr.Retries || !paused || !replayable(req) {

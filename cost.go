@@ -1,0 +1,119 @@
+package throttler
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+)
+
+// Cost prices a Transport's requests when a call's cost is known only from
+// its response, as an LLM API's tokens are. Each request reserves
+// Estimate(req) units (see Throttler.Reserve); once the caller has read the
+// response body to its end, or closed it, Actual reads what the call cost
+// and the permit is settled (see Permit.Settle): a surplus goes back to
+// every replica at once, an excess counts as debt.
+//
+// The body is not buffered and what the caller reads is unchanged: Actual
+// sees the last TailBytes bytes the caller read, where a JSON body's usage
+// and a streamed response's last event are. The read that reaches the end
+// of the body, or Close, takes the settle's Redis round trip (bounded by
+// the Redis timeout). A request whose round trip fails keeps its estimate:
+// it may have reached the API.
+type Cost struct {
+	// Estimate returns the units to reserve for req: at least 1, at most
+	// the Throttler's smallest limit (else the request fails with an error
+	// wrapping ErrInvalidArgument). Required.
+	Estimate func(req *http.Request) int
+	// Actual returns what the call cost, from the response and the last
+	// bytes of its body as the caller read them, and false when it cannot
+	// tell: the estimate then stands. Nil: every call keeps its estimate.
+	Actual func(resp *http.Response, tail []byte) (cost int, ok bool)
+	// TailBytes is how many of the body's last bytes Actual sees. Default
+	// 64KiB.
+	TailBytes int
+}
+
+// admit waits for req's quota: one call, or with Cost its estimate, whose
+// permit it returns.
+func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
+	if tr.Cost == nil {
+		return nil, t.Wait(req.Context())
+	}
+	if tr.Cost.Estimate == nil {
+		return nil, invalidf("Transport.Cost: Estimate must be set")
+	}
+	return t.Reserve(req.Context(), tr.Cost.Estimate(req))
+}
+
+// settleOnRead makes resp's body settle p once the caller has read it to
+// the end or closed it.
+func (c *Cost) settleOnRead(req *http.Request, resp *http.Response, p *Permit) {
+	settle := func(tail []byte) {
+		if c.Actual == nil {
+			return
+		}
+		if n, ok := c.Actual(resp, tail); ok {
+			// The caller's context may have ended with the read: the cost
+			// is for every replica.
+			p.Settle(context.WithoutCancel(req.Context()), max(0, n))
+		}
+	}
+	if resp.Body == nil {
+		settle(nil)
+		return
+	}
+	max := c.TailBytes
+	if max <= 0 {
+		max = 64 << 10
+	}
+	resp.Body = &settlingBody{rc: resp.Body, max: max, settle: settle}
+}
+
+// settlingBody passes a response body through, keeping its last max bytes,
+// and settles once it is read to the end or closed.
+type settlingBody struct {
+	rc     io.ReadCloser
+	max    int
+	tail   []byte
+	settle func(tail []byte)
+	once   sync.Once
+}
+
+func (b *settlingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.keep(p[:n])
+	if err == io.EOF {
+		b.done()
+	}
+	return n, err
+}
+
+func (b *settlingBody) Close() error {
+	err := b.rc.Close()
+	b.done()
+	return err
+}
+
+// keep appends read bytes to the tail, dropping what is older than the last
+// max bytes (in steps, so each byte is copied at most twice).
+func (b *settlingBody) keep(p []byte) {
+	if len(p) >= b.max {
+		b.tail = append(b.tail[:0], p[len(p)-b.max:]...)
+		return
+	}
+	b.tail = append(b.tail, p...)
+	if len(b.tail) > 2*b.max {
+		b.tail = append(b.tail[:0], b.tail[len(b.tail)-b.max:]...)
+	}
+}
+
+func (b *settlingBody) done() {
+	b.once.Do(func() {
+		tail := b.tail
+		if len(tail) > b.max {
+			tail = tail[len(tail)-b.max:]
+		}
+		b.settle(tail)
+	})
+}
