@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // allowed counts how many single calls Allow admits now, up to max.
@@ -197,4 +200,29 @@ func TestSettleInvariant(t *testing.T) {
 			}
 		}
 	})
+}
+
+// DoCost settles with the cost fn reports, a failed call's included, and
+// does not call fn when the reservation fails.
+func TestDoCost(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	th := mustNew(t, c, "k", 10, time.Hour, WithLogger(quiet))
+	ctx := context.Background()
+	if err := th.DoCost(ctx, 5, func(context.Context) (int, error) { return 2, nil }); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("the API failed")
+	if err := th.DoCost(ctx, 3, func(context.Context) (int, error) { return 0, boom }); !errors.Is(err, boom) {
+		t.Fatalf("DoCost with fn failing: %v, want fn's error", err)
+	}
+	if n := len(keyMembers(t, c, "k")); n != 2 {
+		t.Fatalf("the window holds %d units, want 2 (5 settled to 2, 3 to 0)", n)
+	}
+	called := false
+	if err := th.DoCost(ctx, 11, func(context.Context) (int, error) { called = true; return 0, nil }); !errors.Is(err, ErrInvalidArgument) || called {
+		t.Fatalf("DoCost above the limit: %v (fn called: %v), want ErrInvalidArgument without a call", err, called)
+	}
+	waitIdle(t, th)
 }
