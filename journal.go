@@ -39,6 +39,12 @@ func (j *journal) forget(members []string) {
 	j.entries = slices.DeleteFunc(j.entries, func(e entry) bool { return slices.Contains(members, e.member) })
 }
 
+// holds reports whether member is journaled: an admission of ours that
+// still counts and was not given back.
+func (j *journal) holds(member string) bool {
+	return slices.ContainsFunc(j.entries, func(e entry) bool { return e.member == member })
+}
+
 // probe returns the newest journaled member, which must be in the set.
 func (j *journal) probe() (string, bool) {
 	if len(j.entries) == 0 {

@@ -420,7 +420,16 @@ func (w *simWorld) wait(r *simReplica, n int, rng *rand.Rand) bool {
 	w.outstanding[c] = struct{}{}
 	w.mu.Unlock()
 	flips, wasDegraded := r.flips.Load(), r.degraded.Load()
-	err := r.th.WaitN(ctx, n)
+	var (
+		permit *Permit
+		err    error
+	)
+	settling := rng.Float64() < sc.Settle
+	if settling {
+		permit, err = r.th.Reserve(ctx, n)
+	} else {
+		err = r.th.WaitN(ctx, n)
+	}
 	waited := w.rec.Since() - c.start
 	w.mu.Lock()
 	delete(w.outstanding, c)
@@ -432,7 +441,25 @@ func (w *simWorld) wait(r *simReplica, n int, rng *rand.Rand) bool {
 		w.outcome(r, err)
 		return false
 	}
-	w.admit(r, n, waited, flips, wasDegraded, c.limit.IsZero())
+	if !settling {
+		w.admit(r, n, waited, flips, wasDegraded, c.limit.IsZero())
+		return true
+	}
+	// A cost known after the call: anywhere from nothing to twice the
+	// estimate. What the call held within its estimate counts against the
+	// limit; an excess is debt, which the guarantee lets a window exceed
+	// the limit by (see Permit.Settle): the invariant skips it, the
+	// utilization counts it.
+	actual := rng.IntN(2*n + 1)
+	if held := min(actual, n); held > 0 {
+		w.admit(r, held, waited, flips, wasDegraded, c.limit.IsZero())
+	}
+	if debt := actual - n; debt > 0 && !r.dead.Load() {
+		w.rec.Admit(sim.Admission{Replica: r.id, N: debt, Debt: true})
+	}
+	if err := permit.Settle(w.ctx, actual); err != nil && !errors.Is(err, ErrRedis) {
+		w.t.Errorf("r%d: Settle failed with an undocumented error: %v", r.id, err)
+	}
 	return true
 }
 
@@ -657,7 +684,11 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 		w.t.Errorf("calm run admitted nothing")
 		return
 	}
-	if u, ok := w.utilization(adms); ok && u < w.utilizationTarget() {
+	// With permits settled below their estimate, a unit held until the
+	// settle and given back then was reserved and not used: the target,
+	// which assumes every reserved unit goes, does not apply (seeds 32,
+	// 372 and 784, limits of 2 to 6 per window, used 86-98%).
+	if u, ok := w.utilization(adms); ok && u < w.utilizationTarget() && w.sc.Settle == 0 {
 		w.t.Errorf("utilization %.4f < %.4f of limit*interval/(interval+buffer)", u, w.utilizationTarget())
 	}
 	if w.longest > w.maxWait() {

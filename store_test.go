@@ -15,11 +15,16 @@ import (
 type faultStore struct {
 	store
 	cutBefore, cutAfter, failRemove atomic.Int32
+	// before, when set, runs as a round trip is sent, once.
+	before atomic.Pointer[func()]
 }
 
 var errInjected = errors.New("injected fault")
 
 func (s *faultStore) reserve(ctx context.Context, a *attempt) (reply, error) {
+	if f := s.before.Swap(nil); f != nil {
+		(*f)()
+	}
 	if s.cutBefore.Add(-1) >= 0 {
 		return reply{}, errInjected
 	}

@@ -35,6 +35,7 @@ type Admission struct {
 	Replica int
 	N       int  // units (WaitN's n)
 	Exempt  bool // admitted by a policy the invariant documents as an exception (FailOpen while Redis fails)
+	Debt    bool // the excess of a permit settled above its estimate, which windows may exceed the limit by (Permit.Settle)
 	Local   bool // admitted while the replica fell back on its local share (FallbackLocal)
 	Waited  time.Duration
 	NoLimit bool // the caller had no deadline
@@ -72,6 +73,9 @@ func (r *Recorder) Admit(a Admission) {
 	what := fmt.Sprintf("admitted n=%d after %s", a.N, fmtDur(a.Waited))
 	if a.Exempt {
 		what += " (FailOpen, Redis failing: exempt)"
+	}
+	if a.Debt {
+		what = fmt.Sprintf("settled n=%d more than estimated (debt: exempt)", a.N)
 	}
 	r.mu.Lock()
 	r.adms = append(r.adms, a)
@@ -117,12 +121,12 @@ func (v Violation) String() string {
 // by At), measured against what it may hold, when it holds more: limit
 // units, plus share for each replica with a Local admission in it (what
 // FallbackLocal documents: a process cut off from Redis admits up to its
-// share on its own). Exempt admissions are skipped. Windows are half-open,
+// share on its own). Exempt admissions and debt are skipped. Windows are half-open,
 // [t, t+interval): two calls exactly interval apart never share one.
 func Overfull(key string, adms []Admission, interval time.Duration, limit, share int) *Violation {
 	var counted []Admission
 	for _, a := range adms {
-		if !a.Exempt {
+		if !a.Exempt && !a.Debt {
 			counted = append(counted, a)
 		}
 	}

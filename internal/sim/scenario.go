@@ -129,6 +129,7 @@ type Scenario struct {
 	Allow    float64       // share of calls made with AllowN
 	Deadline float64       // share of Waits with a deadline
 	Cancel   float64       // share of Waits cancelled at a random moment
+	Settle   float64       // share of Waits made as Reserve and settled to a random cost
 	Think    time.Duration // a caller pauses up to this between calls
 
 	Faults []Fault
@@ -185,6 +186,9 @@ func (s Scenario) String() string {
 		s.Buffer, ahead, s.Policy, s.Run, s.MaxN, s.Allow, s.Deadline, s.Cancel, s.Think)
 	if s.Latency > 0 {
 		fmt.Fprintf(&b, ", round trips %s", s.Latency)
+	}
+	if s.Settle > 0 {
+		fmt.Fprintf(&b, ", settle %.2f", s.Settle)
 	}
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
@@ -280,6 +284,11 @@ func Generate(seed uint64) Scenario {
 		// call scored for when its round trip began goes when the retry's
 		// reply arrives (seed 905: 18ms late after a failover).
 		s.Buffer = min(50*time.Millisecond, interval)
+	}
+	// Drawn from a source of its own, so that the scenarios generated
+	// before settling existed stay what they were (regression seeds).
+	if sr := rand.New(rand.NewPCG(seed, 0x736574746c65)); sr.IntN(3) == 0 {
+		s.Settle = []float64{0.3, 0.7, 1}[sr.IntN(3)]
 	}
 	return s
 }
