@@ -51,9 +51,9 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 	// more than a TTL would otherwise make a window lost a moment ago look
 	// long expired (simulation seed 406: a replica whose clock stepped 3.3s
 	// wrote the marker back, saw no loss and admitted a sixth call).
-	at := r.server
-	if at == 0 {
-		at = t.clock.server(now)
+	at := t.clock.server(now)
+	if !r.serverTime.IsZero() {
+		at = r.serverTime.UnixMicro()
 	}
 	seenRecently := t.health.lastSeen > 0 && at-t.health.lastSeen < t.ttl().Microseconds()
 	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing

@@ -102,14 +102,8 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.redisTimeout)
 	defer cancel()
 	if err := t.st.add(ctx, debt); err != nil {
-		t.observeRedisError(err)
-		t.mu.Lock()
-		// Written with the next round trip that works, as calls admitted
-		// without Redis are.
-		t.owed.replay = append(t.owed.replay, debt...)
-		t.logRedis(err, "debt written later")
-		t.startWorkerLocked()
-		t.mu.Unlock()
+		// Written as calls admitted without Redis are.
+		t.writeLater(err, "debt written later", func(o *owed) { o.replay = append(o.replay, debt...) })
 		return redisError(err)
 	}
 	// Not journaled: the journal's newest entry is the probe, and a debt

@@ -56,7 +56,7 @@ type decision struct {
 // planOut is a planned round.
 type planOut struct {
 	each    []decision // one per request, in queue order
-	claims  []claim    // the claims, in queue order
+	claims  []claim    // the claims, in queue order (first is the worker's to set)
 	checks  []int64    // distinct scores among the claims, ascending
 	exact   bool       // send as MULTI/EXEC, and learn upcoming slots
 	slots   int        // how many upcoming free slots to learn (0 = none)

@@ -156,7 +156,6 @@ func (c *attemptCmds) reply() reply {
 	}
 	if c.clock != nil {
 		r.serverTime = c.clock.Val()
-		r.server = r.serverTime.UnixMicro()
 	}
 	flat := make([]int64, len(c.counts))
 	for i, cmd := range c.counts {

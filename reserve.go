@@ -40,11 +40,10 @@ func (t *Throttler) send(ctx context.Context, a *attempt) (reply, error) {
 		a.futureAt = max(a.trimAt, t.clock.server(t.now())) + futureBound
 	}
 	if a.expire {
-		a.ttls = a.ttls[:0]
-		for range t.wins {
-			a.ttls = append(a.ttls, t.ttl())
+		a.ttls = append(a.ttls[:0], a.ttl0)
+		for ttl := t.ttl(); len(a.ttls) < len(t.wins); {
+			a.ttls = append(a.ttls, ttl)
 		}
-		a.ttls[0] = a.ttl0
 	}
 	sent := t.now()
 	r, err := t.st.reserve(ctx, a)
@@ -117,14 +116,21 @@ func (t *Throttler) release(ctx context.Context, members []string) error {
 	defer cancel()
 	err := t.st.remove(ctx, members)
 	if err != nil {
-		t.observeRedisError(err)
-		t.mu.Lock()
-		t.owed.giveBack = append(t.owed.giveBack, members...)
-		t.logRedis(err, "members given back later")
-		t.startWorkerLocked()
-		t.mu.Unlock()
+		t.writeLater(err, "members given back later", func(o *owed) { o.giveBack = append(o.giveBack, members...) })
 	}
 	return err
+}
+
+// writeLater notes a write Redis did not take: owe adds it to what the
+// next round trip that works writes, which a worker makes even in a
+// process that only calls Allow.
+func (t *Throttler) writeLater(err error, then string, owe func(*owed)) {
+	t.observeRedisError(err)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	owe(&t.owed)
+	t.logRedis(err, then)
+	t.startWorkerLocked()
 }
 
 // releaseTimeout bounds how long an abandoned call spends giving its slot

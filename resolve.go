@@ -26,8 +26,7 @@ type resolveOut struct {
 	ok        []bool // per claim: admitted
 	immediate []bool // per claim admitted: it goes now, without a timer
 	remaining []int  // per claim: room left under the tightest limit
-	near      bool   // little room left: the next round reserves exactly
-	nearSet   bool   // the round claimed something, so near says something
+	near      bool   // little room left: the next round reserves exactly (only said by a round that claimed something)
 	slots     []int64
 }
 
@@ -46,7 +45,6 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	}
 	if len(in.claims) > 0 {
 		// A round that claimed nothing says nothing about room.
-		out.nearSet = true
 		out.near = slices.Contains(out.ok, false)
 		for wi, counts := range r.counts {
 			for _, n := range counts {

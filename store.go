@@ -97,8 +97,6 @@ type reply struct {
 	noMark  bool // the marker member was missing before this attempt wrote it
 	// The server's clock as the round trip read it (zero = not read).
 	serverTime time.Time
-	// The server's clock as the round trip read it, in µs (0 = not read).
-	server int64
 	// The members that are not calls, in server µs (0 = absent).
 	pause, limit, limitEnd int64
 }

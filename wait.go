@@ -143,22 +143,22 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, 
 		// A shared pause began after this slot was reserved (wait it
 		// out), or the limit was lowered since: a slot reserved ahead
 		// under the higher limit may not fit the lower one.
-		return t.unreserveLocked(ctx, w, againPaused)
+		return t.unreserveAndUnlock(ctx, w, againPaused)
 	}
 	if late := t.now().Sub(res.at); (retry || w.now) && t.opt.buffer > 0 && late > t.opt.buffer/2 {
 		// Not called yet, so the slot can go back.
 		t.stats.lateWakes.Add(1)
-		return t.unreserveLocked(ctx, w, again)
+		return t.unreserveAndUnlock(ctx, w, again)
 	}
 	t.mu.Unlock()
 	return proceed, nil
 }
 
-// unreserveLocked gives back the slot an admitted w has not used yet, and
+// unreserveAndUnlock gives back the slot an admitted w has not used yet, and
 // unlocks t.mu. A WaitN queues anew (o says why), its members leaving Redis
 // with the next round trip; an AllowN is refused, its members removed
 // before it returns.
-func (t *Throttler) unreserveLocked(ctx context.Context, w *waiter, o outcome) (outcome, error) {
+func (t *Throttler) unreserveAndUnlock(ctx context.Context, w *waiter, o outcome) (outcome, error) {
 	members := w.res.members
 	t.forgetLocked(members)
 	t.dropLocalLocked(w)

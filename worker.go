@@ -226,7 +226,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	sc.reqs, sc.plan = reqs, p
 
 	clear(sc.batch)
-	batch, claims = sc.batch[:0], sc.claims[:0]
+	batch, claims = sc.batch[:0], p.claims
 	rest := t.queue[:0]
 	for i, w := range t.queue {
 		switch d := p.each[i]; d.verdict {
@@ -247,13 +247,13 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 				a.adds = append(a.adds, entry{score: d.score, member: members[j]})
 			}
 			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, localAt: d.localAt}
+			claims[len(batch)].first = first
 			batch = append(batch, w)
-			claims = append(claims, claim{score: d.score, n: w.n, first: first})
 		}
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
-	sc.batch, sc.claims = batch, claims
+	sc.batch = batch
 	a.checks = append(a.checks, p.checks...)
 	a.exact, a.slots, a.soonest, a.room = p.exact, p.slots, p.soonest, p.room
 	sleep = p.sleep
@@ -284,7 +284,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	res := resolve(&t.config, resolveIn{a: a, r: r, claims: claims, leaving: sc.leaving, lims: sc.lims,
 		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost}, sc.resolved)
 	sc.resolved = res
-	if res.nearSet {
+	if len(claims) > 0 { // a round that claimed nothing says nothing about room
 		t.known.near = res.near
 	}
 
@@ -346,7 +346,6 @@ type roundScratch struct {
 	reqs     []request
 	plan     planOut
 	batch    []*waiter
-	claims   []claim
 	leaving  []bool
 	resolved resolveOut
 	lims     []int
