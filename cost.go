@@ -34,10 +34,14 @@ type Cost struct {
 	TailBytes int
 }
 
-// admit waits for req's quota: one call, or with Cost its estimate, whose
-// permit it returns.
+// admit waits for req's quota: one call, or with Cost its estimate, and
+// with WithInFlight a place in flight. It returns the permit that ends the
+// call (nil when there is nothing to end).
 func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if tr.Cost == nil {
+		if t.lease != nil {
+			return t.Reserve(req.Context(), 1)
+		}
 		return nil, t.Wait(req.Context())
 	}
 	if tr.Cost.Estimate == nil {
@@ -46,11 +50,13 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	return t.Reserve(req.Context(), tr.Cost.Estimate(req))
 }
 
-// settleOnRead makes resp's body settle p once the caller has read it to
-// the end or closed it.
-func (c *Cost) settleOnRead(req *http.Request, resp *http.Response, p *Permit) {
+// endOnRead makes resp's body end p's call once the caller has read it to
+// the end or closed it: settled with c.Actual's cost, when c gives one,
+// and its place in flight given back.
+func endOnRead(req *http.Request, resp *http.Response, p *Permit, c *Cost) {
 	settle := func(tail []byte) {
-		if c.Actual == nil {
+		defer p.Done()
+		if c == nil || c.Actual == nil {
 			return
 		}
 		if n, ok := c.Actual(resp, tail); ok {
@@ -63,9 +69,12 @@ func (c *Cost) settleOnRead(req *http.Request, resp *http.Response, p *Permit) {
 		settle(nil)
 		return
 	}
-	max := c.TailBytes
-	if max <= 0 {
-		max = 64 << 10
+	max := 0 // without Actual, nothing of the body is kept
+	if c != nil && c.Actual != nil {
+		max = c.TailBytes
+		if max <= 0 {
+			max = 64 << 10
+		}
 	}
 	resp.Body = &settlingBody{rc: resp.Body, max: max, settle: settle}
 }
@@ -98,6 +107,9 @@ func (b *settlingBody) Close() error {
 // keep appends read bytes to the tail, dropping what is older than the last
 // max bytes (in steps, so each byte is copied at most twice).
 func (b *settlingBody) keep(p []byte) {
+	if b.max == 0 {
+		return
+	}
 	if len(p) >= b.max {
 		b.tail = append(b.tail[:0], p[len(p)-b.max:]...)
 		return

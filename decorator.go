@@ -3,33 +3,43 @@ package throttler
 import "context"
 
 // Do waits for one call's worth of quota (as Wait does) and then calls fn
-// with ctx. If the wait fails, fn is not called and Do returns the wait's
-// error; otherwise it returns what fn returns.
+// with ctx. With WithInFlight it also takes a place in flight, given back
+// when fn returns. If the wait fails, fn is not called and Do returns the
+// wait's error; otherwise it returns what fn returns.
 func (t *Throttler) Do(ctx context.Context, fn func(context.Context) error) error {
-	if err := t.Wait(ctx); err != nil {
+	if t.lease == nil {
+		if err := t.Wait(ctx); err != nil {
+			return err
+		}
+		return fn(ctx)
+	}
+	p, err := t.Reserve(ctx, 1)
+	if err != nil {
 		return err
 	}
+	defer p.Done()
 	return fn(ctx)
 }
 
 // Wrap returns a function with fn's signature that waits for one call's worth
-// of quota on t before each call to fn, passing ctx through. If the wait
-// fails, fn is not called and the wrapper returns the zero Out and the wait's
-// error.
+// of quota on t before each call to fn, passing ctx through, as Do does (a
+// place in flight included, with WithInFlight). If the wait fails, fn is
+// not called and the wrapper returns the zero Out and the wait's error.
 func Wrap[In, Out any](t *Throttler, fn func(context.Context, In) (Out, error)) func(context.Context, In) (Out, error) {
-	return func(ctx context.Context, in In) (Out, error) {
-		if err := t.Wait(ctx); err != nil {
-			var zero Out
-			return zero, err
-		}
-		return fn(ctx, in)
+	return func(ctx context.Context, in In) (out Out, err error) {
+		err = t.Do(ctx, func(ctx context.Context) error {
+			out, err = fn(ctx, in)
+			return err
+		})
+		return out, err
 	}
 }
 
 // DoCost reserves estimate units of quota (as Reserve does), calls fn with
 // ctx, and settles the reservation with the cost fn reports (see
 // Permit.Settle): a surplus goes back to every replica at once, an excess
-// counts as debt. If the reservation fails, fn is not called and DoCost
+// counts as debt. With WithInFlight, the call holds a place in flight
+// until fn returns. If the reservation fails, fn is not called and DoCost
 // returns its error. fn reports the cost even when it fails: 0 for a call
 // that never reached the API, the estimate to keep it, or a negative cost
 // to keep it too. DoCost returns fn's error, or else the settle's.
@@ -38,6 +48,7 @@ func (t *Throttler) DoCost(ctx context.Context, estimate int, fn func(context.Co
 	if err != nil {
 		return err
 	}
+	defer p.Done() // when fn panics; Settle ends the call otherwise
 	cost, err := fn(ctx)
 	if cost < 0 {
 		cost = estimate
@@ -48,4 +59,20 @@ func (t *Throttler) DoCost(ctx context.Context, estimate int, fn func(context.Co
 		return err
 	}
 	return serr
+}
+
+// WrapCost returns a function with fn's signature that prices each call as
+// DoCost does: it reserves estimate(in) units, calls fn, and settles with
+// actual(out, err), the cost the call reports (negative: keep the
+// estimate). A wrapper whose reservation fails does not call fn and
+// returns the zero Out and the reservation's error; otherwise it returns
+// what fn returned, or the settle's error when fn's is nil.
+func WrapCost[In, Out any](t *Throttler, estimate func(In) int, fn func(context.Context, In) (Out, error), actual func(Out, error) int) func(context.Context, In) (Out, error) {
+	return func(ctx context.Context, in In) (out Out, err error) {
+		err = t.DoCost(ctx, estimate(in), func(ctx context.Context) (int, error) {
+			out, err = fn(ctx, in)
+			return actual(out, err), err
+		})
+		return out, err
+	}
 }

@@ -18,6 +18,13 @@ const retryRedisAfter = time.Second
 // clock sample) failed. batch is the round's batch, a its attempt (both nil
 // when no reservation was sent). It returns how long the worker sleeps.
 func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Duration {
+	for _, w := range batch {
+		// Its place may or may not have been granted.
+		if t.lease != nil {
+			t.giveLeaseBackLocked(w.leaseTry)
+			w.leaseTry = ""
+		}
+	}
 	if a != nil {
 		t.owed.giveBack = append(t.owed.giveBack, a.remove...)
 		for _, e := range a.adds {

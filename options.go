@@ -20,6 +20,7 @@ type options struct {
 	maxBatch     int
 	extra        []window // WithLimit
 	observer     Observer
+	inflight     *inflightOption // WithInFlight
 }
 
 func defaultOptions() options {

@@ -13,21 +13,27 @@ type Permit struct {
 	estimate int
 	score    int64    // server µs the call was counted at (0: admitted without Redis)
 	members  []string // its members in every key (nil: admitted without Redis)
+	lease    string   // its place in flight (WithInFlight; "" = none)
 
-	once sync.Once
-	err  error
+	once, doneOnce sync.Once
+	err            error
 }
 
 // Reserve waits, as WaitN does, until estimate units of quota may be used
 // at once, and returns a Permit holding them: they count at the moment
 // Reserve returns, in every window that holds it, until Settle corrects
 // them. Its errors are WaitN's. A Permit never settled keeps its estimate.
+//
+// With WithInFlight, the permit also holds a place in flight, taken in the
+// same round trip as its quota, until Done or Settle: call one of them
+// when the call ends, or the place stays taken for as long as the process
+// lives.
 func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) {
-	res, err := t.wait(ctx, "Reserve", estimate)
+	res, lease, err := t.wait(ctx, "Reserve", estimate, true)
 	if err != nil {
 		return nil, err
 	}
-	return &Permit{t: t, estimate: estimate, score: res.score, members: res.members}, nil
+	return &Permit{t: t, estimate: estimate, score: res.score, members: res.members, lease: lease}, nil
 }
 
 // Estimate returns the units Reserve admitted.
@@ -48,7 +54,7 @@ func (p *Permit) Estimate() int { return p.estimate }
 //     times; no window is pushed over by anything but an under-estimate.
 //
 // Only the first call of Settle counts: later ones do nothing and return
-// what it returned. Settle takes one Redis round trip, bounded by the
+// what it returned. Settle ends the call (see Done). Settle takes one Redis round trip, bounded by the
 // Redis timeout. When Redis fails, it returns an error wrapping ErrRedis,
 // and what it could not write (the surplus to remove, the debt to add) is
 // written by the Throttler's next round trip that works (the debt counts
@@ -68,6 +74,7 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 		}
 		p.err = t.settle(ctx, p, actual)
 	})
+	p.Done()
 	return p.err
 }
 

@@ -14,18 +14,20 @@ import (
 type redisStore struct {
 	rdb      redis.UniversalClient
 	wins     []window
-	metaArgs []any // ZMSCORE key marker pause limit limit-end, boxed once
-	probeIn  int   // the index of the key the probe is looked up in
+	metaArgs []any           // ZMSCORE key marker pause limit limit-end, boxed once
+	probeIn  int             // the index of the key the probe is looked up in
+	lease    *inflightOption // WithInFlight's, or nil
 	// The client ends a call at its context's deadline by itself (see
 	// bounded).
 	ctxTimeouts bool
 }
 
-func newRedisStore(c redis.UniversalClient, wins []window, probeIn int) *redisStore {
+func newRedisStore(c redis.UniversalClient, wins []window, probeIn int, lease *inflightOption) *redisStore {
 	return &redisStore{
 		rdb:         c,
 		wins:        wins,
 		probeIn:     probeIn,
+		lease:       lease,
 		metaArgs:    []any{"zmscore", wins[0].key, marker, pauseMember, limitMember, limitEndMember},
 		ctxTimeouts: honoursContext(c),
 	}
@@ -60,6 +62,7 @@ type attemptCmds struct {
 	clock  *redis.TimeCmd
 	meta   *redis.FloatSliceCmd
 	probe  *redis.FloatSliceCmd // when not in meta
+	leases *redis.Cmd           // the lease script's, when places were asked for
 }
 
 func (c *attemptCmds) queue(p redis.Pipeliner) error {
@@ -75,6 +78,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	if a.mark {
 		zs = append(zs, redis.Z{Score: -1, Member: marker})
 	}
+	c.queueLeases(p)
 	var remove []any
 	if len(a.remove) > 0 {
 		remove = toAny(a.remove)
@@ -157,6 +161,7 @@ func (c *attemptCmds) reply() reply {
 	if c.clock != nil {
 		r.serverTime = c.clock.Val()
 	}
+	c.leaseReply(&r)
 	flat := make([]int64, len(c.counts))
 	for i, cmd := range c.counts {
 		flat[i] = cmd.Val()

@@ -115,10 +115,13 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := tr.base().RoundTrip(send)
 		if err != nil {
-			return nil, err // a permit keeps its estimate: the request may have reached the API
+			if permit != nil {
+				permit.Done() // it keeps its estimate: the request may have reached the API
+			}
+			return nil, err
 		}
 		if permit != nil {
-			tr.Cost.settleOnRead(req, resp, permit)
+			endOnRead(req, resp, permit, tr.Cost)
 		}
 		paused := tr.learn(t, req, resp)
 		if attempt >= tr.Retries || !paused || !replayable(req) {

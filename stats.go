@@ -42,6 +42,11 @@ type Stats struct {
 	// Debt how many their excesses added (a permit admitted without Redis
 	// adds to neither).
 	Settled, Returned, Debt uint64
+	// InFlight is how many calls of this process hold a place in flight
+	// now (see WithInFlight); LeaseWaits how many times a call found no
+	// place free and waited for one.
+	InFlight   int
+	LeaseWaits uint64
 
 	// PausedUntil is the end of the shared pause known to this Throttler;
 	// zero when none is in force.
@@ -60,6 +65,8 @@ type counters struct {
 	roundTrips, redisErrors, pauses             atomic.Uint64
 	heals, lateWakes                            atomic.Uint64
 	settled, returned, debt                     atomic.Uint64
+	leaseWaits                                  atomic.Uint64
+	inFlight                                    atomic.Int64
 	waited                                      atomic.Int64 // nanoseconds
 }
 
@@ -81,6 +88,8 @@ func (t *Throttler) Stats() Stats {
 		Settled:     t.stats.settled.Load(),
 		Returned:    t.stats.returned.Load(),
 		Debt:        t.stats.debt.Load(),
+		InFlight:    int(t.stats.inFlight.Load()),
+		LeaseWaits:  t.stats.leaseWaits.Load(),
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -26,6 +26,14 @@ type store interface {
 	// limits gives the limits in force from the server's clock and the
 	// pause, limit and limit-end members, as read first.
 	usage(ctx context.Context, limits func(now int64, meta []float64) []int) (usageRead, error)
+	// releaseLeases takes places in flight back and tells every process
+	// waiting for one (see WithInFlight).
+	releaseLeases(ctx context.Context, ids []string) error
+	// renewLeases moves the expiry of places still held to expiry (server
+	// µs).
+	renewLeases(ctx context.Context, ids []string, expiry int64) error
+	// watchLeases subscribes to the releases of places in flight.
+	watchLeases() *leaseWatch
 }
 
 // attempt is one reservation round trip. For each limit (window) of the
@@ -84,6 +92,14 @@ type attempt struct {
 	// The generation of the clock estimate the scores were computed with
 	// (see clockView and clockSync.since).
 	clockGen uint64
+
+	// Places in flight asked for (WithInFlight), in batch order: the
+	// round trip grants the first ones that fit (see leaseScript), with
+	// leaseExp their expiry and leaseNow the server's now, in server µs.
+	leases             []string
+	leaseExp, leaseNow int64
+	leaseHeard         uint64 // releases heard when the attempt was planned
+	leaseReady         bool   // subscribed then: every later release is heard
 }
 
 // reply is what an attempt's round trip returned.
@@ -99,6 +115,10 @@ type reply struct {
 	serverTime time.Time
 	// The members that are not calls, in server µs (0 = absent).
 	pause, limit, limitEnd int64
+	// How many of the places asked for were granted (the first ones), and
+	// when the earliest live lease expires (server µs, 0 = none).
+	leaseGranted  int
+	leaseEarliest int64
 }
 
 // usageRead is what store.usage read: the server's clock, the pause, limit

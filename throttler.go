@@ -45,6 +45,7 @@ type Throttler struct {
 	owed    owed         // what this process still has to write to Redis
 	upkeep  upkeep       // when each kind of upkeep last rode on a round trip
 	local   *localWindow // the fallback's in-process window, when configured
+	lease   *leases      // places in flight (WithInFlight), or nil
 	rng     *rand.Rand   // spreads wake-ups (see jitter, sharePause)
 	scratch roundScratch
 
@@ -108,7 +109,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	t := &Throttler{
 		config: config{wins: wins, opt: o},
-		st:     newRedisStore(client, wins, (&config{wins: wins}).longest()),
+		st:     newRedisStore(client, wins, (&config{wins: wins}).longest(), o.inflight),
 		ids:    newMemberSource(),
 		kick:   make(chan struct{}, 1),
 		known:  known{near: true},
@@ -123,6 +124,17 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	// a call's member the longest (see heal.go).
 	t.health.journal.cap = 2 * wins[t.longest()].limit
 	t.health.journal.w = t.longestW()
+	if o.inflight != nil {
+		if err := sameSlot(wins[0].key, o.inflight.key); err != nil {
+			return nil, err
+		}
+		for _, x := range wins {
+			if x.key == o.inflight.key {
+				return nil, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.key)
+			}
+		}
+		t.lease = newLeases(o.inflight)
+	}
 	if o.policy.kind == policyLocal {
 		t.local = newLocalWindow(o.policy.share, wins, o.buffer)
 	}

@@ -94,6 +94,13 @@ func (t *Throttler) usageLimits(now int64, found []float64) []int {
 	return lims
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 func maxTime(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b

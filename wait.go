@@ -37,23 +37,43 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // Redis round trip reserves for as many of them as fit. A waiter given a
 // slot in the future sleeps until then without further Redis traffic.
 func (t *Throttler) WaitN(ctx context.Context, n int) error {
-	_, err := t.wait(ctx, "WaitN", n)
+	_, _, err := t.wait(ctx, "WaitN", n, false)
 	return err
 }
 
 // wait is WaitN, named where for errors; it returns the reservation the
-// call went with.
-func (t *Throttler) wait(ctx context.Context, where string, n int) (res reservation, err error) {
+// call went with. With place (and WithInFlight), the call also takes a
+// place in flight, whose lease it returns.
+func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
 	if n < 1 || n > t.minLimit {
-		return reservation{}, invalidf("%s(%d): n must be in 1..%d", where, n, t.minLimit)
+		return reservation{}, "", invalidf("%s(%d): n must be in 1..%d", where, n, t.minLimit)
 	}
 	if ctx.Err() != nil {
 		t.stats.abandoned.Add(1)
-		return reservation{}, ctxError(ctx)
+		return reservation{}, "", ctxError(ctx)
 	}
 	start := t.now()
 	defer func() { t.observeWait(n, start, err) }()
-	w := &waiter{n: n, wake: make(chan struct{}, 1)}
+	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: place && t.lease != nil}
+	if w.wantLease {
+		t.mu.Lock()
+		t.lease.active++
+		t.mu.Unlock()
+		defer func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.lease.active--
+			t.lease.nudge()
+			if err != nil {
+				// A place its round trip in flight asks for is the
+				// worker's to give back, once it knows.
+				t.giveLeaseBackLocked(w.lease)
+				w.lease = ""
+			} else if w.lease != "" {
+				t.stats.inFlight.Add(1)
+			}
+		}()
+	}
 	if d, ok := ctx.Deadline(); ok {
 		// On the local clock, which WithClock may set apart from the
 		// clock context deadlines are read on (time.Now).
@@ -68,11 +88,11 @@ func (t *Throttler) wait(ctx context.Context, where string, n int) (res reservat
 		case againPaused:
 		default:
 			if err != nil {
-				return reservation{}, err
+				return reservation{}, "", err
 			}
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			return w.res, nil
+			return w.res, w.lease, nil
 		}
 	}
 }
@@ -181,6 +201,7 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 	switch w.res.state {
 	case stQueued:
 		t.queue = slices.DeleteFunc(t.queue, func(x *waiter) bool { return x == w })
+		t.unparkWaiterLocked(w)
 		stale := w.res.stale
 		w.res, w.caller = reservation{state: stFailed}, gone
 		t.mu.Unlock()

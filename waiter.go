@@ -15,6 +15,12 @@ type waiter struct {
 
 	res    reservation // replaced whole at each step, never edited field by field
 	caller presence
+
+	// WithInFlight: the call wants a place in flight (a WaitN does not);
+	// lease is the place it holds, leaseTry the one its round trip in
+	// flight asks for.
+	wantLease       bool
+	lease, leaseTry string
 }
 
 // reservation is where a call stands: one value, replaced whole, so that

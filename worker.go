@@ -240,6 +240,10 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 			if !d.localAt.IsZero() {
 				t.local.take(d.localAt, w.n)
 			}
+			if w.wantLease && w.lease == "" {
+				w.leaseTry = t.ids.next()
+				a.leases = append(a.leases, w.leaseTry)
+			}
 			first := len(a.adds)
 			members := make([]string, w.n)
 			for j := range members {
@@ -254,6 +258,11 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	clear(t.queue[len(rest):])
 	t.queue = rest
 	sc.batch = batch
+	if len(a.leases) > 0 {
+		a.leaseNow = serverNow
+		a.leaseExp = serverNow + t.lease.ttl.Microseconds()
+		a.leaseHeard, a.leaseReady = t.lease.heard, t.lease.ready
+	}
 	a.checks = append(a.checks, p.checks...)
 	a.exact, a.slots, a.soonest, a.room = p.exact, p.slots, p.soonest, p.room
 	sleep = p.sleep
@@ -288,6 +297,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		t.known.near = res.near
 	}
 
+	t.grantLeasesLocked(r, batch)
 	var requeue []*waiter
 	for i, w := range batch {
 		c := claims[i]
@@ -296,10 +306,20 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			// Its caller returned: what it holds is ours to give back.
 			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
 			t.dropLocalLocked(w)
+			t.dropLeaseLocked(w)
 			w.settle(reservation{state: stFailed})
 		case w.caller == leaving:
 			// Its caller is leaving, and gives back what it holds.
 			w.settle(reservation{state: stFailed, stale: w.res.held(), localAt: w.res.localAt})
+		case w.wantLease && w.lease == "" && w.caller == present:
+			// No place in flight: its slot goes back, and it waits for a
+			// place (see WithInFlight).
+			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+			t.dropLocalLocked(w)
+			w.res = queuedAfter(w.res)
+			if t.parkLocked(w, a) {
+				requeue = append(requeue, w)
+			}
 		case res.ok[i]:
 			admitted++
 			w.settle(reservation{state: stAdmitted, members: w.res.members, localAt: w.res.localAt,

@@ -1,0 +1,267 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// concurrency tracks how many calls run at once, and the most seen.
+type concurrency struct {
+	now, most atomic.Int64
+}
+
+func (c *concurrency) enter() {
+	n := c.now.Add(1)
+	for {
+		m := c.most.Load()
+		if n <= m || c.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (c *concurrency) leave() { c.now.Add(-1) }
+
+// waitKeeperIdle waits until th's lease keeper has exited.
+func waitKeeperIdle(t *testing.T, th *Throttler) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		th.mu.Lock()
+		running := th.lease.keeper
+		th.mu.Unlock()
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lease keeper still running 10s after the last call ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Three replicas capped at 3 calls in flight: never more than 3 run at
+// once, every call runs, callers found the cap full and waited, and every
+// place goes back.
+func TestInFlightCap(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		var ths []*Throttler
+		for range 3 {
+			ths = append(ths, mustNew(t, dial(), "{"+key+"}:rate", 1000, time.Second,
+				WithLogger(quiet), WithInFlight(places, 3, 0)))
+		}
+		var c concurrency
+		var calls atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 24 {
+			th := ths[i%3]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 4 {
+					err := th.Do(context.Background(), func(context.Context) error {
+						c.enter()
+						defer c.leave()
+						calls.Add(1)
+						time.Sleep(2 * time.Millisecond)
+						return nil
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if m := c.most.Load(); m > 3 {
+			t.Fatalf("%d calls ran at once, cap 3", m)
+		}
+		if n := calls.Load(); n != 96 {
+			t.Fatalf("%d calls ran, want 96", n)
+		}
+		waits := uint64(0)
+		for _, th := range ths {
+			waitKeeperIdle(t, th)
+			waitIdle(t, th)
+			waits += th.Stats().LeaseWaits
+			if s := th.Stats(); s.InFlight != 0 {
+				t.Fatalf("Stats.InFlight %d after every call ended", s.InFlight)
+			}
+		}
+		if waits == 0 {
+			t.Fatal("no call waited for a place: the test did not fill the cap")
+		}
+		if n := len(keyMembers(t, dial(), places)); n != 0 {
+			t.Fatalf("%d places still taken after every call ended", n)
+		}
+	})
+}
+
+// Rate and place are decided in one round trip.
+func TestInFlightOneRoundTrip(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		th := mustNew(t, dial(), "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithInFlight("{"+key+"}:inflight", 2, 0))
+		if err := th.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if s := th.Stats(); s.RoundTrips != 1 {
+			t.Fatalf("one uncontended Do took %d reservation round trips, want 1", s.RoundTrips)
+		}
+		waitKeeperIdle(t, th)
+	})
+}
+
+// A killed process's places come back when its leases expire, not before.
+func TestInFlightKilledProcessLeasesExpire(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		places := "{" + key + "}:inflight"
+		// What a process killed mid-call leaves: two live leases, renewed
+		// last a moment ago, that nobody will renew or give back.
+		expiry := serverMicros(t, c) + (1500 * time.Millisecond).Microseconds()
+		if err := c.ZAdd(context.Background(), places, redis.Z{Score: float64(expiry), Member: "dead1"},
+			redis.Z{Score: float64(expiry), Member: "dead2"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		th := mustNew(t, dial(), "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithInFlight(places, 2, 0))
+		var at int64
+		err := th.Do(context.Background(), func(context.Context) error {
+			at = serverMicros(t, c)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at < expiry {
+			t.Fatalf("a call ran %s before the dead process's leases expired", time.Duration(expiry-at)*time.Microsecond)
+		}
+		waitKeeperIdle(t, th)
+	})
+}
+
+// A caller waiting for a place leaves promptly when its context ends, and
+// takes nothing with it.
+func TestInFlightCancelWhileWaiting(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		th := mustNew(t, dial(), "{"+key+"}:rate", 100, time.Second, WithLogger(quiet), WithInFlight(places, 1, 0))
+		p, err := th.Reserve(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- th.Do(ctx, func(context.Context) error { return errors.New("ran") }) }()
+		for th.Stats().LeaseWaits == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Do: %v, want context.Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Do did not return after its context was cancelled")
+		}
+		if n := len(keyMembers(t, dial(), places)); n != 1 {
+			t.Fatalf("%d places taken, want 1 (the permit's)", n)
+		}
+		p.Done()
+		p.Done()
+		waitKeeperIdle(t, th)
+		waitIdle(t, th)
+		if n := len(keyMembers(t, dial(), places)); n != 0 {
+			t.Fatalf("%d places taken after Done, want 0", n)
+		}
+	})
+}
+
+// A place is held while the response body is read, and goes back when it
+// is closed, or when the round trip fails.
+func TestInFlightTransport(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, strings.Repeat("x", 100))
+		}))
+		defer api.Close()
+		th := mustNew(t, dial(), "{"+key+"}:rate", 100, time.Second, WithLogger(quiet), WithInFlight(places, 1, 0))
+		client := &http.Client{Transport: th.RoundTripper(nil)}
+		resp, err := client.Get(api.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(keyMembers(t, dial(), places)); n != 1 {
+			t.Fatalf("%d places taken while the body is unread, want 1", n)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n := len(keyMembers(t, dial(), places)); n != 0 {
+			t.Fatalf("%d places taken after the body was closed, want 0", n)
+		}
+		// A round trip that fails gives its place back.
+		if _, err := client.Get("http://127.0.0.1:1/"); err == nil {
+			t.Fatal("a request to a closed port succeeded")
+		}
+		if n := len(keyMembers(t, dial(), places)); n != 0 {
+			t.Fatalf("%d places taken after a failed round trip, want 0", n)
+		}
+		waitKeeperIdle(t, th)
+		client.CloseIdleConnections()
+	})
+}
+
+func TestWithInFlightRejectsBadInput(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		key string
+		opt Option
+	}{
+		{"{a}:rate", WithInFlight("", 1, 0)},
+		{"{a}:rate", WithInFlight("{a}:f", 0, 0)},
+		{"{a}:rate", WithInFlight("{a}:f", 1, time.Second)},
+		{"{a}:rate", WithInFlight("{b}:f", 1, 0)},
+		{"{a}:rate", WithInFlight("{a}:rate", 1, 0)},
+	} {
+		_, err := New(c, tc.key, 10, time.Second, tc.opt)
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: New: %v, want ErrInvalidArgument", fmt.Sprint(tc.opt != nil), err)
+		}
+	}
+}
+
+// A call may run longer than the lease's ttl: its process renews the
+// lease every ttl/3.
+func TestInFlightRenewsLongCalls(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		th := mustNew(t, dial(), "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithInFlight(places, 1, 3*time.Second))
+		p, err := th.Reserve(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := keyMembers(t, dial(), places)[p.lease]
+		time.Sleep(1500 * time.Millisecond) // past the first renewal, at ttl/3
+		after, ok := keyMembers(t, dial(), places)[p.lease]
+		if !ok || after <= before {
+			t.Fatalf("lease expiry %d, then %d (present %v): not renewed", before, after, ok)
+		}
+		p.Done()
+		waitKeeperIdle(t, th)
+	})
+}
