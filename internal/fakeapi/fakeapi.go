@@ -42,8 +42,10 @@ type Rejection struct {
 // API is a fake rate-limited third-party API. It implements http.Handler and
 // is safe for concurrent use. Create one with New.
 type API struct {
-	now      func() time.Time
-	interval time.Duration
+	now         func() time.Time
+	interval    time.Duration
+	maxInFlight int           // 0: no cap
+	hold        time.Duration // how long an accepted request is held
 
 	mu       sync.Mutex
 	limit    int
@@ -51,6 +53,19 @@ type API struct {
 	rejected []Rejection // rejected arrivals, in order (non-decreasing)
 	total    Counts      // since New
 	period   Counts      // since the last TakeCounts
+
+	inFlight     int         // requests being served
+	mostInFlight int         // the most in flight at once, refused arrivals included
+	overCap      []Rejection // requests refused for the cap
+	spans        []Span      // accepted requests
+}
+
+// Span is one accepted request: from its arrival until its response was
+// decided, read from the API's clock. A request is in flight at t when
+// Start <= t < End; End is zero while it is.
+type Span struct {
+	Replica    string
+	Start, End time.Time
 }
 
 // Counts holds numbers of accepted and rejected (429) requests, in total and
@@ -90,6 +105,23 @@ func WithClock(now func() time.Time) Option {
 	return func(a *API) { a.now = now }
 }
 
+// WithMaxInFlight makes the API refuse a request that arrives while n
+// requests are in flight: it answers 429 at once, without Retry-After (the
+// cap is not a rate: nothing says when a place frees), holds nothing and
+// counts nothing in the window, and keeps the arrival for OverCap. n < 1
+// means no cap.
+func WithMaxInFlight(n int) Option {
+	return func(a *API) { a.maxInFlight = max(n, 0) }
+}
+
+// WithHold makes the API take d to answer each request it accepts: the
+// request stays in flight from its arrival until d later, when its
+// response is decided and before a byte of it is written, so that a client
+// that ends a call on reading the response ends it after the API did.
+func WithHold(d time.Duration) Option {
+	return func(a *API) { a.hold = d }
+}
+
 // New returns an API that accepts at most limit requests in any window of
 // length interval. It panics if limit < 1 or interval <= 0.
 func New(limit int, interval time.Duration, opts ...Option) *API {
@@ -118,19 +150,32 @@ func (c Counts) clone() Counts {
 	return c
 }
 
-// ServeHTTP reads and discards the request body, then takes the arrival time
-// and either accepts the request (200, body {"ok":true}) or, if accepting it
-// would put more than the limit into the window of length interval ending at
-// the arrival, rejects it (429 with a Retry-After header in whole seconds,
+// ServeHTTP reads and discards the request body, then takes the arrival time.
+// With WithMaxInFlight, a request arriving while the cap is full is refused
+// (see there). Otherwise it either accepts the request (200, body
+// {"ok":true}) or, if accepting it would put more than the limit into the
+// window of length interval ending at the arrival, rejects it (429 with a Retry-After header in whole seconds,
 // rounded up, at least 1). Rejected requests are not counted in the window;
 // their arrivals are kept for Rejections. Every response states the limit in
-// force in LimitHeader.
+// force in LimitHeader. An accepted request is held for WithHold's time
+// before its response is written.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	replica := r.Header.Get(ReplicaHeader)
 
 	a.mu.Lock()
 	now := a.now()
+	a.inFlight++
+	a.mostInFlight = max(a.mostInFlight, a.inFlight)
+	if a.maxInFlight > 0 && a.inFlight > a.maxInFlight {
+		a.inFlight--
+		a.overCap = append(a.overCap, Rejection{At: now, Replica: replica})
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"ok":false,"error":"too many requests in flight"}`+"\n")
+		return
+	}
 	limit := a.limit
 	n := len(a.arrivals)
 	// The window (now-interval, now] already holds limit accepted requests
@@ -148,6 +193,16 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.total.AcceptedByReplica[replica]++
 		a.period.Accepted++
 		a.period.AcceptedByReplica[replica]++
+		a.spans = append(a.spans, Span{Replica: replica, Start: now})
+		if hold := a.hold; hold > 0 {
+			i := len(a.spans) - 1
+			a.mu.Unlock()
+			time.Sleep(hold)
+			a.mu.Lock()
+			a.spans[i].End = a.now()
+		} else {
+			a.spans[len(a.spans)-1].End = now
+		}
 	} else {
 		a.rejected = append(a.rejected, Rejection{At: now, Replica: replica})
 		a.total.Rejected++
@@ -155,6 +210,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.period.Rejected++
 		a.period.RejectedByReplica[replica]++
 	}
+	a.inFlight--
 	a.mu.Unlock()
 
 	w.Header().Set("Content-Type", "application/json")
@@ -259,4 +315,38 @@ func maxInSorted(times []time.Time, interval time.Duration) int {
 		best = max(best, j-i+1)
 	}
 	return best
+}
+
+// InFlightStats summarises the requests in flight over a whole run.
+type InFlightStats struct {
+	// Max is the most requests in flight at once, counting each arrival,
+	// refused ones included: above the cap exactly when OverCap > 0.
+	Max int
+	// Cap is WithMaxInFlight's n, 0 for none.
+	Cap int
+	// OverCap is the number of requests refused for the cap.
+	OverCap int
+	// Now is the number in flight when InFlight was called.
+	Now int
+}
+
+// InFlight returns what the API saw of the requests in flight.
+func (a *API) InFlight() InFlightStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return InFlightStats{Max: a.mostInFlight, Cap: a.maxInFlight, OverCap: len(a.overCap), Now: a.inFlight}
+}
+
+// OverCap returns every request refused for the cap, in order of arrival.
+func (a *API) OverCap() []Rejection {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.overCap)
+}
+
+// Spans returns every accepted request's span, in order of arrival.
+func (a *API) Spans() []Span {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.spans)
 }

@@ -440,3 +440,66 @@ func TestLimitHeaderAndRejections(t *testing.T) {
 		t.Fatalf("Stats().Rejected = %d, want %d", s.Rejected, len(want))
 	}
 }
+
+// A request arriving while the cap is full is refused at once, without
+// Retry-After and without counting in the window; the others are held, and
+// their spans say when they were in flight.
+func TestMaxInFlight(t *testing.T) {
+	const hold = 200 * time.Millisecond
+	api := New(100, time.Second, WithMaxInFlight(2), WithHold(hold))
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+
+	held := make(chan int, 2) // statuses, or -1 for an error
+	for _, rep := range []string{"a", "b"} {
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			req.Header.Set(ReplicaHeader, rep)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				held <- -1
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			held <- resp.StatusCode
+		}()
+	}
+	for api.InFlight().Now < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if r := get(t, srv, "c"); r.status != 429 || r.retryAfter != "" || !strings.Contains(r.body, "in flight") {
+		t.Fatalf("third while two are held: got %d Retry-After %q (body %q), want 429 without Retry-After", r.status, r.retryAfter, r.body)
+	}
+	for range 2 {
+		if status := <-held; status != 200 {
+			t.Fatalf("held request: status %d", status)
+		}
+	}
+	if r := get(t, srv, "c"); r.status != 200 {
+		t.Fatalf("after the held ones ended: status %d", r.status)
+	}
+
+	f := api.InFlight()
+	if f != (InFlightStats{Max: 3, Cap: 2, OverCap: 1, Now: 0}) {
+		t.Errorf("InFlight() = %+v, want Max 3 (the refused arrival counted), Cap 2, OverCap 1, Now 0", f)
+	}
+	if oc := api.OverCap(); len(oc) != 1 || oc[0].Replica != "c" {
+		t.Errorf("OverCap() = %v, want one from c", oc)
+	}
+	if s := api.Stats(); s.Accepted != 3 || s.Rejected != 0 {
+		t.Errorf("Stats: accepted %d rejected %d, want 3 and 0 (the cap's refusal is not a rate rejection)", s.Accepted, s.Rejected)
+	}
+	spans := api.Spans()
+	if len(spans) != 3 {
+		t.Fatalf("Spans() = %v, want 3", spans)
+	}
+	for _, s := range spans {
+		if d := s.End.Sub(s.Start); d < hold {
+			t.Errorf("span of %s lasted %s, want at least the hold %s", s.Replica, d, hold)
+		}
+	}
+	if last := spans[2]; last.Replica != "c" || last.Start.Before(spans[0].End) || last.Start.Before(spans[1].End) {
+		t.Errorf("spans %v: c's accepted request should start after both held ones ended", spans)
+	}
+}
