@@ -27,9 +27,9 @@ type apiRecorder struct {
 	noID      int
 }
 
-func newAPIRecorder(t *testing.T, limit int, interval time.Duration) (*apiRecorder, string) {
+func newAPIRecorder(t *testing.T, limit int, interval time.Duration, opts ...fakeapi.Option) (*apiRecorder, string) {
 	a := &apiRecorder{
-		api: fakeapi.New(limit, interval), interval: interval,
+		api: fakeapi.New(limit, interval, opts...), interval: interval,
 		byReplica: map[string]int{}, replicaAt: map[string][]time.Time{}, ids: map[string]bool{},
 	}
 	srv := httptest.NewServer(a)

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/fakeapi"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/go-throttler/throttler/internal/replica"
 )
@@ -74,14 +75,21 @@ type fleet struct {
 	total  int                   // admitted members ever reported
 }
 
-func newFleet(t *testing.T, srv *redistest.Server, base replica.Config) *fleet {
+// newFleet makes a fleet of replicas running base on a fresh key of srv,
+// calling an API made with apiOpts. With base.InFlight, the rate's key and
+// the places' share a hash tag.
+func newFleet(t *testing.T, srv *redistest.Server, base replica.Config, apiOpts ...fakeapi.Option) *fleet {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("os.Executable: %v", err)
 	}
-	api, url := newAPIRecorder(t, base.Limit, base.Interval)
+	api, url := newAPIRecorder(t, base.Limit, base.Interval, apiOpts...)
 	base.Addr, base.Key, base.API = srv.Addr(), srv.Key(t, "quota"), url
+	if base.InFlight > 0 {
+		tag := "{" + base.Key + "}"
+		base.Key, base.InFlightKey = tag+":rate", tag+":inflight"
+	}
 	f := &fleet{t: t, exe: exe, base: base, api: api, w: base.Interval + base.Buffer, admits: map[string]fleetAdmit{}}
 	// Runs before the API and Redis are stopped (cleanups run last first).
 	t.Cleanup(func() {

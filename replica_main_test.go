@@ -56,6 +56,14 @@ func replicaMain() int {
 	if cfg.RedisTimeout > 0 {
 		opts = append(opts, WithRedisTimeout(cfg.RedisTimeout))
 	}
+	if cfg.InFlight > 0 {
+		if !cfg.RoundTripper {
+			// A Wait takes no place: only calls whose end is seen do.
+			fmt.Fprintln(os.Stderr, "replica: InFlight needs RoundTripper")
+			return 2
+		}
+		opts = append(opts, WithInFlight(cfg.InFlightKey, cfg.InFlight, cfg.LeaseTTL))
+	}
 	th, err := New(client, cfg.Key, cfg.Limit, cfg.Interval, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replica:", err)
@@ -100,7 +108,11 @@ func replicaMain() int {
 
 	var plain, throttled *http.Client
 	if cfg.RoundTripper {
-		throttled = &http.Client{Transport: th.RoundTripper(nil)}
+		// Idle connections enough for every goroutine: a call does not wait
+		// for a new connection while it holds a place in flight.
+		base := &http.Transport{MaxIdleConnsPerHost: cfg.Goroutines}
+		defer base.CloseIdleConnections()
+		throttled = &http.Client{Transport: th.RoundTripper(base)}
 	} else {
 		plain = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
 		defer plain.CloseIdleConnections()
@@ -143,10 +155,11 @@ func replicaMain() int {
 		}()
 	}
 	wg.Wait()
-	// Let the worker give back what the cancelled calls held.
+	// Let the worker give back what the cancelled calls held, and the lease
+	// keeper the places they were granted.
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		th.mu.Lock()
-		running := th.running
+		running := th.running || th.lease != nil && th.lease.keeper
 		th.mu.Unlock()
 		if !running {
 			break

@@ -44,6 +44,9 @@ type Config struct {
 	API          string        // URL of the fake API
 	KillMid      int           // > 0: SIGKILL itself at the KillMid-th reply that rejected claims
 	RoundTripper bool          // call the API through an http.Client with the Throttler's RoundTripper
+	InFlightKey  string        // > "" with InFlight: WithInFlight's key (in Key's cluster slot)
+	InFlight     int           // > 0: WithInFlight(InFlightKey, InFlight, LeaseTTL); needs RoundTripper
+	LeaseTTL     time.Duration // WithInFlight's ttl; 0 = the library's default
 }
 
 const envPrefix = "THROTTLER_REPLICA_"
@@ -64,6 +67,9 @@ func (c Config) Environ() []string {
 		"API":           c.API,
 		"KILL_MID":      strconv.Itoa(c.KillMid),
 		"ROUNDTRIPPER":  strconv.FormatBool(c.RoundTripper),
+		"INFLIGHT_KEY":  c.InFlightKey,
+		"INFLIGHT":      strconv.Itoa(c.InFlight),
+		"LEASE_TTL":     c.LeaseTTL.String(),
 	}
 	env := []string{ModeEnv + "=1"}
 	for k, v := range kv {
@@ -91,9 +97,10 @@ func FromEnv() (Config, error) {
 		}
 		return d
 	}
-	c.ID, c.Addr, c.Key, c.API = get("ID"), get("ADDR"), get("KEY"), get("API")
-	c.Limit, c.Goroutines, c.KillMid = atoi("LIMIT"), atoi("GOROUTINES"), atoi("KILL_MID")
+	c.ID, c.Addr, c.Key, c.API, c.InFlightKey = get("ID"), get("ADDR"), get("KEY"), get("API"), get("INFLIGHT_KEY")
+	c.Limit, c.Goroutines, c.KillMid, c.InFlight = atoi("LIMIT"), atoi("GOROUTINES"), atoi("KILL_MID"), atoi("INFLIGHT")
 	c.Interval, c.Buffer, c.Skew, c.RedisTimeout = dur("INTERVAL"), dur("BUFFER"), dur("SKEW"), dur("REDIS_TIMEOUT")
+	c.LeaseTTL = dur("LEASE_TTL")
 	c.RoundTripper = get("ROUNDTRIPPER") == "true"
 	return c, errors.Join(errs...)
 }
