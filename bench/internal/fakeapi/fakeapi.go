@@ -1,11 +1,13 @@
 // Package fakeapi is the third-party API the replicas call: an HTTP server on
 // loopback that answers 200 to everything and records when each call arrived
 // (time.Now() on arrival, in the harness process) and which replica sent it.
-// It enforces nothing; the harness works out afterwards what a strict
-// sliding-window API would have rejected.
+// It enforces no rate; the harness works out afterwards what a strict
+// sliding-window API would have rejected. With SetInFlight it caps the calls
+// it serves at once and holds each one for a while (the inflight scenario).
 package fakeapi
 
 import (
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -21,6 +23,11 @@ const ReplicaHeader = "X-Bench-Replica"
 type Arrival struct {
 	At      time.Time
 	Replica int
+	// End is when a held call's response was decided (zero for a call not
+	// held): the call was in flight over [At, End).
+	End time.Time
+	// OverCap: refused (429) because the in-flight cap was full.
+	OverCap bool
 }
 
 // Server is the fake API.
@@ -30,7 +37,21 @@ type Server struct {
 	ln  net.Listener
 
 	mu       sync.Mutex
-	arrivals []Arrival
+	arrivals []*Arrival
+	limit    int           // SetInFlight's cap; 0: none, and calls are not held
+	holdMin  time.Duration // each call held for a uniform time in [holdMin, holdMax]
+	holdMax  time.Duration
+	inFlight int
+}
+
+// SetInFlight makes the API hold every call for a uniform random time in
+// [holdMin, holdMax] and refuse, with 429 at once, a call arriving while n
+// are held. Its figures are in the arrivals (End, OverCap). An n of 0
+// turns that off: calls are answered at once, as by default.
+func (s *Server) SetInFlight(n int, holdMin, holdMax time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit, s.holdMin, s.holdMax = n, holdMin, max(holdMin, holdMax)
 }
 
 // Start listens on a free loopback port and serves until Close.
@@ -52,8 +73,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		replica = -1
 	}
+	a := &Arrival{At: now, Replica: replica}
 	s.mu.Lock()
-	s.arrivals = append(s.arrivals, Arrival{At: now, Replica: replica})
+	s.arrivals = append(s.arrivals, a)
+	if s.limit == 0 {
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if s.inFlight >= s.limit {
+		a.OverCap = true
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	s.inFlight++
+	hold := s.holdMin + rand.N(s.holdMax-s.holdMin+1)
+	s.mu.Unlock()
+	time.Sleep(hold)
+	// The call ends here, before a byte of the response: a client that
+	// gives its place back on reading it does so after.
+	s.mu.Lock()
+	s.inFlight--
+	a.End = time.Now()
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
@@ -62,7 +104,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and forgets them.
 func (s *Server) Take() []Arrival {
 	s.mu.Lock()
-	a := s.arrivals
+	a := make([]Arrival, len(s.arrivals))
+	for i, p := range s.arrivals {
+		a[i] = *p
+	}
 	s.arrivals = nil
 	s.mu.Unlock()
 	slices.SortStableFunc(a, func(x, y Arrival) int { return x.At.Compare(y.At) })

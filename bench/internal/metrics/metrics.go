@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -126,4 +127,47 @@ func MeanInWindow(arrivals []int64, window, from, to int64) float64 {
 		}
 	}
 	return total / float64(to-from)
+}
+
+// Span is a call in flight over [Start, End).
+type Span struct{ Start, End int64 }
+
+// MaxConcurrent returns the most spans in flight at once. A span ending at
+// t is out before one starting at t comes in (they are half-open).
+func MaxConcurrent(spans []Span) int {
+	type edge struct {
+		at    int64
+		delta int
+	}
+	edges := make([]edge, 0, 2*len(spans))
+	for _, s := range spans {
+		edges = append(edges, edge{s.Start, 1}, edge{s.End, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return a.delta - b.delta // ends first
+	})
+	most, now := 0, 0
+	for _, e := range edges {
+		now += e.delta
+		most = max(most, now)
+	}
+	return most
+}
+
+// MeanConcurrent returns the time-weighted mean number of spans in flight
+// over [from, to): the time spans spent in it, summed, over its length.
+func MeanConcurrent(spans []Span, from, to int64) float64 {
+	if to <= from {
+		return 0
+	}
+	var busy int64
+	for _, s := range spans {
+		if d := min(s.End, to) - max(s.Start, from); d > 0 {
+			busy += d
+		}
+	}
+	return float64(busy) / float64(to-from)
 }

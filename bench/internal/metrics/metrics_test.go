@@ -219,3 +219,26 @@ func TestMeanInWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrent(t *testing.T) {
+	spans := []Span{{0, 10}, {5, 15}, {10, 20}, {12, 13}}
+	// At 12: [5,15), [10,20) and [12,13): 3; [0,10) ended at 10 before
+	// [10,20) began.
+	if got := MaxConcurrent(spans); got != 3 {
+		t.Errorf("MaxConcurrent(%v) = %d, want 3", spans, got)
+	}
+	if got := MaxConcurrent(nil); got != 0 {
+		t.Errorf("MaxConcurrent(nil) = %d, want 0", got)
+	}
+	// Over [0, 20): 10 + 10 + 10 + 1 = 31 span-units in 20.
+	if got := MeanConcurrent(spans, 0, 20); got != 31.0/20 {
+		t.Errorf("MeanConcurrent over [0,20) = %v, want %v", got, 31.0/20)
+	}
+	// Clipped to [10, 15): 0 + 5 + 5 + 1 = 11 in 5.
+	if got := MeanConcurrent(spans, 10, 15); got != 11.0/5 {
+		t.Errorf("MeanConcurrent over [10,15) = %v, want %v", got, 11.0/5)
+	}
+	if got := MeanConcurrent(spans, 5, 5); got != 0 {
+		t.Errorf("MeanConcurrent over an empty span = %v, want 0", got)
+	}
+}
