@@ -190,3 +190,43 @@ func (w testWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestSmokeInFlight runs the inflight scenario, shrunk to 2 processes x 6
+// goroutines for a cap of 3, for 1.5s: the cap holds at the API, and the
+// figures are filled in.
+func TestSmokeInFlight(t *testing.T) {
+	requireRedis(t)
+	all, err := Select(Scenarios(true), []string{"inflight"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := all[0]
+	sc.Procs, sc.Goroutines, sc.InFlight, sc.Duration, sc.Warmup = 2, 6, 3, 1500*time.Millisecond, 500*time.Millisecond
+
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].InFlight == nil {
+		t.Fatalf("rows %+v, want one with in-flight figures", rep.Rows)
+	}
+	row, f := rep.Rows[0], rep.Rows[0].InFlight
+	t.Logf("row: %s", row.summary())
+	switch {
+	case row.Admitted == 0:
+		t.Fatal("nothing admitted")
+	case row.Errors != 0 || row.APIErrors != 0:
+		t.Fatalf("%d wait errors, %d API errors: %s", row.Errors, row.APIErrors, row.FirstError)
+	case int64(row.APICalls) != row.Admitted:
+		t.Errorf("%d calls reached the API, %d were admitted", row.APICalls, row.Admitted)
+	case f.Max > f.Cap || f.OverCap != 0:
+		t.Errorf("in flight at the API: most %d, cap %d, %d refused over it", f.Max, f.Cap, f.OverCap)
+	case f.Utilization <= 0 || f.Reservations == 0 || row.CommandsPerAdm == 0:
+		t.Errorf("figures missing: %+v, %.2f commands/admission", *f, row.CommandsPerAdm)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| inflight") {
+		t.Errorf("no inflight table in:\n%s", md)
+	}
+}

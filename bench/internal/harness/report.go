@@ -82,10 +82,30 @@ type Row struct {
 	FirstError string `json:"first_error,omitempty"`
 	Unfinished int    `json:"unfinished"` // goroutines still waiting at the end
 
+	// InFlight: the inflight scenario's figures.
+	InFlight *InFlightRow `json:"inflight,omitempty"`
+
 	SeriesStepMs int64 `json:"series_step_ms,omitempty"`
 	// Series[i] is the number of API arrivals in the window of length
 	// interval ending at (i+1)·SeriesStepMs after the start.
 	Series []int `json:"series,omitempty"`
+}
+
+// InFlightRow is what the inflight scenario measures besides a Row's figures.
+type InFlightRow struct {
+	Cap     int     `json:"cap"`      // the API's cap and WithInFlight's n
+	Max     int     `json:"max"`      // the most calls in flight at the API at once, a refused arrival counted
+	Mean    float64 `json:"mean"`     // time-weighted mean in flight over the measured span
+	OverCap int     `json:"over_cap"` // calls the API refused for the cap
+	// Utilization is Mean / Cap.
+	Utilization float64 `json:"utilization"`
+	// Reservations is the library's Stats.RoundTrips (reservation round
+	// trips, summed over processes); Row.RoundTrips counts every round trip,
+	// the give-backs and renewals of places too.
+	Reservations       int64   `json:"reservations"`
+	ReservationsPerAdm float64 `json:"reservations_per_admission"`
+	LeaseWaits         int64   `json:"lease_waits"` // the library's Stats.LeaseWaits, summed
+	LeaseWaitsPerAdm   float64 `json:"lease_waits_per_admission"`
 }
 
 // LatencyRow is the latency scenario for one implementation.
@@ -118,16 +138,40 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
-	if len(r.Rows) > 0 {
+	var rows, inflight []Row
+	for _, row := range r.Rows {
+		if row.InFlight != nil {
+			inflight = append(inflight, row)
+		} else {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) > 0 {
 		b.WriteString("| scenario | impl | admitted/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm | Jain | wait p50 | wait p99 |\n")
 		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, row := range r.Rows {
+		for _, row := range rows {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.1f | %s | %s | %s |\n",
 				row.Scenario, row.Impl, fmtRate(row.AdmittedPerSec),
 				optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
 				optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0),
 				row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm,
 				optF(row.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
+				fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms))
+		}
+		b.WriteString("\n")
+	}
+	if len(inflight) > 0 {
+		b.WriteString("| inflight (peers: no cross-process cap) | calls/s | cap | max in flight | mean in flight / cap | refused over cap | RT/adm | reservations/adm | cmds/adm | lease waits/adm | Redis CPU µs/adm | wait p50 | wait p99 |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, row := range inflight {
+			f := row.InFlight
+			maxCell := fmt.Sprint(f.Max)
+			if f.Max > f.Cap {
+				maxCell = "**" + maxCell + "**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.1f%% | %s | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %s |\n",
+				row.Impl, fmtRate(row.AdmittedPerSec), f.Cap, maxCell, 100*f.Utilization, optI(&f.OverCap, 0),
+				row.RoundTripsPerAdm, f.ReservationsPerAdm, row.CommandsPerAdm, f.LeaseWaitsPerAdm, row.RedisCPUUsPerAdm,
 				fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms))
 		}
 		b.WriteString("\n")
@@ -169,6 +213,9 @@ func (r *Report) Markdown() string {
 // summary is the row in one line, for progress output.
 func (row Row) summary() string {
 	s := fmt.Sprintf("%s/s", fmtRate(row.AdmittedPerSec))
+	if f := row.InFlight; f != nil {
+		s += fmt.Sprintf(", in flight max %d/%d mean %.1f%% of the cap, %d refused over it", f.Max, f.Cap, 100*f.Utilization, f.OverCap)
+	}
 	if row.MaxInWindow != nil {
 		s += fmt.Sprintf(", max in window %d/%d, strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
 	}

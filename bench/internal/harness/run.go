@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,6 +193,10 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	h.api.Take()
+	if sc.Kind == KindInFlight {
+		h.api.SetInFlight(sc.InFlight, sc.HoldMin, sc.HoldMax)
+		defer h.api.SetInFlight(0, 0, 0)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -208,6 +213,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			Index: i, Impl: impl, Kind: sc.Kind, RedisAddr: h.redis.Addr, Key: "bench:" + sc.Name,
 			Limit: sc.Limit, Interval: sc.Interval, Buffer: h.opt.Buffer, Procs: sc.Procs,
 			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: h.api.URL,
+			InFlight: sc.InFlight,
 		})
 		if err != nil {
 			return Row{}, nil, err
@@ -277,8 +283,10 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 	}
 	var waits, pings []int64
 	perProc := make([]float64, sc.Procs)
-	var trips int64
+	var trips, reservations, leaseWaits int64
 	for _, r := range results {
+		reservations += r.Reservations
+		leaseWaits += r.LeaseWaits
 		row.Admitted += r.Admitted
 		row.Measured += r.Measured
 		row.Errors += r.Errors
@@ -297,7 +305,11 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 	span := (sc.Duration - sc.Warmup).Seconds()
 	row.AdmittedPerSec = float64(row.Measured) / span
 
-	if sc.Kind == KindAPI {
+	if sc.Kind == KindInFlight {
+		row.InFlight = inFlightFigures(sc, t0, arrivals, reservations, leaseWaits, row.Admitted)
+		arrivals = slices.DeleteFunc(arrivals, func(a fakeapi.Arrival) bool { return a.OverCap })
+	}
+	if sc.Kind == KindAPI || sc.Kind == KindInFlight {
 		ts := make([]int64, len(arrivals))
 		clear(perProc)
 		from, to := int64(sc.Warmup), int64(sc.Duration)
@@ -360,6 +372,42 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 		lat.RatioP50 = lat.WaitP50Us / lat.PingP50Us
 	}
 	return row, lat
+}
+
+// inFlightFigures measures, at the API, the calls in flight of a
+// KindInFlight run: the most at once (a refused arrival counted with the
+// calls held then), the time-weighted mean over [Warmup, Duration), the
+// refusals; and the library's own counts per admission.
+func inFlightFigures(sc Scenario, t0 time.Time, arrivals []fakeapi.Arrival, reservations, leaseWaits, admitted int64) *InFlightRow {
+	end := t0.Add(sc.Duration + time.Hour) // a call still held at the end
+	var spans []metrics.Span
+	var refused []int64
+	for _, a := range arrivals {
+		if a.OverCap {
+			refused = append(refused, int64(a.At.Sub(t0)))
+			continue
+		}
+		e := a.End
+		if e.IsZero() {
+			e = end
+		}
+		spans = append(spans, metrics.Span{Start: int64(a.At.Sub(t0)), End: int64(e.Sub(t0))})
+	}
+	f := &InFlightRow{Cap: sc.InFlight, OverCap: len(refused), Max: metrics.MaxConcurrent(spans), LeaseWaits: leaseWaits, Reservations: reservations}
+	for _, at := range refused {
+		f.Max = max(f.Max, 1+metrics.MaxConcurrent(slices.DeleteFunc(slices.Clone(spans), func(s metrics.Span) bool {
+			return s.Start > at || s.End <= at
+		})))
+	}
+	f.Mean = metrics.MeanConcurrent(spans, int64(sc.Warmup), int64(sc.Duration))
+	if sc.InFlight > 0 {
+		f.Utilization = f.Mean / float64(sc.InFlight)
+	}
+	if admitted > 0 {
+		f.LeaseWaitsPerAdm = float64(leaseWaits) / float64(admitted)
+		f.ReservationsPerAdm = float64(reservations) / float64(admitted)
+	}
+	return f
 }
 
 // seriesStep is the sampling step of the rolling window count in the chart.

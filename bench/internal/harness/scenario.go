@@ -25,6 +25,10 @@ const (
 	// KindMemory: admit Calls calls in one long window, in the harness
 	// process, then measure the key.
 	KindMemory Kind = "memory"
+	// KindInFlight: call the API through the library's Do with
+	// WithInFlight(InFlight); the API holds each call and caps the calls in
+	// flight at InFlight. Not throttled by the rate.
+	KindInFlight Kind = "inflight"
 )
 
 // Scenario is one workload, run once per implementation.
@@ -41,6 +45,10 @@ type Scenario struct {
 	Warmup time.Duration
 	Calls  int      // KindMemory: calls to admit
 	Impls  []string // implementations that take part
+	// KindInFlight: the cap on calls in flight (the API's and the
+	// library's), and the range of the API's uniform random hold per call.
+	InFlight         int
+	HoldMin, HoldMax time.Duration
 }
 
 func (s Scenario) String() string {
@@ -51,6 +59,9 @@ func (s Scenario) String() string {
 	case KindAPI:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, wait then GET the API",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
+	case KindInFlight:
+		return fmt.Sprintf("%s: %d procs x %d goroutines, at most %d calls in flight (the API holds each %s-%s and refuses one over the cap), limit %d per %s (not binding), %s, Do(GET the API)",
+			s.Name, s.Procs, s.Goroutines, s.InFlight, s.HoldMin, s.HoldMax, s.Limit, s.Interval, s.Duration)
 	case KindLatency:
 		return fmt.Sprintf("%s: %d proc x %d goroutine, limit %d per %s (never reached), %s, PING then Wait",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
@@ -60,7 +71,7 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "inflight"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -82,6 +93,10 @@ func Scenarios(quick bool) []Scenario {
 			Duration: pick(5*time.Second, 2*time.Second), Warmup: pick(time.Second, 500*time.Millisecond), Impls: all},
 		{Name: "memory", Kind: KindMemory, Goroutines: 16, Limit: 20_000, Interval: time.Hour, Calls: 10_000,
 			Impls: []string{"throttler", "seed"}},
+		// The peers have no cap on calls in flight across processes.
+		{Name: "inflight", Kind: KindInFlight, Procs: 3, Goroutines: 40, Limit: 1000, Interval: time.Second,
+			InFlight: 10, HoldMin: 50 * time.Millisecond, HoldMax: 150 * time.Millisecond,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}},
 	}
 }
 

@@ -1,6 +1,8 @@
 package impls
 
 import (
+	"time"
+
 	"github.com/go-throttler/throttler"
 	"github.com/redis/go-redis/v9"
 )
@@ -9,4 +11,18 @@ import (
 // process, shared by all its goroutines.
 func newThrottler(rdb *redis.Client, cfg Config) (Waiter, error) {
 	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, throttler.WithBuffer(cfg.Buffer))
+}
+
+// SupportsInFlight reports whether an implementation can cap the calls in
+// flight across processes. Only this library can: the peers have no such
+// cap.
+func SupportsInFlight(name string) bool { return name == "throttler" || name == "throttler-ctx" }
+
+// NewInFlight is this library with WithInFlight(n) besides the rate: the
+// rate's key is "{key}:rate" and the places' "{key}:inflight" (one hash
+// slot). Calls go through its Do, which holds a place while fn runs.
+func NewInFlight(rdb *redis.Client, cfg Config, n int, ttl time.Duration) (*throttler.Throttler, error) {
+	tag := "{" + cfg.Key + "}"
+	return throttler.New(rdb, tag+":rate", cfg.Limit, cfg.Interval, throttler.WithBuffer(cfg.Buffer),
+		throttler.WithInFlight(tag+":inflight", n, ttl))
 }
