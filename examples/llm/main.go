@@ -74,7 +74,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,14 +221,9 @@ func runMode(ctx context.Context, c config, m mode, newClient func() *redis.Clie
 
 	units := func(tokens int) int { return (tokens + c.unit - 1) / c.unit }
 	cost := &throttler.Cost{
-		// The request's prompt and max_tokens, read from a copy of its body.
 		Estimate: func(req *http.Request) int {
-			var body fakellm.Request
-			if rc, err := req.GetBody(); err == nil {
-				json.NewDecoder(rc).Decode(&body)
-				rc.Close()
-			}
-			return min(c.tokens/c.unit, max(1, units(m.estimate(fakellm.PromptTokens(body.Prompt), body.MaxTokens))))
+			prompt, maxTokens := fakellm.Asked(req) // from a copy of the body
+			return min(c.tokens/c.unit, max(1, units(m.estimate(prompt, maxTokens))))
 		},
 	}
 	if m.settle {
@@ -331,14 +325,11 @@ func runMode(ctx context.Context, c config, m mode, newClient func() *redis.Clie
 	return r, nil
 }
 
-// call sends one request with a random prompt and max_tokens, half of them
-// streamed, and reads the answer to its end.
+// call sends one request of the workload (prompts of 20-200 tokens,
+// max_tokens 256, 512 or 1024, half of them streamed) and reads the answer
+// to its end.
 func call(ctx context.Context, hc *http.Client, url string, rng *rand.Rand) error {
-	body, _ := json.Marshal(fakellm.Request{
-		Prompt:    strings.TrimSpace(strings.Repeat("word ", 20+rng.IntN(181))), // 20-200 tokens
-		MaxTokens: []int{256, 512, 1024}[rng.IntN(3)],
-		Stream:    rng.IntN(2) == 0,
-	})
+	body, _ := json.Marshal(fakellm.Workload(rng))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+fakellm.Path, bytes.NewReader(body)) // sets GetBody
 	if err != nil {
 		return err

@@ -266,6 +266,40 @@ func (a *API) sleep(r *http.Request, d time.Duration) bool {
 // words returns n tokens of text.
 func words(n int) string { return strings.TrimSpace(strings.Repeat("tok ", n)) }
 
+// A Workload draws the calls of the examples and the bench: prompts of
+// 20-200 tokens, max_tokens of 256, 512 or 1024, and every other call
+// streamed, on average. Completions use half of max_tokens on average (the
+// API draws them evenly), so a call uses some 410 tokens, and 60 calls
+// would need about 24,000: a token limit of 10,000 binds long before a
+// request limit of 60.
+func Workload(rng *rand.Rand) Request {
+	return Request{
+		Prompt:    strings.TrimSpace(strings.Repeat("word ", 20+rng.IntN(181))),
+		MaxTokens: []int{256, 512, 1024}[rng.IntN(3)],
+		Stream:    rng.IntN(2) == 0,
+	}
+}
+
+// Asked returns the prompt tokens and max_tokens of a request to the API,
+// read from a copy of its body (GetBody, which http.NewRequest sets for a
+// bytes.Reader); zeros when there is none or it does not parse. It reads
+// what a Cost.Estimate needs without touching the body that is sent.
+func Asked(req *http.Request) (promptTokens, maxTokens int) {
+	if req.GetBody == nil {
+		return 0, 0
+	}
+	rc, err := req.GetBody()
+	if err != nil {
+		return 0, 0
+	}
+	defer rc.Close()
+	var body Request
+	if json.NewDecoder(rc).Decode(&body) != nil {
+		return 0, 0
+	}
+	return PromptTokens(body.Prompt), body.MaxTokens
+}
+
 // ParseUsage reads a call's usage from the end of its response body, as a
 // client of an OpenAI-style API would: the "usage" of a JSON answer, or of
 // the last event of a streamed one that has it. It reports false when tail

@@ -2,6 +2,7 @@ package fakellm
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
@@ -300,5 +301,35 @@ func TestTokensBetween(t *testing.T) {
 		if got := a.TokensBetween(t0.Add(time.Duration(tt.from)*time.Second), t0.Add(time.Duration(tt.to)*time.Second)); got != tt.want {
 			t.Errorf("TokensBetween(%ds, %ds) = %d, want %d", tt.from, tt.to, got, tt.want)
 		}
+	}
+}
+
+func TestWorkloadAndAsked(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	streamed := 0
+	for i := range 1000 {
+		w := Workload(r)
+		p := PromptTokens(w.Prompt)
+		if p < 20 || p > 200 || (w.MaxTokens != 256 && w.MaxTokens != 512 && w.MaxTokens != 1024) {
+			t.Fatalf("call %d: %d prompt tokens, max_tokens %d", i, p, w.MaxTokens)
+		}
+		if w.Stream {
+			streamed++
+		}
+		body, _ := json.Marshal(w)
+		req, _ := http.NewRequest(http.MethodPost, "http://api"+Path, bytes.NewReader(body))
+		if gp, gm := Asked(req); gp != p || gm != w.MaxTokens {
+			t.Fatalf("call %d: Asked = %d, %d; want %d, %d", i, gp, gm, p, w.MaxTokens)
+		}
+		if rest, _ := io.ReadAll(req.Body); !bytes.Equal(rest, body) {
+			t.Fatalf("call %d: Asked touched the body that is sent", i)
+		}
+	}
+	if streamed < 400 || streamed > 600 {
+		t.Errorf("%d of 1000 calls streamed, want about half", streamed)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://api"+Path, io.NopCloser(strings.NewReader("{}")))
+	if p, m := Asked(req); p != 0 || m != 0 {
+		t.Errorf("Asked without GetBody = %d, %d; want zeros", p, m)
 	}
 }
