@@ -42,6 +42,8 @@ type ReplicaConfig struct {
 	Duration   time.Duration `json:"duration"`
 	Warmup     time.Duration `json:"warmup"`
 	APIURL     string        `json:"api_url"`
+	Requests   int           `json:"requests,omitempty"` // KindLLM: calls per Interval
+	Unit       int           `json:"unit,omitempty"`     // KindLLM: tokens per unit of the token Throttler
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.
@@ -139,17 +141,30 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 			return fmt.Errorf("redis: %w", err)
 		}
 	}
-	w, err := impls.New(cfg.Impl, rdb, impls.Config{
-		Key: cfg.Key, Limit: cfg.Limit, Interval: cfg.Interval, Buffer: cfg.Buffer, Procs: cfg.Procs,
-	})
-	if err != nil {
-		return err
-	}
 	client := &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Goroutines, IdleConnTimeout: time.Minute},
 		Timeout:   10 * time.Second,
 	}
 	defer client.CloseIdleConnections()
+	var (
+		w        impls.Waiter
+		admitted func() uint64 // KindLLM: the calls the Throttlers admitted
+	)
+	if cfg.Kind == KindLLM {
+		rt, n, err := llmTransport(cfg, rdb, client.Transport)
+		if err != nil {
+			return err
+		}
+		client.Transport, admitted = rt, n
+		client.Timeout = 0 // a call waits in the Transport for as long as the quota says
+	} else {
+		var err error
+		if w, err = impls.New(cfg.Impl, rdb, impls.Config{
+			Key: cfg.Key, Limit: cfg.Limit, Interval: cfg.Interval, Buffer: cfg.Buffer, Procs: cfg.Procs,
+		}); err != nil {
+			return err
+		}
+	}
 
 	// Ready; wait for the parent's go, so that every replica starts together.
 	if _, err := fmt.Fprintln(out, "ready"); err != nil {
@@ -173,11 +188,18 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	for g := range logs {
 		l := &goroutineLog{}
 		logs[g] = l
+		if cfg.Kind == KindLLM {
+			wg.Go(func() { llmLoop(runCtx, cfg, client, uint64(cfg.Index*1000+g), warmEnd, l) })
+			continue
+		}
 		wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
 	}
 	wg.Wait()
 
 	res := ReplicaResult{Index: cfg.Index, RoundTrips: trips.n.Load()}
+	if admitted != nil {
+		res.Admitted = int64(admitted())
+	}
 	for _, l := range logs {
 		res.Admitted += l.admitted
 		res.Measured += l.measured
