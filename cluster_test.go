@@ -56,3 +56,64 @@ func TestClusterInvariant(t *testing.T) {
 		t.Fatal("no members found through the cluster client")
 	}
 }
+
+// TestClusterInFlight caps calls in flight through ClusterClients, with
+// settled costs and a second limit: the lease script runs in the rate's
+// transaction on the slot's node, and releases reach the waiters of every
+// replica through the cluster's Pub/Sub.
+func TestClusterInFlight(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	tag := "{" + cl.Key(t, "quota") + "}"
+	var ths []*Throttler
+	for range 3 {
+		var c redis.UniversalClient = cl.NewClusterClient()
+		ths = append(ths, mustNew(t, c, tag+":rate", 1000, time.Second, WithLogger(quiet),
+			WithLimit(tag+":hour", 5000, time.Hour), WithInFlight(tag+":inflight", 2, 0)))
+	}
+	var c concurrency
+	var wg sync.WaitGroup
+	for _, th := range ths {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 5 {
+					err := th.DoCost(context.Background(), 2, func(context.Context) (int, error) {
+						c.enter()
+						defer c.leave()
+						time.Sleep(2 * time.Millisecond)
+						return 1, nil
+					})
+					if err != nil {
+						t.Errorf("DoCost through ClusterClient: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if m := c.most.Load(); m > 2 {
+		t.Fatalf("%d calls in flight at once, cap 2", m)
+	}
+	for _, th := range ths {
+		waitKeeperIdle(t, th)
+		waitIdle(t, th)
+	}
+	check := cl.NewClusterClient()
+	if n := len(keyMembers(t, check, tag+":inflight")); n != 0 {
+		t.Fatalf("%d places taken after every call ended", n)
+	}
+	// Every call settled from 2 units down to 1 (the hour's key: the
+	// second's may have been trimmed already).
+	if n := len(keyMembers(t, check, tag+":hour")); n != 60 {
+		t.Fatalf("the hour's key holds %d members, want 60", n)
+	}
+	waits := uint64(0)
+	for _, th := range ths {
+		waits += th.Stats().PlaceWaits
+	}
+	if waits == 0 {
+		t.Fatal("no call waited for a place: the test did not fill the cap")
+	}
+}

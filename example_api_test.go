@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -224,4 +225,45 @@ func ExampleThrottler_Usage() {
 	// partner-api: 5 of 5
 	// paused: true
 	// next slot in about a minute: true
+}
+
+// An API that allows 2 requests in flight at once, across every replica:
+// WithInFlight caps them besides the rate. Each call holds its place while
+// fn runs; the others wait for a place, without polling Redis.
+func ExampleWithInFlight() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	t, err := throttler.New(rdb, "{search}:rate", 100, time.Second,
+		throttler.WithInFlight("{search}:inflight", 2, 0))
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	running, most := 0, 0
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := t.Do(context.Background(), func(context.Context) error {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond) // the call
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				panic(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("most calls in flight at once:", most)
+	// Output:
+	// most calls in flight at once: 2
 }

@@ -147,7 +147,10 @@ func (t *Throttler) grantLeasesLocked(r reply, batch []*waiter) {
 // it does.
 func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 	l := t.lease
-	t.stats.leaseWaits.Add(1)
+	t.stats.placeWaits.Add(1)
+	if o := t.opt.observer.PlaceWait; o != nil {
+		o()
+	}
 	if l.ready && (!a.leaseReady || l.heard != a.leaseHeard) {
 		return true
 	}
@@ -296,6 +299,24 @@ func (t *Throttler) unparkWaiterLocked(w *waiter) {
 	}
 }
 
+// InFlight reads from Redis how many places in flight are taken now, by
+// every process sharing WithInFlight's key, and the cap. It returns an
+// error wrapping ErrInvalidArgument when the Throttler has no WithInFlight,
+// and one wrapping ErrRedis when Redis fails.
+func (t *Throttler) InFlight(ctx context.Context) (taken, limit int, err error) {
+	if t.lease == nil {
+		return 0, 0, invalidf("InFlight: the Throttler was made without WithInFlight")
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+	n, err := t.st.liveLeases(ctx)
+	if err != nil {
+		t.observeRedisError(err)
+		return 0, 0, redisError(err)
+	}
+	return n, t.lease.n, nil
+}
+
 // Done ends the permit's call: with WithInFlight, its place in flight goes
 // back to every replica at once (one Redis round trip, bounded by the
 // Redis timeout; a place Redis did not take back expires with its lease).
@@ -320,6 +341,6 @@ func (p *Permit) Done() {
 			t.startKeeperLocked()
 			t.mu.Unlock()
 		}
-		t.stats.inFlight.Add(-1)
+		t.observeInFlight(-1)
 	})
 }

@@ -96,7 +96,7 @@ func TestInFlightCap(t *testing.T) {
 		for _, th := range ths {
 			waitKeeperIdle(t, th)
 			waitIdle(t, th)
-			waits += th.Stats().LeaseWaits
+			waits += th.Stats().PlaceWaits
 			if s := th.Stats(); s.InFlight != 0 {
 				t.Fatalf("Stats.InFlight %d after every call ended", s.InFlight)
 			}
@@ -165,7 +165,7 @@ func TestInFlightCancelWhileWaiting(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- th.Do(ctx, func(context.Context) error { return errors.New("ran") }) }()
-		for th.Stats().LeaseWaits == 0 {
+		for th.Stats().PlaceWaits == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		cancel()

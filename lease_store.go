@@ -100,6 +100,20 @@ func (s *redisStore) renewLeases(ctx context.Context, ids []string, expiry int64
 	})
 }
 
+func (s *redisStore) liveLeases(ctx context.Context) (int, error) {
+	var n int
+	err := s.bounded(ctx, func(ctx context.Context) error {
+		now, err := s.rdb.Time(ctx).Result()
+		if err != nil {
+			return err
+		}
+		n64, err := s.rdb.ZCount(ctx, s.lease.key, exclusive(now.UnixMicro()), "+inf").Result()
+		n = int(n64)
+		return err
+	})
+	return n, err
+}
+
 // leaseWatch is a subscription to the releases of places in flight: ready
 // is closed once Redis confirmed it (every later release is heard), heard
 // receives a value for each release (coalesced while unread), and done is

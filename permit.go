@@ -78,6 +78,10 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 	return p.err
 }
 
+// debtPrefix starts the members a Settle adds as debt, so that Usage can
+// tell them from calls (they count the same).
+const debtPrefix = "\x00d"
+
 // settle applies a permit's first Settle.
 func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 	if p.members == nil || actual == p.estimate {
@@ -98,7 +102,7 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 	debt := make([]entry, actual-p.estimate)
 	members := make([]string, len(debt))
 	for i := range debt {
-		members[i] = t.ids.next()
+		members[i] = debtPrefix + t.ids.next()
 		debt[i] = entry{score: p.score, member: members[i]}
 	}
 	t.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -253,6 +254,7 @@ func (s *redisStore) usage(ctx context.Context, limits func(now int64, meta []fl
 		clock *redis.TimeCmd
 		meta  *redis.FloatSliceCmd
 		used  = make([]*redis.IntCmd, len(s.wins))
+		debt  = make([]*redis.StringSliceCmd, len(s.wins))
 		resv  = make([]*redis.IntCmd, len(s.wins))
 		nth   = make([]*redis.ZSliceCmd, len(s.wins))
 	)
@@ -272,6 +274,7 @@ func (s *redisStore) usage(ctx context.Context, limits func(now int64, meta []fl
 		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for i, x := range s.wins {
 				used[i] = p.ZCount(ctx, x.key, exclusive(now-x.w), itoa(now))
+				debt[i] = p.ZRangeByScore(ctx, x.key, &redis.ZRangeBy{Min: exclusive(now - x.w), Max: itoa(now)})
 				resv[i] = p.ZCount(ctx, x.key, exclusive(now), itoa(now+futureBound))
 				nth[i] = p.ZRangeWithScores(ctx, x.key, int64(-u.lims[i]), int64(-u.lims[i]))
 			}
@@ -285,6 +288,13 @@ func (s *redisStore) usage(ctx context.Context, limits func(now int64, meta []fl
 	u.server, u.meta = clock.Val(), meta.Val()
 	for i := range s.wins {
 		u.used = append(u.used, int(used[i].Val()))
+		d := 0
+		for _, m := range debt[i].Val() {
+			if strings.HasPrefix(m, debtPrefix) {
+				d++
+			}
+		}
+		u.debt = append(u.debt, d)
 		u.reserved = append(u.reserved, int(resv[i].Val()))
 		u.nth = append(u.nth, zEntries(nth[i].Val()))
 	}

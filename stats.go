@@ -43,10 +43,10 @@ type Stats struct {
 	// adds to neither).
 	Settled, Returned, Debt uint64
 	// InFlight is how many calls of this process hold a place in flight
-	// now (see WithInFlight); LeaseWaits how many times a call found no
+	// now (see WithInFlight); PlaceWaits how many times a call found no
 	// place free and waited for one.
 	InFlight   int
-	LeaseWaits uint64
+	PlaceWaits uint64
 
 	// PausedUntil is the end of the shared pause known to this Throttler;
 	// zero when none is in force.
@@ -65,7 +65,7 @@ type counters struct {
 	roundTrips, redisErrors, pauses             atomic.Uint64
 	heals, lateWakes                            atomic.Uint64
 	settled, returned, debt                     atomic.Uint64
-	leaseWaits                                  atomic.Uint64
+	placeWaits                                  atomic.Uint64
 	inFlight                                    atomic.Int64
 	waited                                      atomic.Int64 // nanoseconds
 }
@@ -89,7 +89,7 @@ func (t *Throttler) Stats() Stats {
 		Returned:    t.stats.returned.Load(),
 		Debt:        t.stats.debt.Load(),
 		InFlight:    int(t.stats.inFlight.Load()),
-		LeaseWaits:  t.stats.leaseWaits.Load(),
+		PlaceWaits:  t.stats.placeWaits.Load(),
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -124,6 +124,13 @@ type Observer struct {
 	// Settled is called when a permit is settled (see Permit.Settle), with
 	// its estimate and its actual cost.
 	Settled func(estimate, actual int)
+	// InFlight is called with this process's calls in flight (see
+	// WithInFlight) each time the number changes: a call took a place, or
+	// gave it back.
+	InFlight func(n int)
+	// PlaceWait is called each time a call finds every place in flight
+	// taken and waits for one.
+	PlaceWait func()
 	// Degraded is called with true when Redis fails and calls start to
 	// follow the FailOpen or FallbackLocal policy, and with false once
 	// Redis answers again.
@@ -135,6 +142,14 @@ func WithObserver(o Observer) Option {
 	return func(opts *options) error {
 		opts.observer = o
 		return nil
+	}
+}
+
+// observeInFlight counts a place taken (+1) or given back (-1).
+func (t *Throttler) observeInFlight(delta int64) {
+	n := t.stats.inFlight.Add(delta)
+	if o := t.opt.observer.InFlight; o != nil {
+		o(int(n))
 	}
 }
 

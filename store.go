@@ -34,6 +34,9 @@ type store interface {
 	renewLeases(ctx context.Context, ids []string, expiry int64) error
 	// watchLeases subscribes to the releases of places in flight.
 	watchLeases() *leaseWatch
+	// liveLeases counts the places in flight taken now, by the server's
+	// clock.
+	liveLeases(ctx context.Context) (int, error)
 }
 
 // attempt is one reservation round trip. For each limit (window) of the
@@ -129,6 +132,7 @@ type usageRead struct {
 	server   time.Time
 	meta     []float64
 	used     []int
+	debt     []int
 	reserved []int
 	nth      [][]entry
 	lims     []int

@@ -25,6 +25,9 @@ type Usage struct {
 	// NextFree is the earliest time one more call could go under this
 	// limit: now when there is room.
 	NextFree time.Time
+	// Debt is how many of the units in Used are debt: the excess of
+	// permits settled above their estimate (see Permit.Settle).
+	Debt int
 	// PausedUntil is the end of a shared pause (first limit only; zero when
 	// none is in force).
 	PausedUntil time.Time
@@ -33,8 +36,9 @@ type Usage struct {
 }
 
 // Usage reads every limit's window from Redis, the first limit (New's)
-// first, in one round trip. It changes nothing and admits nothing; it is
-// meant for dashboards and the throttler command. It returns an error
+// first, in two round trips. It changes nothing and admits nothing; it is
+// meant for dashboards and the throttler command: it reads the members of
+// every window (to tell debt from calls), up to limit members each. It returns an error
 // wrapping ErrRedis when Redis fails.
 func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
@@ -58,6 +62,7 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 			Limit:    lims[i],
 			Interval: x.interval,
 			Used:     rd.used[i],
+			Debt:     rd.debt[i],
 			Reserved: rd.reserved[i],
 			NextFree: local(now),
 			Now:      server,

@@ -70,7 +70,7 @@ func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (
 				t.giveLeaseBackLocked(w.lease)
 				w.lease = ""
 			} else if w.lease != "" {
-				t.stats.inFlight.Add(1)
+				t.observeInFlight(1)
 			}
 		}()
 	}

@@ -24,6 +24,10 @@ type config struct {
 	buffer   time.Duration
 	also     []limitSpec
 	redis    *redis.Options
+	// -inflight KEY:N (WithInFlight): the key of the places in flight and
+	// their cap; "" = none.
+	inflightKey string
+	inflightCap int
 
 	// watch only
 	every time.Duration
@@ -69,6 +73,16 @@ func parseLimitSpec(s string) (limitSpec, error) {
 	return limitSpec{key: key, limit: n, interval: d}, nil
 }
 
+// parseInFlight parses KEY:N, splitting from the right.
+func parseInFlight(s string) (string, int, error) {
+	key, capText, ok := cutLast(s, ':')
+	n, err := strconv.Atoi(capText)
+	if !ok || key == "" || err != nil || n < 1 {
+		return "", 0, fmt.Errorf("%q: want KEY:N, N at least 1, e.g. {gh}:inflight:100", s)
+	}
+	return key, n, nil
+}
+
 // cutLast splits s around the last sep.
 func cutLast(s string, sep byte) (before, after string, ok bool) {
 	i := strings.LastIndexByte(s, sep)
@@ -109,6 +123,7 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 	var (
 		redisURL = defaultRedisURL
 		also     alsoFlag
+		inflight string
 	)
 	if u := getenv("REDIS_URL"); u != "" {
 		redisURL = u
@@ -120,6 +135,7 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 	fs.DurationVar(&cfg.interval, "interval", 0, "")
 	fs.DurationVar(&cfg.buffer, "buffer", defaultBuffer, "")
 	fs.Var(&also, "also", "")
+	fs.StringVar(&inflight, "inflight", "", "")
 	if cmd == "watch" {
 		fs.DurationVar(&cfg.every, "every", time.Second, "")
 		fs.IntVar(&cfg.count, "count", 0, "")
@@ -156,6 +172,13 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 	}
 	cfg.key = positional[0]
 	cfg.also = also
+	if inflight != "" {
+		key, n, err := parseInFlight(inflight)
+		if err != nil {
+			return nil, usagef("-inflight: %v", err)
+		}
+		cfg.inflightKey, cfg.inflightCap = key, n
+	}
 	switch {
 	case cfg.key == "":
 		return nil, usagef("empty KEY")

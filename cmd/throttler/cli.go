@@ -134,6 +134,9 @@ func open(cfg *config) (*throttler.Throttler, func(), error) {
 	for _, l := range cfg.also {
 		topts = append(topts, throttler.WithLimit(l.key, l.limit, l.interval))
 	}
+	if cfg.inflightKey != "" {
+		topts = append(topts, throttler.WithInFlight(cfg.inflightKey, cfg.inflightCap, 0))
+	}
 	t, err := throttler.New(client, cfg.key, cfg.limit, cfg.interval, topts...)
 	if err != nil {
 		_ = client.Close()

@@ -146,7 +146,7 @@ func TestParseLimitSpec(t *testing.T) {
 func TestWriteStatus(t *testing.T) {
 	now := time.Date(2025, 1, 2, 15, 4, 5, 0, time.UTC)
 	us := []throttler.Usage{{
-		Key: "{gh}:burst", Limit: 50, Interval: time.Second, Used: 45, Reserved: 3,
+		Key: "{gh}:burst", Limit: 50, Interval: time.Second, Used: 45, Debt: 5, Reserved: 3,
 		NextFree:    now.Add(30 * time.Second),
 		PausedUntil: now.Add(30 * time.Second),
 	}, {
@@ -157,12 +157,14 @@ func TestWriteStatus(t *testing.T) {
 	writeStatus(&b, us, []int{100, 5000}, 50*time.Millisecond, now)
 	want := `{gh}:burst
   used       45/50 in the last 1s (+50ms buffer), limit lowered from 100
+  debt       5 of the used (settled above their estimate)
   reserved   3
   next free  in 30s (2025-01-02 15:04:35.000 UTC)
   paused     until 2025-01-02 15:04:35.000 UTC (30s left)
 
 {gh}:hourly
   used       1200/5000 in the last 1h0m0s (+50ms buffer)
+  debt       0 of the used (settled above their estimate)
   reserved   0
   next free  now (2025-01-02 15:04:04.999 UTC)
   paused     no

@@ -9,8 +9,11 @@
 //	throttler help
 //
 // status prints one block per limit: the calls used in the current window
-// out of the limit, the calls reserved (waiters holding a future slot), when
-// the next slot frees, and the shared pause in force, if any. watch redraws
+// out of the limit, how many of them are debt (permits settled above their
+// estimate), the calls reserved (waiters holding a future slot), when
+// the next slot frees, and the shared pause in force, if any; with
+// -inflight, a block with the places in flight taken across every replica.
+// watch redraws
 // one line per limit every second until interrupted:
 //
 //	github-api [#########...........] 45/100 reserved 3 next free now  paused -
@@ -22,6 +25,7 @@
 //	-interval D     the window's length, e.g. 1s or 1h (required)
 //	-buffer D       what each call holds beyond the interval (default 50ms)
 //	-also KEY:N:D   another limit of the same Throttlers (WithLimit); repeatable
+//	-inflight KEY:N status: the places in flight (WithInFlight) taken, of N
 //	-every D        watch: time between redraws (default 1s)
 //	-count N        watch: stop after N redraws (default 0: until interrupted)
 //

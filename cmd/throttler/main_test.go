@@ -411,3 +411,45 @@ func TestRedisDown(t *testing.T) {
 		}
 	}
 }
+
+// status shows the debt settled permits added, and the places in flight
+// taken across replicas.
+func TestStatusDebtAndInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	key, _ := keys(t)
+	places := key + ":inflight"
+	th, err := throttler.New(srv.NewClient(), key, 20, time.Minute, throttler.WithInFlight(places, 5, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	settled, err := th.Reserve(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := settled.Settle(ctx, 5); err != nil { // 3 units of debt
+		t.Fatal(err)
+	}
+	var held []*throttler.Permit
+	for range 2 {
+		p, err := th.Reserve(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	defer func() {
+		for _, p := range held {
+			p.Done()
+		}
+	}()
+
+	r := runCmd(t, "status", key, "-redis", redisURL(srv), "-limit", "20", "-interval", "1m", "-inflight", places+":5")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	mustContain(t, "status", r.stdout,
+		"used       7/20 ",
+		"debt       3 of the used",
+		places+"\n  in flight  2/5\n")
+}

@@ -20,7 +20,22 @@ func (c *cli) status(ctx context.Context, t *throttler.Throttler, cfg *config) e
 		return err
 	}
 	writeStatus(c.stdout, us, configured(cfg), cfg.buffer, c.now())
+	if cfg.inflightKey != "" {
+		taken, n, err := t.InFlight(ctx)
+		if err != nil {
+			return err
+		}
+		writeInFlight(c.stdout, cfg.inflightKey, taken, n)
+	}
 	return nil
+}
+
+// writeInFlight writes the block of the places in flight:
+//
+//	{gh}:inflight
+//	  in flight  3/10
+func writeInFlight(w io.Writer, key string, taken, n int) {
+	fmt.Fprintf(w, "\n%s\n  in flight  %d/%d\n", key, taken, n)
 }
 
 // configured returns the limits as given on the command line, in the order
@@ -39,6 +54,7 @@ func configured(cfg *config) []int {
 //
 //	github-api
 //	  used       45/100 in the last 1s (+50ms buffer)
+//	  debt       0 of the used (settled above their estimate)
 //	  reserved   3
 //	  next free  in 230ms (2025-01-02 15:04:05.230 UTC)
 //	  paused     no
@@ -51,6 +67,7 @@ func writeStatus(w io.Writer, us []throttler.Usage, limits []int, buffer time.Du
 		fmt.Fprintf(&b, "%s\n", u.Key)
 		fmt.Fprintf(&b, "  used       %d/%d in the last %s (+%s buffer)%s\n",
 			u.Used, u.Limit, u.Interval, buffer, lowered(u, limits, i))
+		fmt.Fprintf(&b, "  debt       %d of the used (settled above their estimate)\n", u.Debt)
 		fmt.Fprintf(&b, "  reserved   %d\n", u.Reserved)
 		fmt.Fprintf(&b, "  next free  %s (%s)\n", fromNow(u.NextFree, now), u.NextFree.Format(timeLayout))
 		if paused(u, now) {

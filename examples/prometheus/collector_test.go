@@ -110,6 +110,8 @@ func TestCollector(t *testing.T) {
 		"throttler_heals_total":        0,
 		"throttler_late_wakes_total":   0,
 		"throttler_settled_total":      0,
+		"throttler_in_flight":          0,
+		"throttler_place_waits_total":  0,
 		"throttler_pauses_total":       1,
 		"throttler_limit":              limit,
 		"throttler_interval_seconds":   1,
@@ -194,8 +196,8 @@ func TestCollectorKeys(t *testing.T) {
 			t.Errorf("throttler_wait_seconds_count{key=%q} = %d, want %d", key, n, want)
 		}
 	}
-	if n, want := testutil.CollectAndCount(c), 2*18; n != want {
-		t.Errorf("Collector sent %d metrics, want %d (18 per Throttler)", n, want)
+	if n, want := testutil.CollectAndCount(c), 2*20; n != want {
+		t.Errorf("Collector sent %d metrics, want %d (20 per Throttler)", n, want)
 	}
 	if v := value(t, got, "throttler_paused_until_seconds", "a"); v != 0 {
 		t.Errorf("throttler_paused_until_seconds without a pause = %v, want 0", v)

@@ -81,6 +81,45 @@ func TestSmoke(t *testing.T) {
 	checkOutputs(t, rep)
 }
 
+// TestSmokeLLM runs the llm scenario, shrunk to 2 processes x 4 goroutines
+// on a 1s window for 3s, through the whole harness, and checks what it
+// guarantees: no 429, no window over either limit at the API, no error.
+func TestSmokeLLM(t *testing.T) {
+	requireRedis(t)
+	all, err := Select(Scenarios(true), []string{"llm"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := all[0]
+	sc.Procs, sc.Goroutines, sc.Interval, sc.Warmup, sc.Duration = 2, 4, time.Second, time.Second, 3*time.Second
+
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].LLM == nil {
+		t.Fatalf("rows %+v, want one llm row", rep.Rows)
+	}
+	row, l := rep.Rows[0], rep.Rows[0].LLM
+	switch {
+	case row.Admitted == 0 || l.Calls == 0:
+		t.Fatalf("%d admitted, %d calls at the API", row.Admitted, l.Calls)
+	case row.Errors != 0 || row.APIErrors != 0:
+		t.Fatalf("%d errors, %d API errors: %s", row.Errors, row.APIErrors, row.FirstError)
+	case l.Rejected != 0:
+		t.Errorf("%d 429s, want none: estimates cover every call", l.Rejected)
+	case l.MaxTokens > l.TokenLimit || l.MaxRequests > l.RequestLimit:
+		t.Errorf("a window held %d tokens and %d requests; limits %d, %d", l.MaxTokens, l.MaxRequests, l.TokenLimit, l.RequestLimit)
+	case row.RoundTrips == 0 || row.CommandsPerAdm == 0:
+		t.Errorf("no Redis traffic counted: %d round trips, %.2f commands/call", row.RoundTrips, row.CommandsPerAdm)
+	case row.Utilization == nil:
+		t.Error("no utilization")
+	}
+	checkOutputs(t, rep)
+}
+
 func checkOutputs(t *testing.T, rep *Report) {
 	t.Helper()
 	md := rep.Markdown()
@@ -96,6 +135,9 @@ func checkOutputs(t *testing.T, rep *Report) {
 	var back Report
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(rep.Rows) {
 		t.Errorf("JSON does not round-trip: %v", err)
+	}
+	if !slices.ContainsFunc(rep.Rows, func(r Row) bool { return len(r.Series) > 0 }) {
+		return // nothing to chart
 	}
 	svg := rep.SVG()
 	if !strings.HasPrefix(svg, "<svg") {
@@ -128,13 +170,16 @@ func TestOutputs(t *testing.T) {
 			{Scenario: "saturate", Impl: "redis_rate", Limit: 100, Utilization: &u, MaxInWindow: &over, StrictRejects: &over,
 				SeriesStepMs: 500, Series: []int{120, 100, 100, 100}, Errors: 1, FirstError: "boom"},
 			{Scenario: "latency", Impl: "seed", Limit: 1e6},
+			{Scenario: "llm", Impl: "throttler", Limit: 10000, Utilization: &u, MaxInWindow: &mx, StrictRejects: &rej,
+				LLM: &LLMRow{TokenLimit: 10000, RequestLimit: 60, Calls: 70, Rejected: 2, RejectedAfterWarmup: 1, TokensPerInterval: 9500, MaxTokens: 9900, MaxRequests: 61}},
 		},
 		Latency: []LatencyRow{{Impl: "seed", PingP50Us: 50, WaitP50Us: 100, RatioP50: 2}},
 		Memory:  []MemoryRow{{Impl: "seed", Calls: 10, Members: 10, Bytes: 1380, BytesPerMember: 138}},
 	}
 	checkOutputs(t, rep)
 	md := rep.Markdown()
-	for _, want := range []string{"**120**", "| latency | seed | 0.0 | — | — | — |", "| seed | 10 | 10 | 1380 | 138.0 |", "boom", "95.0%"} {
+	for _, want := range []string{"**120**", "| latency | seed | 0.0 | — | — | — |", "| seed | 10 | 10 | 1380 | 138.0 |", "boom", "95.0%",
+		"| llm | throttler | 70 | **2** | **1** | 9500 | 95.0% | 9900 | **61** |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}

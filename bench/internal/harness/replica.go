@@ -43,6 +43,8 @@ type ReplicaConfig struct {
 	Duration   time.Duration `json:"duration"`
 	Warmup     time.Duration `json:"warmup"`
 	APIURL     string        `json:"api_url"`
+	Requests   int           `json:"requests,omitempty"` // KindLLM: calls per Interval
+	Unit       int           `json:"unit,omitempty"`     // KindLLM: tokens per unit of the token Throttler
 	InFlight   int           `json:"inflight,omitempty"` // KindInFlight: WithInFlight's n
 }
 
@@ -145,26 +147,39 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 			return fmt.Errorf("redis: %w", err)
 		}
 	}
-	icfg := impls.Config{Key: cfg.Key, Limit: cfg.Limit, Interval: cfg.Interval, Buffer: cfg.Buffer, Procs: cfg.Procs}
-	var w impls.Waiter
-	var th *throttler.Throttler
-	var err error
-	if cfg.Kind == KindInFlight {
-		if !impls.SupportsInFlight(cfg.Impl) {
-			return fmt.Errorf("%s has no cap on calls in flight", cfg.Impl)
-		}
-		th, err = impls.NewInFlight(rdb, icfg, cfg.InFlight, 0)
-	} else {
-		w, err = impls.New(cfg.Impl, rdb, icfg)
-	}
-	if err != nil {
-		return err
-	}
 	client := &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Goroutines, IdleConnTimeout: time.Minute},
 		Timeout:   10 * time.Second,
 	}
 	defer client.CloseIdleConnections()
+	var (
+		w        impls.Waiter
+		th       *throttler.Throttler // KindInFlight
+		admitted func() uint64        // KindLLM: the calls the Throttlers admitted
+	)
+	icfg := impls.Config{Key: cfg.Key, Limit: cfg.Limit, Interval: cfg.Interval, Buffer: cfg.Buffer, Procs: cfg.Procs}
+	switch cfg.Kind {
+	case KindLLM:
+		rt, n, err := llmTransport(cfg, rdb, client.Transport)
+		if err != nil {
+			return err
+		}
+		client.Transport, admitted = rt, n
+		client.Timeout = 0 // a call waits in the Transport for as long as the quota says
+	case KindInFlight:
+		if !impls.SupportsInFlight(cfg.Impl) {
+			return fmt.Errorf("%s has no cap on calls in flight", cfg.Impl)
+		}
+		var err error
+		if th, err = impls.NewInFlight(rdb, icfg, cfg.InFlight, 0); err != nil {
+			return err
+		}
+	default:
+		var err error
+		if w, err = impls.New(cfg.Impl, rdb, icfg); err != nil {
+			return err
+		}
+	}
 
 	// Ready; wait for the parent's go, so that every replica starts together.
 	if _, err := fmt.Fprintln(out, "ready"); err != nil {
@@ -188,9 +203,12 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	for g := range logs {
 		l := &goroutineLog{}
 		logs[g] = l
-		if th != nil {
+		switch cfg.Kind {
+		case KindLLM:
+			wg.Go(func() { llmLoop(runCtx, cfg, client, uint64(cfg.Index*1000+g), warmEnd, l) })
+		case KindInFlight:
 			wg.Go(func() { loopInFlight(runCtx, cfg, th, client, warmEnd, l) })
-		} else {
+		default:
 			wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
 		}
 	}
@@ -203,9 +221,12 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		// moment for it, so that its ZREMs fall inside the run's counts.
 		time.Sleep(200 * time.Millisecond)
 		st := th.Stats()
-		res.Reservations, res.LeaseWaits = int64(st.RoundTrips), int64(st.LeaseWaits)
+		res.Reservations, res.LeaseWaits = int64(st.RoundTrips), int64(st.PlaceWaits)
 	}
 	res.RoundTrips = trips.n.Load()
+	if admitted != nil {
+		res.Admitted = int64(admitted())
+	}
 	for _, l := range logs {
 		res.Admitted += l.admitted
 		res.Measured += l.measured

@@ -82,6 +82,11 @@ type Row struct {
 	FirstError string `json:"first_error,omitempty"`
 	Unfinished int    `json:"unfinished"` // goroutines still waiting at the end
 
+	// LLM is what the fake LLM API saw, for a KindLLM row (whose
+	// Utilization, MaxInWindow and StrictRejects are then the tokens' and
+	// the API's 429s).
+	LLM *LLMRow `json:"llm,omitempty"`
+
 	// InFlight: the inflight scenario's figures.
 	InFlight *InFlightRow `json:"inflight,omitempty"`
 
@@ -104,7 +109,7 @@ type InFlightRow struct {
 	// the give-backs and renewals of places too.
 	Reservations       int64   `json:"reservations"`
 	ReservationsPerAdm float64 `json:"reservations_per_admission"`
-	LeaseWaits         int64   `json:"lease_waits"` // the library's Stats.LeaseWaits, summed
+	LeaseWaits         int64   `json:"lease_waits"` // the library's Stats.PlaceWaits, summed
 	LeaseWaitsPerAdm   float64 `json:"lease_waits_per_admission"`
 }
 
@@ -138,11 +143,14 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
-	var rows, inflight []Row
+	var rows, llm, inflight []Row
 	for _, row := range r.Rows {
-		if row.InFlight != nil {
+		switch {
+		case row.LLM != nil:
+			llm = append(llm, row)
+		case row.InFlight != nil:
 			inflight = append(inflight, row)
-		} else {
+		default:
 			rows = append(rows, row)
 		}
 	}
@@ -157,6 +165,20 @@ func (r *Report) Markdown() string {
 				row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm,
 				optF(row.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
 				fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms))
+		}
+		b.WriteString("\n")
+	}
+	if len(llm) > 0 {
+		b.WriteString("| llm | impl | calls | 429s | 429s after warm-up | tokens per interval | token utilization | max tokens in a window | max requests in a window | RT/call | cmds/call | Redis CPU µs/call | Jain |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, row := range llm {
+			l := row.LLM
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.1f | %s |\n",
+				row.Scenario, row.Impl, l.Calls, optI(&l.Rejected, 0), optI(&l.RejectedAfterWarmup, 0), l.TokensPerInterval,
+				optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
+				optI(&l.MaxTokens, l.TokenLimit), optI(&l.MaxRequests, l.RequestLimit),
+				row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm,
+				optF(row.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }))
 		}
 		b.WriteString("\n")
 	}
@@ -213,6 +235,15 @@ func (r *Report) Markdown() string {
 // summary is the row in one line, for progress output.
 func (row Row) summary() string {
 	s := fmt.Sprintf("%s/s", fmtRate(row.AdmittedPerSec))
+	if row.LLM != nil {
+		s = fmt.Sprintf("%d calls, %d 429s (%d after warm-up), tokens %.1f%% of the limit, max in window %d/%d tokens, %d/%d requests, %.2f RT/call",
+			row.LLM.Calls, row.LLM.Rejected, row.LLM.RejectedAfterWarmup, 100*deref(row.Utilization),
+			row.LLM.MaxTokens, row.LLM.TokenLimit, row.LLM.MaxRequests, row.LLM.RequestLimit, row.RoundTripsPerAdm)
+		if row.Errors+row.APIErrors > 0 {
+			s += fmt.Sprintf(", %d errors (%s)", row.Errors+row.APIErrors, row.FirstError)
+		}
+		return s
+	}
 	if f := row.InFlight; f != nil {
 		s += fmt.Sprintf(", in flight max %d/%d mean %.1f%% of the cap, %d refused over it", f.Max, f.Cap, 100*f.Utilization, f.OverCap)
 	}
@@ -227,6 +258,13 @@ func (row Row) summary() string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func deref(v *float64) float64 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

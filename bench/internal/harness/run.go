@@ -20,6 +20,7 @@ import (
 	"github.com/go-throttler/throttler/bench/internal/impls"
 	"github.com/go-throttler/throttler/bench/internal/metrics"
 	"github.com/go-throttler/throttler/bench/internal/redisserver"
+	"github.com/go-throttler/throttler/internal/fakellm"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -199,6 +200,16 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	apiURL := h.api.URL
+	var llm *fakellm.API
+	if sc.Kind == KindLLM {
+		api, url, stop, err := startLLM(sc)
+		if err != nil {
+			return Row{}, nil, err
+		}
+		defer stop()
+		llm, apiURL = api, url
+	}
 
 	reps := make([]*replica, sc.Procs)
 	defer func() {
@@ -212,8 +223,8 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		r, err := h.spawn(ctx, ReplicaConfig{
 			Index: i, Impl: impl, Kind: sc.Kind, RedisAddr: h.redis.Addr, Key: "bench:" + sc.Name,
 			Limit: sc.Limit, Interval: sc.Interval, Buffer: h.opt.Buffer, Procs: sc.Procs,
-			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: h.api.URL,
-			InFlight: sc.InFlight,
+			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: apiURL,
+			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
 		})
 		if err != nil {
 			return Row{}, nil, err
@@ -260,6 +271,9 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	}
 	arrivals := h.api.Take()
 	row, lat := compute(sc, impl, t0, results, arrivals, before, after)
+	if llm != nil {
+		fillLLM(&row, sc, t0, llm)
+	}
 	return row, lat, nil
 }
 

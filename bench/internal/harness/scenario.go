@@ -25,6 +25,13 @@ const (
 	// KindMemory: admit Calls calls in one long window, in the harness
 	// process, then measure the key.
 	KindMemory Kind = "memory"
+	// KindLLM: POST calls to a fake LLM API (internal/fakellm) that enforces
+	// Limit tokens and Requests calls per Interval on the tokens each call
+	// used, through a throttler.Transport with a Cost (estimate prompt +
+	// max_tokens, settle with the usage) and a second Throttler for the
+	// requests. Only this library takes part: the peers have no cost to
+	// settle.
+	KindLLM Kind = "llm"
 	// KindInFlight: call the API through the library's Do with
 	// WithInFlight(InFlight); the API holds each call and caps the calls in
 	// flight at InFlight. Not throttled by the rate.
@@ -45,6 +52,10 @@ type Scenario struct {
 	Warmup time.Duration
 	Calls  int      // KindMemory: calls to admit
 	Impls  []string // implementations that take part
+	// KindLLM: Limit is in tokens; Requests is the calls allowed per
+	// Interval, and Unit how many tokens one unit of the token Throttler
+	// stands for.
+	Requests, Unit int
 	// KindInFlight: the cap on calls in flight (the API's and the
 	// library's), and the range of the API's uniform random hold per call.
 	InFlight         int
@@ -59,6 +70,9 @@ func (s Scenario) String() string {
 	case KindAPI:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, wait then GET the API",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
+	case KindLLM:
+		return fmt.Sprintf("%s: %d procs x %d goroutines, %d tokens and %d requests per %s (a minute / %g), %s, POST a fake LLM API through a Transport with a Cost",
+			s.Name, s.Procs, s.Goroutines, s.Limit, s.Requests, s.Interval, float64(time.Minute)/float64(s.Interval), s.Duration)
 	case KindInFlight:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, at most %d calls in flight (the API holds each %s-%s and refuses one over the cap), limit %d per %s (not binding), %s, Do(GET the API)",
 			s.Name, s.Procs, s.Goroutines, s.InFlight, s.HoldMin, s.HoldMax, s.Limit, s.Interval, s.Duration)
@@ -71,7 +85,7 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "inflight"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -93,6 +107,9 @@ func Scenarios(quick bool) []Scenario {
 			Duration: pick(5*time.Second, 2*time.Second), Warmup: pick(time.Second, 500*time.Millisecond), Impls: all},
 		{Name: "memory", Kind: KindMemory, Goroutines: 16, Limit: 20_000, Interval: time.Hour, Calls: 10_000,
 			Impls: []string{"throttler", "seed"}},
+		// A minute lasts 6s: examples/llm's default speed.
+		{Name: "llm", Kind: KindLLM, Procs: 3, Goroutines: 8, Limit: 10_000, Requests: 60, Unit: 10, Interval: 6 * time.Second,
+			Duration: pick(30*time.Second, 12*time.Second), Warmup: 6 * time.Second, Impls: []string{"throttler"}},
 		// The peers have no cap on calls in flight across processes.
 		{Name: "inflight", Kind: KindInFlight, Procs: 3, Goroutines: 40, Limit: 1000, Interval: time.Second,
 			InFlight: 10, HoldMin: 50 * time.Millisecond, HoldMax: 150 * time.Millisecond,
