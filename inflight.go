@@ -2,8 +2,11 @@ package throttler
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // WithInFlight caps the calls in flight at once at n, across every process
@@ -18,10 +21,13 @@ import (
 // clock. A call takes its place in the same round trip that reserves its
 // rate slot, atomically (a short Lua script: trim the expired leases, count
 // the rest, add what fits), so at most n leases are ever live. A call that
-// gets no place waits for one without polling: the process subscribes to
-// the key's channel, every release publishes to it, and each message sends
-// every waiting process's waiters back to reserve; a killed process's
-// leases are waited out until they expire.
+// gets no place waits for one without polling: its process joins a line
+// kept in Redis and subscribes to the key's channel, and each place given
+// back wakes the process first in line, which sends one waiter back to
+// reserve (processes take turns; a process woken with no waiter left
+// passes the wake on). A killed process's leases are waited out until
+// they expire; a wake lost with a process that died is made up within
+// ttl/3, when every process with waiters tries again.
 //
 // ttl bounds what a killed process costs: a process renews the leases it
 // holds every ttl/3, so a call may run as long as it needs, and a process
@@ -63,7 +69,7 @@ type inflightOption struct {
 // leases is what a process knows of its places in flight, guarded by the
 // Throttler's mu. A keeper goroutine runs while the process holds or wants
 // places: it renews what is held, gives back what it is told, listens for
-// releases while waiters are parked, and exits when none of that is left.
+// wakes while waiters are parked, and exits when none of that is left.
 type leases struct {
 	inflightOption
 
@@ -72,11 +78,17 @@ type leases struct {
 	back   []string            // places to give back (the keeper does)
 	active int                 // WaitN-like calls that want a place and have not returned
 
-	heard    uint64    // releases heard on the channel
-	ready    bool      // subscribed: every release from now on is heard
-	earliest time.Time // local time the earliest live lease expires, as the last refusal read it
-	keeper   bool      // a keeper goroutine runs
-	kick     chan struct{}
+	wakes uint64 // wakes for this process heard on the channel
+	pass  int    // wakes heard with no waiter parked: to pass on to the next process
+	ready bool   // subscribed: every wake from now on is heard
+	// When the earliest live lease expires (server µs), as the last round
+	// trip read it, and the last such expiry the parked were sent back
+	// for: a lease still there after that was renewed, or the estimate
+	// of the server's clock is off, and sending them back again for it
+	// would only spin.
+	earliest, expiredFor int64
+	keeper               bool // a keeper goroutine runs
+	kick                 chan struct{}
 }
 
 func newLeases(o *inflightOption) *leases {
@@ -85,7 +97,7 @@ func newLeases(o *inflightOption) *leases {
 
 // wanted reports whether the keeper has anything to do.
 func (l *leases) wanted() bool {
-	return l.active > 0 || len(l.held) > 0 || len(l.back) > 0 || len(l.parked) > 0
+	return l.active > 0 || len(l.held) > 0 || len(l.back) > 0 || len(l.parked) > 0 || l.pass > 0
 }
 
 func (l *leases) nudge() {
@@ -135,23 +147,23 @@ func (t *Throttler) grantLeasesLocked(r reply, batch []*waiter) {
 		w.leaseTry = ""
 	}
 	if r.leaseEarliest > 0 {
-		t.lease.earliest = t.clock.local(r.leaseEarliest)
+		t.lease.earliest = r.leaseEarliest
 	}
 }
 
-// parkLocked parks w, refused a place, until a release or an expiry. A
-// release heard since its round trip was planned, or a subscription that
-// took since (releases before it went unheard), may have freed a place the
-// round trip did not see: w then goes straight back to the queue instead
-// (requeue). Waiters parked before the subscription takes try again when
-// it does.
+// parkLocked parks w, refused a place, until this process is woken (see
+// WithInFlight) or a lease expires. A wake heard since its round trip was
+// planned, or a subscription that took since (wakes before it went
+// unheard), may be for a place the round trip did not see: w then goes
+// straight back to the queue instead (requeue). Waiters parked before the
+// subscription takes try again when it does.
 func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 	l := t.lease
 	t.stats.placeWaits.Add(1)
 	if o := t.opt.observer.PlaceWait; o != nil {
 		o()
 	}
-	if l.ready && (!a.leaseReady || l.heard != a.leaseHeard) {
+	if l.ready && (!a.leaseReady || l.wakes != a.leaseWakes) {
 		return true
 	}
 	l.parked = append(l.parked, w)
@@ -160,14 +172,18 @@ func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 	return false
 }
 
-// unparkLocked sends every parked waiter back to the head of the queue.
-func (t *Throttler) unparkLocked() {
+// unparkLocked sends the first n parked waiters (all, for n < 0) back to
+// the head of the queue.
+func (t *Throttler) unparkLocked(n int) {
 	l := t.lease
-	if len(l.parked) == 0 {
+	if n < 0 || n > len(l.parked) {
+		n = len(l.parked)
+	}
+	if n == 0 {
 		return
 	}
-	t.queue = append(l.parked, t.queue...)
-	l.parked = nil
+	t.queue = append(slices.Clone(l.parked[:n]), t.queue...)
+	l.parked = slices.Delete(l.parked, 0, n)
 	if !t.running {
 		t.running = true
 		go t.work(0)
@@ -178,107 +194,162 @@ func (t *Throttler) unparkLocked() {
 
 // keep is the keeper goroutine (see leases).
 func (t *Throttler) keep() {
-	l := t.lease
-	renewEvery := l.ttl / 3
-	nextRenew := t.now().Add(renewEvery)
-	var watch *leaseWatch
-	var subscribeAt time.Time // after a failed subscription: when to try again
-	defer func() {
-		if watch != nil {
-			watch.close()
-		}
-	}()
+	k := keeper{t: t, l: t.lease, nextRenew: t.now().Add(t.lease.ttl / 3)}
+	defer k.stopWatching()
 	for {
-		t.mu.Lock()
-		if !l.wanted() {
-			l.keeper, l.ready = false, false
-			t.mu.Unlock()
+		w, ok := k.plan()
+		if !ok {
 			return
 		}
-		now := t.now()
-		if len(l.parked) > 0 && !l.earliest.IsZero() && !now.Before(l.earliest) {
-			// A lease expired (a killed process's, as far as this one
-			// knows): its place is free for whoever asks first.
-			l.earliest = time.Time{}
-			t.unparkLocked()
-		}
-		back := l.back
-		l.back = nil
-		var renew []string
-		if !now.Before(nextRenew) && len(l.held) > 0 {
-			renew = make([]string, 0, len(l.held))
-			for id := range l.held {
-				renew = append(renew, id)
-			}
-			nextRenew = now.Add(renewEvery)
-		}
-		subscribe := watch == nil && len(l.parked) > 0 && !now.Before(subscribeAt)
-		expiry := t.clock.server(now) + l.ttl.Microseconds()
-		wake := nextRenew
-		if !l.earliest.IsZero() && len(l.parked) > 0 {
-			wake = minTime(wake, l.earliest)
-		}
-		if watch == nil && !subscribe && len(l.parked) > 0 {
-			wake = minTime(wake, subscribeAt)
-		}
-		t.mu.Unlock()
-
-		if len(back) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
-			if err := t.st.releaseLeases(ctx, back); err != nil {
-				// Left to expire rather than retried without end.
-				t.observeRedisError(err)
-				t.mu.Lock()
-				t.logRedis(err, "places in flight given back when their leases expire")
-				t.mu.Unlock()
-			}
-			cancel()
-		}
-		if len(renew) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
-			if err := t.st.renewLeases(ctx, renew, expiry); err != nil {
-				t.observeRedisError(err)
-			}
-			cancel()
-		}
-		if subscribe {
-			watch = t.st.watchLeases()
-		}
-		var heard, ready, lost <-chan struct{}
-		if watch != nil {
-			heard, ready, lost = watch.heard, watch.ready, watch.done
-		}
-		timer := time.NewTimer(max(0, wake.Sub(t.now())))
-		select {
-		case <-l.kick:
-		case <-timer.C:
-		case <-ready:
-			watch.ready = nil
+		if t.keeperWrite(w) {
+			// The client was closed: the process is shutting down, and
+			// its leases expire on their own.
 			t.mu.Lock()
-			// Waiters refused before the subscription took may have missed
-			// a release: they try again.
-			l.ready = true
-			t.unparkLocked()
-			t.mu.Unlock()
-		case <-heard:
-			t.mu.Lock()
-			l.heard++
-			t.unparkLocked()
-			t.mu.Unlock()
-		case <-lost:
-			// The subscription failed (Redis went away): releases go
-			// unheard until it is back, so the parked try again, and a
-			// new subscription is made a second later.
-			watch.close()
-			watch = nil
-			subscribeAt = t.now().Add(time.Second)
-			t.mu.Lock()
-			l.ready = false
-			t.unparkLocked()
+			clear(k.l.held)
+			k.l.back, k.l.pass = nil, 0
+			t.unparkLocked(-1)
 			t.mu.Unlock()
 		}
-		timer.Stop()
+		if w.subscribe {
+			k.watch = t.st.watchLeases()
+		}
+		k.wait(w.wake)
 	}
+}
+
+// keeper is the keeper goroutine's own state.
+type keeper struct {
+	t           *Throttler
+	l           *leases
+	nextRenew   time.Time
+	watch       *leaseWatch
+	subscribeAt time.Time // after a failed subscription: when to try again
+}
+
+// keeperWork is what one turn of the keeper writes to Redis.
+type keeperWork struct {
+	back, renew []string
+	pass        int   // wakes to pass on
+	expiry      int64 // the renewed leases' (server µs)
+	subscribe   bool
+	wake        time.Time // when the keeper looks again, unless woken
+}
+
+// plan decides, under the mutex, what the keeper's turn does; false means
+// the keeper exits.
+func (k *keeper) plan() (keeperWork, bool) {
+	t, l := k.t, k.l
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !l.wanted() {
+		l.keeper, l.ready = false, false
+		return keeperWork{}, false
+	}
+	now := t.now()
+	expires := l.earliest > l.expiredFor && len(l.parked) > 0
+	if expires && !now.Before(t.clock.local(l.earliest)) {
+		// A lease expired (a killed process's, as far as this one
+		// knows): its place went back without waking anyone.
+		l.expiredFor, expires = l.earliest, false
+		t.unparkLocked(-1)
+	}
+	w := keeperWork{back: l.back, pass: l.pass}
+	l.back, l.pass = nil, 0
+	if !now.Before(k.nextRenew) {
+		for id := range l.held {
+			w.renew = append(w.renew, id)
+		}
+		k.nextRenew = now.Add(l.ttl / 3)
+		// A wake can be lost (the woken process died before it passed
+		// it on): a waiter tries again at least this often.
+		t.unparkLocked(1)
+	}
+	w.expiry = t.clock.server(now) + l.ttl.Microseconds()
+	w.subscribe = k.watch == nil && len(l.parked) > 0 && !now.Before(k.subscribeAt)
+	w.wake = k.nextRenew
+	if expires {
+		w.wake = minTime(w.wake, t.clock.local(l.earliest))
+	}
+	if k.watch == nil && !w.subscribe && len(l.parked) > 0 {
+		w.wake = minTime(w.wake, k.subscribeAt)
+	}
+	return w, true
+}
+
+// wait waits for the next turn: a nudge, the time planned, or news from
+// the subscription.
+func (k *keeper) wait(until time.Time) {
+	t, l := k.t, k.l
+	var heard, ready, lost <-chan struct{}
+	if k.watch != nil {
+		heard, ready, lost = k.watch.heard, k.watch.ready, k.watch.done
+	}
+	timer := time.NewTimer(max(0, until.Sub(t.now())))
+	defer timer.Stop()
+	select {
+	case <-l.kick:
+	case <-timer.C:
+	case <-ready:
+		k.watch.ready = nil
+		t.mu.Lock()
+		// Waiters refused before the subscription took may have missed
+		// their wake: they try again.
+		l.ready = true
+		t.unparkLocked(-1)
+		t.mu.Unlock()
+	case <-heard:
+		n := k.watch.take()
+		t.mu.Lock()
+		// One place each: as many waiters try as wakes came; wakes
+		// nobody here waits for any more go on to the next process.
+		l.wakes += uint64(n)
+		l.pass += max(0, n-len(l.parked))
+		t.unparkLocked(n)
+		t.mu.Unlock()
+	case <-lost:
+		// The subscription failed (Redis went away): wakes go unheard
+		// until it is back, so the parked try again, and a new
+		// subscription is made a second later.
+		k.stopWatching()
+		k.subscribeAt = t.now().Add(time.Second)
+		t.mu.Lock()
+		l.ready = false
+		t.unparkLocked(-1)
+		t.mu.Unlock()
+	}
+}
+
+func (k *keeper) stopWatching() {
+	if k.watch != nil {
+		k.watch.close()
+		k.watch = nil
+	}
+}
+
+// keeperWrite gives back places, passes wakes on and renews leases for the
+// keeper. It reports whether the client was closed.
+func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
+	write := func(f func(context.Context) error, then string) {
+		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
+		defer cancel()
+		if err := f(ctx); err != nil {
+			t.observeRedisError(err)
+			closed = closed || errors.Is(err, redis.ErrClosed)
+			t.mu.Lock()
+			t.logRedis(err, then)
+			t.mu.Unlock()
+		}
+	}
+	if len(w.back) > 0 || w.pass > 0 {
+		// Left to expire if this fails, rather than retried without end.
+		write(func(ctx context.Context) error { return t.st.releaseLeases(ctx, w.back, w.pass) },
+			"places in flight given back when their leases expire")
+	}
+	if len(w.renew) > 0 {
+		write(func(ctx context.Context) error { return t.st.renewLeases(ctx, w.renew, w.expiry) },
+			"leases of calls in flight not renewed; retried in a third of their ttl")
+	}
+	return closed
 }
 
 // dropLeaseLocked takes w's place, or its attempt at one, off w and gives
@@ -334,7 +405,7 @@ func (p *Permit) Done() {
 		t.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 		defer cancel()
-		if err := t.st.releaseLeases(ctx, []string{p.lease}); err != nil {
+		if err := t.st.releaseLeases(ctx, []string{p.lease}, 0); err != nil {
 			t.observeRedisError(err)
 			t.mu.Lock()
 			t.lease.back = append(t.lease.back, p.lease)

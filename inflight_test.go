@@ -265,3 +265,64 @@ func TestInFlightRenewsLongCalls(t *testing.T) {
 		waitKeeperIdle(t, th)
 	})
 }
+
+// A release wakes one waiting process, the first in line, not every one:
+// while the woken process's call runs, the other waiting process has made
+// no round trip since it parked. Then the other gets its turn.
+func TestInFlightReleaseWakesOneProcess(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		newTh := func() *Throttler {
+			return mustNew(t, dial(), "{"+key+"}:rate", 100, time.Second, WithLogger(quiet), WithInFlight(places, 1, 0))
+		}
+		holder, first, second := newTh(), newTh(), newTh()
+		p, err := holder.Reserve(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parked := func(th *Throttler) {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				th.mu.Lock()
+				n, ready := len(th.lease.parked), th.lease.ready
+				th.mu.Unlock()
+				if n == 1 && ready {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter did not park")
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		inFirst, release := make(chan uint64), make(chan struct{})
+		done := make(chan error, 2)
+		go func() {
+			done <- first.Do(context.Background(), func(context.Context) error {
+				inFirst <- second.Stats().RoundTrips
+				<-release
+				return nil
+			})
+		}()
+		parked(first)
+		go func() { done <- second.Do(context.Background(), func(context.Context) error { return nil }) }()
+		parked(second)
+		waitIdle(t, second) // its refused slot given back: nothing left to send
+		before := second.Stats().RoundTrips
+		p.Done()
+		if during := <-inFirst; during != before {
+			t.Fatalf("the second process made %d round trips while the first in line took the place", during-before)
+		}
+		close(release)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, th := range []*Throttler{holder, first, second} {
+			waitKeeperIdle(t, th)
+			waitIdle(t, th)
+		}
+	})
+}

@@ -3,34 +3,72 @@ package throttler
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // leaseScript grants places in flight (see WithInFlight) atomically: it
-// trims the leases expired by ARGV[1] (the server's now, µs), then adds
-// the ids ARGV[5:], in order, scored ARGV[2] (their expiry), while fewer
-// than ARGV[3] leases are live, and keeps the key ARGV[4] ms. It returns
-// how many it granted and the earliest live lease's expiry (0 = none).
+// trims the leases expired by the server's clock, then adds the ids
+// ARGV[6:], in order, to expire ARGV[1] µs from now, while fewer than
+// ARGV[2] leases are live, and keeps the keys ARGV[3] ms. When it refuses
+// an id, or ARGV[5] is "1" (the process still has waiters), it puts the
+// process ARGV[4] in the line for places (KEYS[2], by the time it joined;
+// NX keeps its turn). It returns how many it granted and the earliest
+// live lease's expiry (server µs, 0 = none).
 //
 // A script rather than add-then-count: a refused id would stay in the set
 // until its process took it out, and every other process counting it in
-// the meantime would be refused a place that was free, with no release to
-// wake it.
+// the meantime would be refused a place that was free. The server's own
+// clock, not the caller's estimate of it: a process whose estimate ran
+// ahead (a clock step not seen yet) would otherwise trim leases that are
+// still live, and grant their places twice.
 var leaseScript = redis.NewScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
-local room = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+local room = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
 local granted = 0
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   if granted >= room then break end
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
   granted = granted + 1
 end
-if granted > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+if granted > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+if granted < #ARGV - 5 or ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {granted, first[2] or '0'}
 `)
+
+// releaseScript takes the places ARGV[2:] back (KEYS[1]) and, for each
+// place that was live plus ARGV[1] more, wakes the process first in line
+// (KEYS[2]): it leaves the line, and its name is published on the places'
+// channel. It returns how many it woke.
+//
+// One process per place, not every waiting one: a release that woke them
+// all would cost a round trip per waiting process, all but one refused.
+var releaseScript = redis.NewScript(`
+local freed = tonumber(ARGV[1])
+if #ARGV > 1 then
+  freed = freed + redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
+end
+local woken = 0
+for i = 1, freed do
+  local p = redis.call('ZPOPMIN', KEYS[2])
+  if #p == 0 then break end
+  redis.call('PUBLISH', KEYS[1], p[1])
+  woken = woken + 1
+end
+return woken
+`)
+
+// lineKey is the key of the line of processes waiting for a place in
+// flight: in key's Redis Cluster slot.
+func lineKey(key string) string { return "{" + hashTag(key) + "}:line:" + key }
 
 // queueLeases queues the lease script for a's places, when it asks for any.
 func (c *attemptCmds) queueLeases(p redis.Pipeliner) {
@@ -38,15 +76,19 @@ func (c *attemptCmds) queueLeases(p redis.Pipeliner) {
 	if len(a.leases) == 0 {
 		return
 	}
-	args := make([]any, 0, 4+len(a.leases))
-	args = append(args, a.leaseNow, a.leaseExp, l.n, leaseKeyTTL(l.ttl).Milliseconds())
+	stay := "0"
+	if a.leaseStay {
+		stay = "1"
+	}
+	args := make([]any, 0, 5+len(a.leases))
+	args = append(args, l.ttl.Microseconds(), l.n, leaseKeyTTL(l.ttl).Milliseconds(), c.s.self, stay)
 	for _, id := range a.leases {
 		args = append(args, id)
 	}
 	// EVAL, not EVALSHA: a script Redis lost (a restart, a failover)
 	// would fail the whole transaction. Redis keeps the compiled script by
 	// its body's digest; sending the body costs a few hundred bytes.
-	c.leases = leaseScript.Eval(c.ctx, p, []string{l.key}, args...)
+	c.leases = leaseScript.Eval(c.ctx, p, []string{l.key, lineKey(l.key)}, args...)
 }
 
 // leaseReply reads the lease script's answer into r.
@@ -70,15 +112,15 @@ func (c *attemptCmds) leaseReply(r *reply) {
 // every lease in it.
 func leaseKeyTTL(ttl time.Duration) time.Duration { return 2 * ttl }
 
-func (s *redisStore) releaseLeases(ctx context.Context, ids []string) error {
+func (s *redisStore) releaseLeases(ctx context.Context, ids []string, pass int) error {
 	l := s.lease
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, pass)
+	for _, id := range ids {
+		args = append(args, id)
+	}
 	return s.bounded(ctx, func(ctx context.Context) error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.ZRem(ctx, l.key, toAny(ids)...)
-			p.Publish(ctx, l.key, "released")
-			return nil
-		})
-		return err
+		return releaseScript.Eval(ctx, s.rdb, []string{l.key, lineKey(l.key)}, args...).Err()
 	})
 }
 
@@ -114,16 +156,21 @@ func (s *redisStore) liveLeases(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// leaseWatch is a subscription to the releases of places in flight: ready
-// is closed once Redis confirmed it (every later release is heard), heard
-// receives a value for each release (coalesced while unread), and done is
-// closed when the subscription failed or was closed.
+// leaseWatch is a subscription to the wakes of processes waiting for a
+// place in flight: ready is closed once Redis confirmed it (every later
+// wake is heard), heard receives a value when wakes for this process came
+// (take counts them), and done is closed when the subscription failed or
+// was closed.
 type leaseWatch struct {
 	ps    *redis.PubSub
 	ready chan struct{}
 	heard chan struct{}
 	done  chan struct{}
+	wakes atomic.Int64
 }
+
+// take returns how many wakes came since it was last called.
+func (w *leaseWatch) take() int { return int(w.wakes.Swap(0)) }
 
 func (s *redisStore) watchLeases() *leaseWatch {
 	w := &leaseWatch{ready: make(chan struct{}), heard: make(chan struct{}, 1), done: make(chan struct{})}
@@ -136,9 +183,14 @@ func (s *redisStore) watchLeases() *leaseWatch {
 		}
 		close(w.ready)
 		for {
-			if _, err := w.ps.ReceiveMessage(ctx); err != nil {
+			m, err := w.ps.ReceiveMessage(ctx)
+			if err != nil {
 				return
 			}
+			if m.Payload != s.self {
+				continue // another process's wake
+			}
+			w.wakes.Add(1)
 			select {
 			case w.heard <- struct{}{}:
 			default:

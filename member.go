@@ -33,6 +33,9 @@ func newMemberSource() *memberSource {
 	return s
 }
 
+// id names the process's Throttler: its members' common prefix.
+func (s *memberSource) id() string { return string(s.prefix[:]) }
+
 func (s *memberSource) next() string {
 	var b [memberLen]byte
 	copy(b[:], s.prefix[:])

@@ -18,13 +18,15 @@ type redisStore struct {
 	metaArgs []any           // ZMSCORE key marker pause limit limit-end, boxed once
 	probeIn  int             // the index of the key the probe is looked up in
 	lease    *inflightOption // WithInFlight's, or nil
+	self     string          // this Throttler's name in the line for places in flight
 	// The client ends a call at its context's deadline by itself (see
 	// bounded).
 	ctxTimeouts bool
 }
 
-func newRedisStore(c redis.UniversalClient, wins []window, probeIn int, lease *inflightOption) *redisStore {
+func newRedisStore(c redis.UniversalClient, wins []window, probeIn int, lease *inflightOption, self string) *redisStore {
 	return &redisStore{
+		self:        self,
 		rdb:         c,
 		wins:        wins,
 		probeIn:     probeIn,

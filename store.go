@@ -26,9 +26,10 @@ type store interface {
 	// limits gives the limits in force from the server's clock and the
 	// pause, limit and limit-end members, as read first.
 	usage(ctx context.Context, limits func(now int64, meta []float64) []int) (usageRead, error)
-	// releaseLeases takes places in flight back and tells every process
-	// waiting for one (see WithInFlight).
-	releaseLeases(ctx context.Context, ids []string) error
+	// releaseLeases takes places in flight back and wakes, for each, the
+	// next process in the line for one (see WithInFlight); pass wakes that
+	// many more, for wakes this process had no use for.
+	releaseLeases(ctx context.Context, ids []string, pass int) error
 	// renewLeases moves the expiry of places still held to expiry (server
 	// µs).
 	renewLeases(ctx context.Context, ids []string, expiry int64) error
@@ -97,12 +98,11 @@ type attempt struct {
 	clockGen uint64
 
 	// Places in flight asked for (WithInFlight), in batch order: the
-	// round trip grants the first ones that fit (see leaseScript), with
-	// leaseExp their expiry and leaseNow the server's now, in server µs.
-	leases             []string
-	leaseExp, leaseNow int64
-	leaseHeard         uint64 // releases heard when the attempt was planned
-	leaseReady         bool   // subscribed then: every later release is heard
+	// round trip grants the first ones that fit (see leaseScript).
+	leases     []string
+	leaseWakes uint64 // wakes heard when the attempt was planned
+	leaseReady bool   // subscribed then: every later wake is heard
+	leaseStay  bool   // waiters stay parked: keep this process in the line for places
 }
 
 // reply is what an attempt's round trip returned.

@@ -107,10 +107,11 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 			}
 		}
 	}
+	ids := newMemberSource()
 	t := &Throttler{
 		config: config{wins: wins, opt: o},
-		st:     newRedisStore(client, wins, (&config{wins: wins}).longest(), o.inflight),
-		ids:    newMemberSource(),
+		st:     newRedisStore(client, wins, (&config{wins: wins}).longest(), o.inflight, ids.id()),
+		ids:    ids,
 		kick:   make(chan struct{}, 1),
 		known:  known{near: true},
 		clock:  newClockSync(o.now()),

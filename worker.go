@@ -259,9 +259,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	t.queue = rest
 	sc.batch = batch
 	if len(a.leases) > 0 {
-		a.leaseNow = serverNow
-		a.leaseExp = serverNow + t.lease.ttl.Microseconds()
-		a.leaseHeard, a.leaseReady = t.lease.heard, t.lease.ready
+		a.leaseWakes, a.leaseReady, a.leaseStay = t.lease.wakes, t.lease.ready, len(t.lease.parked) > 0
 	}
 	a.checks = append(a.checks, p.checks...)
 	a.exact, a.slots, a.soonest, a.room = p.exact, p.slots, p.soonest, p.room

@@ -130,6 +130,12 @@ type Scenario struct {
 	Deadline float64       // share of Waits with a deadline
 	Cancel   float64       // share of Waits cancelled at a random moment
 	Settle   float64       // share of Waits made as Reserve and settled to a random cost
+	// WithInFlight's cap on calls in flight (0 = none) and the leases'
+	// ttl. With a cap every Wait is a Reserve whose call holds a place
+	// for CallTime at most.
+	InFlight int
+	LeaseTTL time.Duration
+	CallTime time.Duration
 	Think    time.Duration // a caller pauses up to this between calls
 
 	Faults []Fault
@@ -189,6 +195,9 @@ func (s Scenario) String() string {
 	}
 	if s.Settle > 0 {
 		fmt.Fprintf(&b, ", settle %.2f", s.Settle)
+	}
+	if s.InFlight > 0 {
+		fmt.Fprintf(&b, ", in flight <=%d (ttl %s, calls up to %s)", s.InFlight, s.LeaseTTL, s.CallTime)
 	}
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
@@ -289,6 +298,14 @@ func Generate(seed uint64) Scenario {
 	// before settling existed stay what they were (regression seeds).
 	if sr := rand.New(rand.NewPCG(seed, 0x736574746c65)); sr.IntN(3) == 0 {
 		s.Settle = []float64{0.3, 0.7, 1}[sr.IntN(3)]
+	}
+	// Likewise for caps on calls in flight, on a quarter of the seeds: a
+	// cap from 1 to the number of callers, so that it binds, and calls
+	// long enough to fill it.
+	if ir := rand.New(rand.NewPCG(seed, 0x666c69676874)); ir.IntN(4) == 0 {
+		s.InFlight = 1 + ir.IntN(s.Replicas*s.Goroutines)
+		s.LeaseTTL = time.Duration(3+ir.IntN(28)) * time.Second
+		s.CallTime = max(time.Millisecond, min(s.W()/time.Duration(1+ir.IntN(20)), 2*s.LeaseTTL))
 	}
 	return s
 }
