@@ -81,6 +81,9 @@ type leases struct {
 	wakes uint64 // wakes for this process heard on the channel
 	pass  int    // wakes heard with no waiter parked: to pass on to the next process
 	ready bool   // subscribed: every wake from now on is heard
+	// The process is in the line, as far as it knows: a refusal, or a
+	// round that kept it there, put it in; a wake took it out.
+	inLine bool
 	// When the earliest live lease expires (server µs), as the last round
 	// trip read it, and the last such expiry the parked were sent back
 	// for: a lease still there after that was renewed, or the estimate
@@ -129,7 +132,7 @@ func (t *Throttler) startKeeperLocked() {
 
 // grantLeasesLocked gives the batch's waiters the places the reply
 // granted: the first ones asked for, in batch order.
-func (t *Throttler) grantLeasesLocked(r reply, batch []*waiter) {
+func (t *Throttler) grantLeasesLocked(a *attempt, r reply, batch []*waiter) {
 	if t.lease == nil {
 		return
 	}
@@ -148,6 +151,9 @@ func (t *Throttler) grantLeasesLocked(r reply, batch []*waiter) {
 	}
 	if r.leaseEarliest > 0 {
 		t.lease.earliest = r.leaseEarliest
+	}
+	if len(a.leases) > 0 && (r.leaseGranted < len(a.leases) || a.leaseStay) {
+		t.lease.inLine = true // the script put this process in line
 	}
 }
 
@@ -170,6 +176,25 @@ func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 	t.startKeeperLocked()
 	l.nudge()
 	return false
+}
+
+// parkBehindLocked parks a call that wants a place when waiters of this
+// process already wait for one and the process is in the line: it would
+// be refused, and it would cost a round trip, and a second one to give
+// back the slot it claimed with it. The wakes the line brings serve the
+// parked in order. Not while Redis fails: the failure policy serves it.
+func (t *Throttler) parkBehindLocked(w *waiter) bool {
+	l := t.lease
+	if l == nil || !w.wantLease || w.lease != "" || !l.inLine || len(l.parked) == 0 ||
+		t.now().Before(t.health.degraded) {
+		return false
+	}
+	l.parked = append(l.parked, w)
+	t.stats.placeWaits.Add(1)
+	if o := t.opt.observer.PlaceWait; o != nil {
+		o()
+	}
+	return true
 }
 
 // unparkLocked sends the first n parked waiters (all, for n < 0) back to
@@ -303,6 +328,7 @@ func (k *keeper) wait(until time.Time) {
 		// One place each: as many waiters try as wakes came; wakes
 		// nobody here waits for any more go on to the next process.
 		l.wakes += uint64(n)
+		l.inLine = false // a wake takes the process out of the line
 		l.pass += max(0, n-len(l.parked))
 		t.unparkLocked(n)
 		t.mu.Unlock()

@@ -96,6 +96,10 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		if err := t.release(ctx, surplus); err != nil {
 			return redisError(err)
 		}
+		// Waiters here may fit now: a worker sleeping until the next
+		// slot it knew of looks again (other processes find the surplus
+		// with their next round trip).
+		t.nudge()
 		return nil
 	}
 	t.stats.debt.Add(uint64(actual - p.estimate))

@@ -28,6 +28,10 @@ func (t *Throttler) submit(w *waiter) {
 func (t *Throttler) enqueue(w *waiter) (inline bool) {
 	t.mu.Lock()
 	w.res = reservation{state: stQueued, stale: w.res.stale}
+	if t.parkBehindLocked(w) {
+		t.mu.Unlock()
+		return false
+	}
 	if w.now {
 		i := 0
 		for i < len(t.queue) && t.queue[i].now {
@@ -295,7 +299,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		t.known.near = res.near
 	}
 
-	t.grantLeasesLocked(r, batch)
+	t.grantLeasesLocked(a, r, batch)
 	var requeue []*waiter
 	for i, w := range batch {
 		c := claims[i]

@@ -211,7 +211,6 @@ type conn struct {
 	dropReply bool // the pending request's reply is to be lost
 	pending   bool // a request was written whose reply was not read yet
 	readDL    time.Time
-	draining  bool // closed: what the server writes is swallowed (see drainOnce)
 }
 
 // forward hands requests to the server once no stall holds them; after
@@ -224,7 +223,6 @@ func (c *conn) forward() {
 		select {
 		case b = <-c.out:
 		case <-c.done:
-			c.drainOnce()
 			select {
 			case b = <-c.out:
 			default:
@@ -275,10 +273,6 @@ func (c *conn) Write(p []byte) (int, error) {
 
 func (c *conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
-	if c.draining {
-		c.mu.Unlock()
-		return 0, net.ErrClosed
-	}
 	first := c.pending && !c.replied
 	c.replied = true
 	drop := first && c.dropReply
@@ -303,23 +297,6 @@ func (c *conn) Read(p []byte) (int, error) {
 		err = net.ErrClosed
 	}
 	return n, err
-}
-
-// drainOnce makes a closed connection swallow what the server still
-// writes, as a closed socket does, while the forwarder delivers what was
-// written before the close: a pipe would block the server's write until
-// somebody read it. (Pub/Sub pushes messages unasked: miniredis, writing
-// one under its client's lock to a connection closed meanwhile, held the
-// lock the forwarder's last request waited for.)
-func (c *conn) drainOnce() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.draining {
-		return
-	}
-	c.draining = true
-	c.srv.SetReadDeadline(time.Time{})
-	go io.Copy(io.Discard, c.srv)
 }
 
 func (c *conn) Close() error {

@@ -8,7 +8,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// Store is the simulated Redis: a miniredis served over in-memory pipes,
+// Store is the simulated Redis: a miniredis served over in-memory
+// connections (see bufferedPair),
 // whose clock (TIME, key TTLs) is the bubble's virtual clock, and the faults
 // that live inside Redis: losing every key (a restart empty, a flush) and
 // failing over to a copy that missed the last writes.
@@ -26,7 +27,19 @@ func NewStore() *Store {
 // Close stops the store and its connections.
 func (s *Store) Close() { s.m.Close() }
 
-func (s *Store) dial() (net.Conn, error) { return s.m.Dial() }
+func (s *Store) dial() (net.Conn, error) {
+	if s.m.Server() == nil {
+		// The first dial starts the server.
+		c, err := s.m.Dial()
+		if err != nil {
+			return nil, err
+		}
+		c.Close()
+	}
+	client, server := bufferedPair()
+	s.m.Server().ServeConn(server)
+	return client, nil
+}
 
 // Flush loses every key, as a Redis restarted without persistence does.
 func (s *Store) Flush() { s.m.FlushAll() }
