@@ -340,8 +340,18 @@ func (w *simWorld) run() {
 
 // hangBound is how long calls may still run once traffic ends: the longest
 // wait a call may have (see maxWait) plus a Redis timeout for each retry.
+//
+// With a cap on calls in flight, a waiter may also wait out the places
+// the cap holds: calls of up to CallTime each, in turn, and a place whose
+// give-back Redis did not take (a cut connection) or whose holder was
+// killed, until its lease expires (LeaseTTL), plus a third of it for a
+// wake lost with a dead process (seed 91: a place left to expire for 27s).
 func (w *simWorld) hangBound() time.Duration {
-	return w.maxWait() + 10*w.redisTimeout() + 10*time.Second
+	b := w.maxWait() + 10*w.redisTimeout() + 10*time.Second
+	if sc := w.sc; sc.InFlight > 0 {
+		b += sc.LeaseTTL + sc.LeaseTTL/3 + 2*sc.CallTime
+	}
+	return b
 }
 
 func (w *simWorld) redisTimeout() time.Duration {
@@ -467,7 +477,8 @@ func (w *simWorld) wait(r *simReplica, n int, rng *rand.Rand) (admitted bool, en
 		w.outcome(r, err)
 		return false, end
 	}
-	if permit != nil && permit.lease != "" {
+	if permit != nil && permit.lease != "" && !r.dead.Load() {
+		// A killed process's callers make no calls (see admit).
 		end = w.inFlight(r, permit)
 	}
 	if !settling {
