@@ -132,16 +132,23 @@ func mustNew(t testing.TB, c redis.UniversalClient, key string, limit int, inter
 // to give back is in flight.
 func waitIdle(t testing.TB, th *Throttler) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitLocked(t, th, 10*time.Second, "worker still running 10s after the last call returned", func() bool { return !th.running })
+}
+
+// waitLocked waits up to within until cond, read under th's mutex, holds,
+// and fails the test with failure if it does not.
+func waitLocked(t testing.TB, th *Throttler, within time.Duration, failure string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		th.mu.Lock()
-		running := th.running
+		ok := cond()
 		th.mu.Unlock()
-		if !running {
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("worker still running 10s after the last call returned")
+			t.Fatal(failure)
 		}
 		time.Sleep(time.Millisecond)
 	}

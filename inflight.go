@@ -110,7 +110,7 @@ func (l *leases) nudge() {
 	}
 }
 
-// giveBackLocked gives a place back (the keeper sends it).
+// giveLeaseBackLocked gives a place back (the keeper sends it).
 func (t *Throttler) giveLeaseBackLocked(id string) {
 	if id == "" {
 		return
@@ -128,6 +128,19 @@ func (t *Throttler) startKeeperLocked() {
 		l.keeper = true
 		go t.keep()
 	}
+}
+
+// askPlaceLocked adds to a the ask for a place in flight of w, a claim of
+// the round, when it needs one, with what the process knows of its wakes
+// as the round is planned (see parkLocked).
+func (t *Throttler) askPlaceLocked(a *attempt, w *waiter) {
+	if !w.needsPlace() {
+		return
+	}
+	w.leaseTry = t.ids.next()
+	a.leases = append(a.leases, w.leaseTry)
+	l := t.lease
+	a.leaseWakes, a.leaseReady, a.leaseStay = l.wakes, l.ready, len(l.parked) > 0
 }
 
 // grantLeasesLocked gives the batch's waiters the places the reply
@@ -165,10 +178,7 @@ func (t *Throttler) grantLeasesLocked(a *attempt, r reply, batch []*waiter) {
 // subscription takes try again when it does.
 func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 	l := t.lease
-	t.stats.placeWaits.Add(1)
-	if o := t.opt.observer.PlaceWait; o != nil {
-		o()
-	}
+	t.observePlaceWait()
 	if l.ready && (!a.leaseReady || l.wakes != a.leaseWakes) {
 		return true
 	}
@@ -185,15 +195,12 @@ func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 // parked in order. Not while Redis fails: the failure policy serves it.
 func (t *Throttler) parkBehindLocked(w *waiter) bool {
 	l := t.lease
-	if l == nil || !w.wantLease || w.lease != "" || !l.inLine || len(l.parked) == 0 ||
+	if l == nil || !w.needsPlace() || !l.inLine || len(l.parked) == 0 ||
 		t.now().Before(t.health.degraded) {
 		return false
 	}
 	l.parked = append(l.parked, w)
-	t.stats.placeWaits.Add(1)
-	if o := t.opt.observer.PlaceWait; o != nil {
-		o()
-	}
+	t.observePlaceWait()
 	return true
 }
 
@@ -434,8 +441,7 @@ func (p *Permit) Done() {
 		if err := t.st.releaseLeases(ctx, []string{p.lease}, 0); err != nil {
 			t.observeRedisError(err)
 			t.mu.Lock()
-			t.lease.back = append(t.lease.back, p.lease)
-			t.startKeeperLocked()
+			t.giveLeaseBackLocked(p.lease) // the keeper tries once more
 			t.mu.Unlock()
 		}
 		t.observeInFlight(-1)

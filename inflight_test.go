@@ -36,19 +36,7 @@ func (c *concurrency) leave() { c.now.Add(-1) }
 // waitKeeperIdle waits until th's lease keeper has exited.
 func waitKeeperIdle(t *testing.T, th *Throttler) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		th.mu.Lock()
-		running := th.lease.keeper
-		th.mu.Unlock()
-		if !running {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("lease keeper still running 10s after the last call ended")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitLocked(t, th, 10*time.Second, "lease keeper still running 10s after the last call ended", func() bool { return !th.lease.keeper })
 }
 
 // Three replicas capped at 3 calls in flight: never more than 3 run at
@@ -282,19 +270,9 @@ func TestInFlightReleaseWakesOneProcess(t *testing.T) {
 		}
 		parked := func(th *Throttler) {
 			t.Helper()
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				th.mu.Lock()
-				n, ready := len(th.lease.parked), th.lease.ready
-				th.mu.Unlock()
-				if n == 1 && ready {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter did not park")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			waitLocked(t, th, 5*time.Second, "the waiter did not park", func() bool {
+				return len(th.lease.parked) == 1 && th.lease.ready
+			})
 		}
 		inFirst, release := make(chan uint64), make(chan struct{})
 		done := make(chan error, 2)

@@ -145,6 +145,14 @@ func WithObserver(o Observer) Option {
 	}
 }
 
+// observePlaceWait counts a call that found every place in flight taken.
+func (t *Throttler) observePlaceWait() {
+	t.stats.placeWaits.Add(1)
+	if o := t.opt.observer.PlaceWait; o != nil {
+		o()
+	}
+}
+
 // observeInFlight counts a place taken (+1) or given back (-1).
 func (t *Throttler) observeInFlight(delta int64) {
 	n := t.stats.inFlight.Add(delta)

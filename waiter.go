@@ -61,6 +61,9 @@ const (
 	gone             // it returned: what it holds is the worker's to give back
 )
 
+// needsPlace reports whether w still has to get a place in flight.
+func (w *waiter) needsPlace() bool { return w.wantLease && w.lease == "" }
+
 // held is every member of the reservation still in Redis.
 func (r reservation) held() []string {
 	if len(r.stale) == 0 {

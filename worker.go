@@ -244,10 +244,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 			if !d.localAt.IsZero() {
 				t.local.take(d.localAt, w.n)
 			}
-			if w.wantLease && w.lease == "" {
-				w.leaseTry = t.ids.next()
-				a.leases = append(a.leases, w.leaseTry)
-			}
+			t.askPlaceLocked(a, w)
 			first := len(a.adds)
 			members := make([]string, w.n)
 			for j := range members {
@@ -262,9 +259,6 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	clear(t.queue[len(rest):])
 	t.queue = rest
 	sc.batch = batch
-	if len(a.leases) > 0 {
-		a.leaseWakes, a.leaseReady, a.leaseStay = t.lease.wakes, t.lease.ready, len(t.lease.parked) > 0
-	}
 	a.checks = append(a.checks, p.checks...)
 	a.exact, a.slots, a.soonest, a.room = p.exact, p.slots, p.soonest, p.room
 	sleep = p.sleep
@@ -313,16 +307,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		case w.caller == leaving:
 			// Its caller is leaving, and gives back what it holds.
 			w.settle(reservation{state: stFailed, stale: w.res.held(), localAt: w.res.localAt})
-		case w.wantLease && w.lease == "" && w.caller == present:
-			// No place in flight: its slot goes back, and it waits for a
-			// place (see WithInFlight).
-			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-			t.dropLocalLocked(w)
-			w.res = queuedAfter(w.res)
-			if t.parkLocked(w, a) {
-				requeue = append(requeue, w)
-			}
-		case res.ok[i]:
+		case res.ok[i] && !w.needsPlace():
 			admitted++
 			w.settle(reservation{state: stAdmitted, members: w.res.members, localAt: w.res.localAt,
 				at: t.clock.local(c.score), score: c.score, immediate: res.immediate[i], epoch: t.shared.epoch,
@@ -343,10 +328,14 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			}
 			w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.remaining[i]})
 		default:
+			// No slot, or no place in flight: its slot goes back, and it
+			// tries again, or waits for a place (see WithInFlight).
 			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
 			t.dropLocalLocked(w)
 			w.res = queuedAfter(w.res)
-			requeue = append(requeue, w)
+			if !w.needsPlace() || t.parkLocked(w, a) {
+				requeue = append(requeue, w)
+			}
 		}
 	}
 	if len(requeue) > 0 {
