@@ -39,15 +39,18 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 // admitted, and one more when refused; a shared pause or the local share
 // after FallbackLocal refuse it without any. On a Redis failure it follows
 // the failure policy: FailOpen allows, FallbackLocal decides from the local
-// window, FailClosed returns an error wrapping ErrRedis.
+// window, FailClosed returns an error wrapping ErrRedis. A call of a
+// priority with a share below 1 (see WithPriorityShare) is allowed only
+// within its share.
 func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
-	if n < 1 || n > t.minLimit {
-		return Result{}, invalidf("AllowN(%d): n must be in 1..%d", n, t.minLimit)
+	prio := PriorityFromContext(ctx)
+	if err := t.checkN("AllowN", n, prio); err != nil {
+		return Result{}, err
 	}
 	if ctx.Err() != nil {
 		return Result{}, ctxError(ctx)
 	}
-	w := &waiter{n: n, now: true, wake: make(chan struct{}, 1)}
+	w := &waiter{n: n, now: true, wake: make(chan struct{}, 1), prio: prio}
 	t.submit(w)
 	o, err := t.await(ctx, w, false)
 	if err != nil {

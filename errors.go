@@ -17,6 +17,15 @@ var (
 	// serve the call. The Redis error is wrapped too, so errors.Is and
 	// errors.As reach it.
 	ErrRedis = errors.New("throttler: redis unavailable")
+
+	// ErrMaxWait is wrapped, with context.DeadlineExceeded, by the error a
+	// call returns when its slot lies further away than WithMaxWait allows.
+	ErrMaxWait = errors.New("throttler: slot beyond the maximum wait")
+
+	// ErrQueueFull is wrapped by the error a call returns when WithMaxQueue's
+	// bound was reached: at once, or when a call of a higher priority shed
+	// it from the queue.
+	ErrQueueFull = errors.New("throttler: queue full")
 )
 
 func invalidf(format string, args ...any) error {
@@ -37,11 +46,62 @@ func ctxError(ctx context.Context) error {
 	return fmt.Errorf("throttler: wait abandoned: %w", err)
 }
 
+// ended reports whether ctx has ended, or its deadline has passed though
+// ctx has not noticed yet (its timer fires a little after the deadline).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// endedError is ctxError for a ctx that ended (see ended), even before
+// ctx.Err says so.
+func endedError(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return fmt.Errorf("throttler: wait abandoned: %w", context.DeadlineExceeded)
+	}
+	return ctxError(ctx)
+}
+
 // deadlineError is returned at once, without waiting, when the earliest slot
-// a call could get is after its context's deadline.
-func deadlineError(slot, deadline time.Time) error {
-	return fmt.Errorf("throttler: next slot at %s is after the context deadline %s: %w",
-		slot.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
+// a call could get is after its context's deadline, or after its maximum
+// wait (cause ErrMaxWait).
+func deadlineError(slot, deadline time.Time, cause error) error {
+	if cause != nil {
+		return rejectf(RejectedMaxWait, cause, "throttler: next slot at %s is after the maximum wait, at %s: %w",
+			slot.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
+	}
+	return rejectf(RejectedDeadline, context.DeadlineExceeded, "throttler: next slot at %s is after the context deadline %s",
+		slot.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))
+}
+
+// rejectedError is the error of a call that failed at once, for reason
+// (see Rejection); it wraps sentinel and whatever format wraps.
+type rejectedError struct {
+	reason Rejection
+	err    error
+}
+
+func (e *rejectedError) Error() string { return e.err.Error() }
+func (e *rejectedError) Unwrap() error { return e.err }
+
+func rejectf(reason Rejection, sentinel error, format string, args ...any) error {
+	return &rejectedError{reason: reason, err: fmt.Errorf(format+": %w", append(args, sentinel)...)}
+}
+
+// rejectionOf says why err turned a call away, if it did: a call that
+// waited until its maximum wait had passed counts as RejectedMaxWait too.
+func rejectionOf(err error) (Rejection, bool) {
+	var r *rejectedError
+	if errors.As(err, &r) {
+		return r.reason, true
+	}
+	if errors.Is(err, ErrMaxWait) {
+		return RejectedMaxWait, true
+	}
+	return 0, false
 }
 
 func isRedis(err error) bool   { return errors.Is(err, ErrRedis) }

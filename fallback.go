@@ -178,7 +178,7 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 			continue
 		}
 		if !w.deadline.IsZero() && at.After(w.deadline) {
-			w.settle(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline)})
+			w.settle(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline, w.cause)})
 			continue
 		}
 		if at.After(horizon) {

@@ -21,6 +21,9 @@ type options struct {
 	extra        []window // WithLimit
 	observer     Observer
 	inflight     *inflightOption // WithInFlight
+	maxWait      time.Duration   // WithMaxWait, 0 = none
+	maxQueue     int             // WithMaxQueue, 0 = none
+	shares       [levels]int     // WithPriorityShare, in thousandths, by level
 }
 
 func defaultOptions() options {
@@ -31,6 +34,7 @@ func defaultOptions() options {
 		logger:       slog.Default(),
 		redisTimeout: time.Second,
 		maxBatch:     64,
+		shares:       defaultShares,
 	}
 }
 

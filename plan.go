@@ -16,7 +16,9 @@ import (
 type request struct {
 	n        int
 	deadline time.Time // zero without one
+	cause    error     // ErrMaxWait when WithMaxWait set the deadline
 	now      bool      // AllowN: now or never
+	prio     Priority
 }
 
 // planIn is what a round is planned from.
@@ -62,6 +64,7 @@ type planOut struct {
 	slots   int        // how many upcoming free slots to learn (0 = none)
 	soonest int64      // the score of a call that goes when the reply is back
 	room    int        // units of the batch (or fair share) left unclaimed
+	levels  uint8      // the priorities (a bit per level) of the requests claimed or kept
 	// How long to sleep before the next round when nothing wakes the
 	// worker sooner, and whether to add jitter (a wake-up for a slot
 	// coming within reach: see config.jitter).
@@ -93,6 +96,7 @@ type planner struct {
 	room      int  // units the batch may still take
 	known     bool // slots come from the last reply
 	pos       int  // units placed against the known slots
+	units     int  // units of the requests claimed or kept so far
 	full      bool // a WaitN waits: those behind it wait too
 	firstKept int  // the first request left queued (-1 = none)
 	maxNow    int  // the largest AllowN claimed
@@ -127,10 +131,19 @@ func (p *planner) place(i int, r request) {
 	switch {
 	case r.n > p.in.lims[0]:
 		*d = decision{verdict: fail, err: invalidf("%s(%d): more calls at once than the limit, lowered to %d", r.name(), r.n, p.in.lims[0])}
+	case r.n > p.capOf(r.prio):
+		// Only a lowered limit gets here: WaitN and AllowN check n
+		// against the caps under the configured limits.
+		*d = decision{verdict: fail, err: invalidf("%s(%d): more calls at once than priority %s may take (%d) under the limit, lowered to %d (see WithPriorityShare)",
+			r.name(), r.n, r.prio, p.capOf(r.prio), p.in.lims[0])}
 	case r.now:
 		*d = p.placeNow(r)
 	default:
 		*d = p.placeWait(r)
+	}
+	if d.verdict == keep || d.verdict == claim1 {
+		p.units += r.n
+		p.out.levels |= 1 << r.prio.level()
 	}
 	switch d.verdict {
 	case keep:
@@ -139,7 +152,7 @@ func (p *planner) place(i int, r request) {
 		}
 	case claim1:
 		p.room -= r.n
-		p.out.claims = append(p.out.claims, claim{score: d.score, n: r.n})
+		p.out.claims = append(p.out.claims, claim{score: d.score, n: r.n, prio: r.prio})
 		p.out.checks = addCheck(p.out.checks, d.score)
 	}
 }
@@ -179,14 +192,25 @@ func (p *planner) placeNow(r request) decision {
 // slots of the next reply or for its slot to come within reach.
 func (p *planner) placeWait(r request) decision {
 	in := p.in
+	var slots []int64 // the free slots the last reply told of for r's priority
+	if in.known.near {
+		slots = in.known.at(r.prio)
+	}
+	if !r.deadline.IsZero() {
+		// What the last reply told may already rule its deadline out,
+		// however many round trips it waits for (see earliest).
+		if at := in.clock.local(earliest(p.c.wins, in.lims, slots, p.floor, p.units, r.n)); at.After(r.deadline) {
+			return decision{verdict: fail, err: deadlineError(at, r.deadline, r.cause)}
+		}
+	}
 	g := p.floor
 	if p.known {
-		if p.pos+r.n > len(in.known.slots) {
+		if p.pos+r.n > len(slots) {
 			// Beyond what the last reply told: learn more first.
 			p.full = true
 			return decision{verdict: keep}
 		}
-		g = max(p.floor, in.known.slots[p.pos+r.n-1])
+		g = max(p.floor, slots[p.pos+r.n-1])
 	}
 	var localAt time.Time
 	if in.sharing != nil {
@@ -202,7 +226,7 @@ func (p *planner) placeWait(r request) decision {
 	}
 	if !r.deadline.IsZero() {
 		if at := in.clock.local(g); at.After(r.deadline) {
-			return decision{verdict: fail, err: deadlineError(at, r.deadline)}
+			return decision{verdict: fail, err: deadlineError(at, r.deadline, r.cause)}
 		}
 	}
 	p.pos += r.n
@@ -254,6 +278,16 @@ func (p *planner) finish(reqs []request) planOut {
 		out.slots = min(slices.Min(in.lims), k)
 	}
 	return *out
+}
+
+// capOf is the most units a call of priority p may claim at once: its cap
+// under the tightest limit in force.
+func (p *planner) capOf(prio Priority) int {
+	low := p.in.lims[0]
+	for _, lim := range p.in.lims {
+		low = min(low, p.c.caps(lim)[prio.level()])
+	}
+	return low
 }
 
 // addCheck adds score to the distinct, ascending scores checks (claims are

@@ -62,10 +62,12 @@ type attemptCmds struct {
 	ctx    context.Context // the round trip's
 	counts []*redis.IntCmd // window by window
 	tails  []*redis.ZSliceCmd
-	clock  *redis.TimeCmd
-	meta   *redis.FloatSliceCmd
-	probe  *redis.FloatSliceCmd // when not in meta
-	leases *redis.Cmd           // the lease script's, when places were asked for
+	// By level: the tails for the attempt's lowCaps.
+	lowTails [levels][]*redis.ZSliceCmd
+	clock    *redis.TimeCmd
+	meta     *redis.FloatSliceCmd
+	probe    *redis.FloatSliceCmd // when not in meta
+	leases   *redis.Cmd           // the lease script's, when places were asked for
 }
 
 func (c *attemptCmds) queue(p redis.Pipeliner) error {
@@ -73,6 +75,11 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.checks))
 	if a.slots > 0 {
 		c.tails = make([]*redis.ZSliceCmd, len(s.wins))
+		for l, caps := range a.lowCaps {
+			if len(caps) > 0 {
+				c.lowTails[l] = make([]*redis.ZSliceCmd, len(s.wins))
+			}
+		}
 	}
 	zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
 	for i, e := range a.adds {
@@ -112,6 +119,12 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		if a.slots > 0 {
 			lim := a.lims[wi]
 			c.tails[wi] = p.ZRangeWithScores(ctx, x.key, int64(-(lim + len(a.adds))), int64(-(lim - a.slots + 1)))
+			for l, caps := range a.lowCaps {
+				if len(caps) > 0 {
+					capped := caps[wi]
+					c.lowTails[l][wi] = p.ZRangeWithScores(ctx, x.key, int64(-(capped + len(a.adds))), int64(-(capped - min(a.slots, capped) + 1)))
+				}
+			}
 		}
 		if a.expire {
 			p.PExpire(ctx, x.key, a.ttls[wi])
@@ -177,6 +190,11 @@ func (c *attemptCmds) reply() reply {
 		for wi, tail := range c.tails {
 			r.tails[wi] = zEntries(tail.Val())
 		}
+		for l, tails := range c.lowTails {
+			for _, tail := range tails {
+				r.lowTails[l] = append(r.lowTails[l], zEntries(tail.Val()))
+			}
+		}
 	}
 	return r
 }
@@ -219,7 +237,11 @@ func (s *redisStore) now(ctx context.Context) (time.Time, error) {
 		server, err = s.rdb.Time(ctx).Result()
 		return err
 	})
-	return server, err
+	if err != nil {
+		// A call that overran may still write server: never read it then.
+		return time.Time{}, err
+	}
+	return server, nil
 }
 
 func (s *redisStore) writeMeta(ctx context.Context, m metaWrite, ttl time.Duration) error {

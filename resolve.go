@@ -28,6 +28,7 @@ type resolveOut struct {
 	remaining []int  // per claim: room left under the tightest limit
 	near      bool   // little room left: the next round reserves exactly (only said by a round that claimed something)
 	slots     []int64
+	capped    [levels][]int64 // by level: the slots of the priorities below the highest's share it learned (see known)
 }
 
 // resolve decides the claims of a reply. A claim is admitted when it fits
@@ -36,7 +37,7 @@ type resolveOut struct {
 // outcome) are reused.
 func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	a, r := in.a, in.r
-	out := resolveOut{ok: decide(c.wins, a, in.lims, r, in.claims, buf.ok)}
+	out := resolveOut{ok: decide(c, a, in.lims, r, in.claims, buf.ok)}
 	for i, cl := range in.claims {
 		// A pause another process set while this attempt was on its way.
 		if cl.score < in.pausedTill || in.distrust {
@@ -47,8 +48,9 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 		// A round that claimed nothing says nothing about room.
 		out.near = slices.Contains(out.ok, false)
 		for wi, counts := range r.counts {
+			room := int64(c.smallestCap(a.levels, in.lims[wi]))
 			for _, n := range counts {
-				out.near = out.near || n+int64(c.batchUnits()) > int64(in.lims[wi])
+				out.near = out.near || n+int64(c.batchUnits()) > room
 			}
 		}
 	}
@@ -72,7 +74,12 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 				dropped = append(dropped, a.adds[cl.first:cl.first+cl.n]...)
 			}
 		}
-		out.slots = upcoming(c.wins, a, r, dropped, len(a.adds), in.arrived+futureBound)
+		out.slots = upcoming(c.wins, r.tails, a.lims, a, dropped, in.arrived+futureBound)
+		for l, caps := range a.lowCaps {
+			if len(caps) > 0 {
+				out.capped[l] = upcoming(c.wins, r.lowTails[l], caps, a, dropped, in.arrived+futureBound)
+			}
+		}
 	}
 	return out
 }
@@ -101,10 +108,11 @@ func remaining(c *config, a *attempt, lims []int, r reply, cl claim, ok bool) in
 // admitted only when all keep it. A claim one limit would have kept but
 // another refused still counts against the first's later claims in this
 // attempt, which can only refuse more, never admit more.
-func decide(wins []window, a *attempt, lims []int, r reply, claims []claim, ok []bool) []bool {
-	ok = admit(claims, a.checks, r.counts[0], lims[0], wins[0].w, ok)
+func decide(c *config, a *attempt, lims []int, r reply, claims []claim, ok []bool) []bool {
+	wins := c.wins
+	ok = admit(claims, a.checks, r.counts[0], c.caps(lims[0]), wins[0].w, ok)
 	for wi := 1; wi < len(wins); wi++ {
-		more := admit(claims, a.checks, r.counts[wi], lims[wi], wins[wi].w, nil)
+		more := admit(claims, a.checks, r.counts[wi], c.caps(lims[wi]), wins[wi].w, nil)
 		for i := range ok {
 			ok[i] = ok[i] && more[i]
 		}
@@ -112,14 +120,16 @@ func decide(wins []window, a *attempt, lims []int, r reply, claims []claim, ok [
 	return ok
 }
 
-// upcoming returns the next free slots under every limit: for j = 0..k-1,
-// the earliest score at which j+1 members could be added at once under all
-// limits, the latest of each limit's (see nextSlots). Members scored after
-// limit (server µs) are garbage, not calls.
-func upcoming(wins []window, a *attempt, r reply, dropped []entry, extra int, limit int64) []int64 {
+// upcoming returns the next free slots under the limits lims (the limits
+// in force, or a priority's caps under them: see lowCaps), read from the
+// tails fetched for them: for j = 0..k-1, the earliest score at which j+1
+// members could be added at once under every limit, the latest of each
+// limit's (see nextSlots). Members scored after limit (server µs) are
+// garbage, not calls.
+func upcoming(wins []window, tails [][]entry, lims []int, a *attempt, dropped []entry, limit int64) []int64 {
 	var slots []int64
 	for wi, x := range wins {
-		s := nextSlots(sane(r.tails[wi], limit), dropped, a.lims[wi], a.slots, extra, x.w)
+		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.slots, lims[wi]), len(a.adds), x.w)
 		if wi == 0 {
 			slots = s
 			continue

@@ -270,6 +270,9 @@ func (w *simWorld) newReplica(i int) *simReplica {
 	if sc.InFlight > 0 {
 		opts = append(opts, WithInFlight(simInFlightKey, sc.InFlight, sc.LeaseTTL))
 	}
+	if sc.Priorities {
+		opts = append(opts, WithPriorityShare(PriorityLow, sc.LowShare))
+	}
 	l := sc.Limits[0]
 	th, err := New(r.rdb, l.Key, l.Limit, l.Interval, opts...)
 	if err != nil {
@@ -395,11 +398,15 @@ func (w *simWorld) caller(r *simReplica, rng *rand.Rand) {
 			return
 		}
 		n := 1 + rng.IntN(sc.MaxN)
+		ctx := w.ctx
+		if sc.Priorities {
+			ctx = ContextWithPriority(ctx, w.priority(n, rng))
+		}
 		admitted, end := false, func() {}
 		if rng.Float64() < sc.Allow {
-			admitted = w.allow(r, n, spacing)
+			admitted = w.allow(ctx, r, n, spacing)
 		} else {
-			admitted, end = w.wait(r, n, rng)
+			admitted, end = w.wait(ctx, r, n, rng)
 		}
 		if admitted && callTime > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(callTime))))
@@ -419,9 +426,21 @@ func (w *simWorld) budget() int {
 	return 2 + int(calls)/(sc.Replicas*sc.Goroutines)
 }
 
-func (w *simWorld) allow(r *simReplica, n int, spacing time.Duration) bool {
+// priority draws a call's priority: low only when n fits low's share of
+// every limit.
+func (w *simWorld) priority(n int, rng *rand.Rand) Priority {
+	p := Priority(rng.IntN(3) - 1)
+	for _, l := range w.sc.Limits {
+		if p == PriorityLow && n > max(1, l.Limit*int(w.sc.LowShare*1000+0.5)/1000) {
+			return PriorityNormal
+		}
+	}
+	return p
+}
+
+func (w *simWorld) allow(ctx context.Context, r *simReplica, n int, spacing time.Duration) bool {
 	flips, wasDegraded := r.flips.Load(), r.degraded.Load()
-	res, err := r.th.AllowN(w.ctx, n)
+	res, err := r.th.AllowN(ctx, n)
 	switch {
 	case err != nil:
 		w.outcome(r, err)
@@ -438,10 +457,10 @@ func (w *simWorld) allow(r *simReplica, n int, spacing time.Duration) bool {
 
 // wait makes one WaitN, or a Reserve when the call settles or holds a place
 // in flight; end is called when the call is over.
-func (w *simWorld) wait(r *simReplica, n int, rng *rand.Rand) (admitted bool, end func()) {
+func (w *simWorld) wait(ctx context.Context, r *simReplica, n int, rng *rand.Rand) (admitted bool, end func()) {
 	end = func() {}
 	sc := w.sc
-	ctx, cancel := w.ctx, context.CancelFunc(func() {})
+	cancel := context.CancelFunc(func() {})
 	if rng.Float64() < sc.Deadline {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(2*sc.W())+1)))
 	} else if rng.Float64() < sc.Cancel {
@@ -790,9 +809,11 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 	// settle and given back then was reserved and not used: the target,
 	// which assumes every reserved unit goes, does not apply (seeds 32,
 	// 372 and 784, limits of 2 to 6 per window, used 86-98%).
-	if w.sc.InFlight > 0 {
-		// The cap, not the rate, may bind: the rate's targets do not
-		// apply. Every call's return is checked (the hang check).
+	if w.sc.InFlight > 0 || w.sc.Priorities {
+		// The cap on calls in flight, not the rate, may bind; low calls
+		// may fill only their share, and wait behind the others: the
+		// rate's targets do not apply. Every call's return is checked
+		// (the hang check).
 		return
 	}
 	if u, ok := w.utilization(adms); ok && u < w.utilizationTarget() && w.sc.Settle == 0 {

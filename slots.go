@@ -32,7 +32,8 @@ func (a entry) less(b entry) bool {
 type claim struct {
 	score int64
 	n     int
-	first int // the index of its first member in the attempt's adds
+	first int      // the index of its first member in the attempt's adds
+	prio  Priority // it fits only under its priority's cap (see WithPriorityShare)
 }
 
 // admit decides which claims of one attempt keep their members. All claims'
@@ -42,14 +43,14 @@ type claim struct {
 //
 // Claims are kept greedily in order: a claim is kept when, with it and the
 // claims kept before it, no checked neighbourhood within w of it exceeds
-// limit. Because each count was taken after the attempt's own members were
-// added, a kept claim satisfies the invariant whatever any other client
-// does, in a transaction or not: a client that adds members later counts
-// ours, including those about to be removed, and one that added earlier was
-// counted here.
+// the cap of its priority (caps, none above the limit). Because each count
+// was taken after the attempt's own members were added, a kept claim
+// satisfies the invariant whatever any other client does, in a transaction
+// or not: a client that adds members later counts ours, including those
+// about to be removed, and one that added earlier was counted here.
 //
 // The result is appended to ok[:0], whose storage it may reuse.
-func admit(claims []claim, checks []int64, counts []int64, limit int, w int64, ok []bool) []bool {
+func admit(claims []claim, checks []int64, counts []int64, caps levelCaps, w int64, ok []bool) []bool {
 	var othersBuf, keptBuf [16]int64
 	others, kept := othersBuf[:0], keptBuf[:0]
 	if len(checks) > len(othersBuf) {
@@ -74,7 +75,7 @@ func admit(claims []claim, checks []int64, counts []int64, limit int, w int64, o
 	for ci, c := range claims {
 		fits := true
 		for i, h := range checks {
-			if near(c.score, h, w) && others[i]+kept[i]+int64(c.n) > int64(limit) {
+			if near(c.score, h, w) && others[i]+kept[i]+int64(c.n) > int64(caps[c.prio.level()]) {
 				fits = false
 				break
 			}
@@ -100,8 +101,10 @@ func near(a, h, w int64) bool {
 // nextSlots returns, for j = 0..k-1, the earliest score at which j+1 members
 // could be added at the tail of the set, once the members in dropped (this
 // process's rejected members, still in the set until the next attempt removes
-// them) are gone. A returned value of 0 means "now": fewer than limit members
-// remain in play. The slice is cut short where tail does not reach.
+// them) are gone, with at most limit members in any window holding them (a
+// limit, or a priority's cap under it: see WithPriorityShare). A returned
+// value of 0 means "now": fewer than limit members remain in play. The
+// slice is cut short where tail does not reach.
 //
 // tail is what ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES returned,
 // ascending, with extra >= len(dropped) and 1 <= k <= limit. Its last element,

@@ -57,7 +57,7 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 				}
 			}
 		}
-		ok := admit(claims, checks, counts, limit, w, nil)
+		ok := admit(claims, checks, counts, capsOf(limit), w, nil)
 		kept := append([]int64(nil), set...)
 		for i, c := range claims {
 			if ok[i] {
@@ -196,7 +196,7 @@ func FuzzAdmitKeepsInvariant(f *testing.F) {
 				}
 			}
 		}
-		ok := admit(claims, checks, counts, limit, w, nil)
+		ok := admit(claims, checks, counts, capsOf(limit), w, nil)
 		for i, c := range claims {
 			if ok[i] {
 				for range c.n {
@@ -219,24 +219,7 @@ func FuzzNextSlots(f *testing.F) {
 		limit := 1 + int(limit8%8)
 		k := 1 + int(k8)%limit
 		w := 1 + int64(w8)
-		var set []entry
-		var scores []int64
-		for i, b := range raw {
-			if s := int64(b); bruteFits(scores, s, 1, limit, w) {
-				scores = append(scores, s)
-				set = append(set, entry{score: s, member: fmt.Sprint("m", i)})
-			}
-		}
-		var dropped []entry
-		var clean []int64
-		for i, e := range set {
-			if dropEvery > 0 && i%int(dropEvery) == 0 {
-				dropped = append(dropped, e)
-			} else {
-				clean = append(clean, e.score)
-			}
-		}
-		sort.Slice(set, func(i, j int) bool { return set[i].less(set[j]) })
+		set, dropped, clean := fuzzSet(raw, limit, w, dropEvery)
 		extra := len(dropped)
 		slots := nextSlots(zrange(set, -(limit+extra), -(limit-k+1)), dropped, limit, k, extra, w)
 		last := int64(0)
@@ -249,4 +232,74 @@ func FuzzNextSlots(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzSlotsUnder: the slots of a priority capped below the limit, read
+// from a tail fetched for the cap, fit under the cap (adding j+1 members
+// at slot j holds its neighbourhood within it), though the set, filled
+// under the limit, may hold more than the cap in a window.
+func FuzzSlotsUnder(f *testing.F) {
+	f.Add(uint8(5), uint8(3), uint8(2), uint8(20), []byte{1, 5, 9, 30, 31, 32, 33, 34}, uint8(3))
+	f.Add(uint8(1), uint8(0), uint8(1), uint8(1), []byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, limit8, cap8, k8, w8 uint8, raw []byte, dropEvery uint8) {
+		limit := 1 + int(limit8%8)
+		capped := 1 + int(cap8)%limit
+		k := 1 + int(k8)%capped
+		w := 1 + int64(w8)
+		set, dropped, clean := fuzzSet(raw, limit, w, dropEvery)
+		extra := len(dropped)
+		slots := nextSlots(zrange(set, -(capped+extra), -(capped-k+1)), dropped, capped, k, extra, w)
+		last := int64(0)
+		for _, s := range clean {
+			last = max(last, s)
+		}
+		// The rule a claim is admitted by: the members within (g-w, g+w),
+		// with it, number at most the cap. (The set itself may hold more
+		// in a window: it was filled under the limit.)
+		fits := func(g int64, n int) bool {
+			in := n
+			for _, s := range clean {
+				if near(s, g, w) {
+					in++
+				}
+			}
+			return in <= capped
+		}
+		for j, s := range slots {
+			if !fits(max(s, last), j+1) {
+				t.Fatalf("limit %d cap %d w %d set %v dropped %v: slot %d = %d does not fit %d", limit, capped, w, clean, dropped, j, s, j+1)
+			}
+		}
+	})
+}
+
+// capsOf is the caps of a limit every priority may fill.
+func capsOf(limit int) levelCaps {
+	var c levelCaps
+	for l := range c {
+		c[l] = limit
+	}
+	return c
+}
+
+// fuzzSet builds a set from raw scores, keeping those that fit under limit,
+// and drops every dropEvery-th member (none for 0): the set sorted as Redis
+// sorts it, the dropped members, and the scores of the others.
+func fuzzSet(raw []byte, limit int, w int64, dropEvery uint8) (set, dropped []entry, clean []int64) {
+	var scores []int64
+	for i, b := range raw {
+		if s := int64(b); bruteFits(scores, s, 1, limit, w) {
+			scores = append(scores, s)
+			set = append(set, entry{score: s, member: fmt.Sprint("m", i)})
+		}
+	}
+	for i, e := range set {
+		if dropEvery > 0 && i%int(dropEvery) == 0 {
+			dropped = append(dropped, e)
+		} else {
+			clean = append(clean, e.score)
+		}
+	}
+	sort.Slice(set, func(i, j int) bool { return set[i].less(set[j]) })
+	return set, dropped, clean
 }

@@ -1,6 +1,7 @@
 package throttler
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -47,6 +48,10 @@ type Stats struct {
 	// place free and waited for one.
 	InFlight   int
 	PlaceWaits uint64
+	// Rejected counts the WaitN calls turned away, by Rejection: their
+	// slot lay past their deadline or their maximum wait, or the queue
+	// was full. Those past their deadline count in Abandoned too.
+	Rejected [numRejections]uint64
 
 	// PausedUntil is the end of the shared pause known to this Throttler;
 	// zero when none is in force.
@@ -66,6 +71,7 @@ type counters struct {
 	heals, lateWakes                            atomic.Uint64
 	settled, returned, debt                     atomic.Uint64
 	placeWaits                                  atomic.Uint64
+	rejected                                    [numRejections]atomic.Uint64
 	inFlight                                    atomic.Int64
 	waited                                      atomic.Int64 // nanoseconds
 }
@@ -90,6 +96,9 @@ func (t *Throttler) Stats() Stats {
 		Debt:        t.stats.debt.Load(),
 		InFlight:    int(t.stats.inFlight.Load()),
 		PlaceWaits:  t.stats.placeWaits.Load(),
+	}
+	for i := range s.Rejected {
+		s.Rejected[i] = t.stats.rejected[i].Load()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -131,6 +140,8 @@ type Observer struct {
 	// PlaceWait is called each time a call finds every place in flight
 	// taken and waits for one.
 	PlaceWait func()
+	// Rejected is called each time a WaitN call is turned away, with why.
+	Rejected func(why Rejection)
 	// Degraded is called with true when Redis fails and calls start to
 	// follow the FailOpen or FallbackLocal policy, and with false once
 	// Redis answers again.
@@ -181,9 +192,53 @@ func (t *Throttler) observeWait(n int, start time.Time, err error) {
 		}
 	case isRedis(err):
 		t.stats.failed.Add(1)
-	case !isInvalid(err):
-		t.stats.abandoned.Add(1)
+	case isInvalid(err):
+	default:
+		why, ok := rejectionOf(err)
+		if !ok || why == RejectedDeadline {
+			t.stats.abandoned.Add(1)
+		}
+		if ok {
+			t.stats.rejected[why].Add(1)
+			if o := t.opt.observer.Rejected; o != nil {
+				o(why)
+			}
+		}
 	}
+}
+
+// Rejection is why a WaitN call was turned away without its slot.
+type Rejection uint8
+
+const (
+	// RejectedDeadline: the earliest slot it could get lay past its
+	// context's deadline.
+	RejectedDeadline Rejection = iota
+	// RejectedMaxWait: its slot lay past its maximum wait, or the wait
+	// passed before it got one (see WithMaxWait).
+	RejectedMaxWait
+	// RejectedQueueFull: it found WithMaxQueue's bound reached and no call
+	// of a lower priority to shed.
+	RejectedQueueFull
+	// RejectedShed: a call of a higher priority shed it from a full queue.
+	RejectedShed
+
+	numRejections = 4
+)
+
+// String returns "deadline", "max wait", "queue full" or "shed".
+func (r Rejection) String() string {
+	switch r {
+	case RejectedDeadline:
+		return "deadline"
+	case RejectedMaxWait:
+		return "max wait"
+	case RejectedQueueFull:
+		return "queue full"
+	case RejectedShed:
+		return "shed"
+	}
+	return fmt.Sprintf("Rejection(%d)", uint8(r))
 }
 
 // observeAllowed counts n calls AllowN admitted.

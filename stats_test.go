@@ -42,6 +42,7 @@ func TestStatsAndObserver(t *testing.T) {
 		}
 		s := th.Stats()
 		want := Stats{Admitted: 3, Waits: 1, Abandoned: 1, Refused: 1, Pauses: 1, Limit: 3}
+		want.Rejected[RejectedDeadline] = 1 // the Wait whose slot lay past its deadline
 		got := s
 		got.Waited, got.RoundTrips, got.PausedUntil = 0, 0, time.Time{}
 		if got != want {

@@ -75,8 +75,13 @@ type attempt struct {
 	checks []int64 // distinct scores among adds
 	lims   []int   // the limit in force per window
 	slots  int     // k: how many upcoming free slots to learn (0 = none)
-	exact  bool    // MULTI/EXEC; otherwise a plain pipeline
-	clock  bool    // include TIME
+	levels uint8   // the priorities (a bit per level) of its claims and of the calls still waiting
+	// By level, for the priorities in levels that may fill less than the
+	// highest (see WithPriorityShare): their cap per window, whose free
+	// slots the round trip learns too (when slots > 0). Empty otherwise.
+	lowCaps [levels][]int
+	exact   bool // MULTI/EXEC; otherwise a plain pipeline
+	clock   bool // include TIME
 
 	// Trims, when trim is set: members scored before trimAt-w-trimSlack
 	// (trimAt is the server's last reading of its clock, never ahead of
@@ -109,7 +114,9 @@ type attempt struct {
 type reply struct {
 	counts [][]int64 // per window, per check
 	tails  [][]entry // per window
-	lost   bool      // the probe member is gone: Redis lost the window
+	// By level, per window: the tails read for the attempt's lowCaps.
+	lowTails [levels][][]entry
+	lost     bool // the probe member is gone: Redis lost the window
 	// The clock sample showed a clock step: the attempt's scores came
 	// from an estimate now known wrong, so its counts decide nothing.
 	stepped bool

@@ -36,7 +36,8 @@ type Throttler struct {
 	stats counters
 
 	mu      sync.Mutex // guards what follows
-	queue   []*waiter  // FIFO, not yet reserved
+	queue   []*waiter  // not yet reserved: AllowN first, then by priority, FIFO within one
+	waiting int        // WaitN calls between enterLocked and leaveLocked (see WithMaxQueue)
 	running bool       // a worker goroutine serves the queue
 	kick    chan struct{}
 	known   known        // what the last reply told of the room ahead
@@ -88,6 +89,9 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkShares(o.shares); err != nil {
+		return nil, err
 	}
 	if o.buffer > interval*10 && o.buffer > time.Minute {
 		return nil, invalidf("New(%q): buffer %s dwarfs the interval %s", key, o.buffer, interval)

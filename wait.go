@@ -20,9 +20,11 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //   - n is below 1 or above the smallest of the Throttler's limits (the
 //     error wraps ErrInvalidArgument), or above the first limit as lowered
 //     by SetLimit;
-//   - ctx ends first: the error wraps ctx.Err() (errors.Is(err, ctx.Err())
-//     holds) and whatever was reserved for the call is removed from Redis
-//     before WaitN returns. That takes at most two Redis calls, each bounded
+//   - ctx ends first, or by the time the call's slot comes (its deadline
+//     passed counts, even before ctx.Err says so): the error wraps ctx.Err()
+//     (errors.Is(err, ctx.Err()) holds; context.DeadlineExceeded for a
+//     deadline ctx has not noticed yet) and whatever was reserved for the
+//     call is removed from Redis before WaitN returns. That takes at most two Redis calls, each bounded
 //     by 250ms or the Redis timeout if smaller: waiting out the round trip
 //     that may be adding the call's members, then removing them. What a
 //     hung Redis does not let it remove is removed by a later round trip,
@@ -45,8 +47,9 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 // call went with. With place (and WithInFlight), the call also takes a
 // place in flight, whose lease it returns.
 func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
-	if n < 1 || n > t.minLimit {
-		return reservation{}, "", invalidf("%s(%d): n must be in 1..%d", where, n, t.minLimit)
+	prio := PriorityFromContext(ctx)
+	if err := t.checkN(where, n, prio); err != nil {
+		return reservation{}, "", err
 	}
 	if ctx.Err() != nil {
 		t.stats.abandoned.Add(1)
@@ -54,7 +57,27 @@ func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (
 	}
 	start := t.now()
 	defer func() { t.observeWait(n, start, err) }()
-	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: place && t.lease != nil}
+	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: place && t.lease != nil, prio: prio}
+	ctx, cancel := t.withMaxWait(ctx, w)
+	defer cancel()
+	if d, ok := ctx.Deadline(); ok {
+		// On the local clock, which WithClock may set apart from the
+		// clock context deadlines are read on (time.Now).
+		w.deadline = start.Add(time.Until(d))
+	}
+	if t.opt.maxQueue > 0 || !w.deadline.IsZero() {
+		t.mu.Lock()
+		err := t.enterLocked(w)
+		t.mu.Unlock()
+		if err != nil {
+			return reservation{}, "", err
+		}
+		defer func() {
+			t.mu.Lock()
+			t.leaveLocked(w)
+			t.mu.Unlock()
+		}()
+	}
 	if w.wantLease {
 		t.mu.Lock()
 		t.lease.active++
@@ -73,11 +96,6 @@ func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (
 				t.observeInFlight(1)
 			}
 		}()
-	}
-	if d, ok := ctx.Deadline(); ok {
-		// On the local clock, which WithClock may set apart from the
-		// clock context deadlines are read on (time.Now).
-		w.deadline = start.Add(time.Until(d))
 	}
 	for late := 0; ; {
 		t.submit(w)
@@ -147,7 +165,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, 
 	if d := res.at.Sub(t.now()); d > 0 && !res.immediate {
 		if !w.deadline.IsZero() && res.at.After(w.deadline) {
 			t.abandon(ctx, w)
-			return proceed, deadlineError(res.at, w.deadline)
+			return proceed, deadlineError(res.at, w.deadline, w.cause)
 		}
 		timer := time.NewTimer(d)
 		select {
@@ -171,6 +189,12 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, 
 		return t.unreserveAndUnlock(ctx, w, again)
 	}
 	t.mu.Unlock()
+	if ended(ctx) {
+		// The slot came as ctx ended (the select above took the timer, or
+		// ctx's own timer has yet to fire): the caller would spend the slot
+		// on a call its context already killed. It goes back instead.
+		return proceed, t.abandon(ctx, w)
+	}
 	return proceed, nil
 }
 
@@ -207,7 +231,7 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 		t.mu.Unlock()
 		t.nudge()
 		t.release(ctx, stale)
-		return ctxError(ctx)
+		return endedError(ctx)
 	case stInFlight:
 		// The round trip may be adding this call's members right now: wait
 		// for its reply (one round trip) to know what to remove, but no
@@ -224,7 +248,7 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 		if w.res.state == stInFlight {
 			w.caller = gone // the worker gives its members back when the reply comes
 			t.mu.Unlock()
-			return ctxError(ctx)
+			return endedError(ctx)
 		}
 	}
 	held := w.res.held()
@@ -235,7 +259,7 @@ func (t *Throttler) abandon(ctx context.Context, w *waiter) error {
 	w.res, w.caller = reservation{state: stFailed}, gone
 	t.mu.Unlock()
 	t.release(ctx, held)
-	return ctxError(ctx)
+	return endedError(ctx)
 }
 
 // forgetLocked notes that admitted members were given back: their call
@@ -252,4 +276,16 @@ func (t *Throttler) forgetLocked(members []string) {
 type known struct {
 	slots []int64 // next free slots (server µs, 0 = now), when near
 	near  bool    // little room was left: reserve exactly (MULTI), learning slots
+	// By level: the next free slots of a priority that may fill less of
+	// the limit than the highest (see WithPriorityShare), when learned.
+	capped [levels][]int64
+}
+
+// at returns the free slots known for calls of priority p: its own when
+// learned, else the highest priority's, which are no later.
+func (k known) at(p Priority) []int64 {
+	if s := k.capped[p.level()]; s != nil {
+		return s
+	}
+	return k.slots
 }

@@ -2,6 +2,8 @@ package throttler
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,3 +42,84 @@ func TestRequeuedImmediateCallWaitsForItsNewSlot(t *testing.T) {
 	mr.SetError("")
 	waitIdle(t, th)
 }
+
+// endingCtx is a context whose Err says it ended once end is set, while its
+// Done channel never closes: the moment a real context is in when its
+// deadline has passed but the timer that closes Done has not fired, or when
+// a sleeping Wait's select took its own timer over a Done that closed with
+// it. It makes that race deterministic.
+type endingCtx struct {
+	context.Context
+	end atomic.Bool
+}
+
+func (c *endingCtx) Err() error {
+	if c.end.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestWaitNeverSucceedsAfterItsContextEnded: a Wait whose context ends while
+// its slot is being reserved, or while it sleeps toward its slot, returns
+// the context's error, not nil, and gives its slot back (the slot is free
+// for the next call, and no member is left in Redis).
+func TestWaitNeverSucceedsAfterItsContextEnded(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		name := map[bool]string{false: "slot now", true: "slot ahead"}[ahead]
+		t.Run(name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, dial dialer, key string) {
+				const limit, interval = 2, 300 * time.Millisecond
+				th := mustNew(t, dial(), key, limit, interval)
+				if ahead {
+					for range limit {
+						if err := th.Wait(context.Background()); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				ctx := &endingCtx{Context: context.Background()}
+				var admitted, released int
+				th.onAdmit = func(int64, []string) { admitted++; ctx.end.Store(true) }
+				th.onRelease = func([]string) { released++ }
+				err := th.Wait(ctx)
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Wait with a context that ended when its slot was reserved = %v, want context.Canceled", err)
+				}
+				if admitted != 1 || released != 1 {
+					t.Fatalf("admitted %d, given back %d: want the one slot given back", admitted, released)
+				}
+				waitIdle(t, th)
+				th.onAdmit = nil
+				if got := len(keyMembers(t, dial(), key)); got != map[bool]int{false: 0, true: limit}[ahead] {
+					t.Fatalf("%d members in Redis after the give-back", got)
+				}
+			})
+		})
+	}
+}
+
+// TestEndedSeesAPassedDeadline: a deadline that passed counts as ended even
+// before the context's timer fires, with an error for
+// context.DeadlineExceeded.
+func TestEndedSeesAPassedDeadline(t *testing.T) {
+	ctx := deadlineOnly{Context: context.Background(), d: time.Now().Add(-time.Millisecond)}
+	if !ended(ctx) {
+		t.Fatal("ended(ctx past its deadline) = false")
+	}
+	if err := endedError(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("endedError = %v, want context.DeadlineExceeded", err)
+	}
+	if ended(deadlineOnly{Context: context.Background(), d: time.Now().Add(time.Hour)}) {
+		t.Fatal("ended(ctx before its deadline) = true")
+	}
+}
+
+// deadlineOnly has a deadline its Err does not report (its timer has not
+// fired).
+type deadlineOnly struct {
+	context.Context
+	d time.Time
+}
+
+func (c deadlineOnly) Deadline() (time.Time, bool) { return c.d, true }

@@ -10,8 +10,11 @@ import (
 type waiter struct {
 	n        int
 	deadline time.Time // zero without one
+	cause    error     // ErrMaxWait when WithMaxWait set deadline, nil when ctx did
 	now      bool      // AllowN: admitted now or refused, never given a later slot
+	prio     Priority
 	wake     chan struct{}
+	counted  bool // it counts as waiting (see WithMaxQueue); under mu
 
 	res    reservation // replaced whole at each step, never edited field by field
 	caller presence

@@ -21,8 +21,8 @@ func (t *Throttler) submit(w *waiter) {
 	}
 }
 
-// enqueue queues w: a WaitN at the tail, an AllowN ahead of every WaitN
-// (it does not wait behind them). It returns true when no worker was
+// enqueue queues w: an AllowN ahead of every WaitN (it does not wait behind
+// them), a WaitN behind those of its priority and higher. It returns true when no worker was
 // running: the caller then serves the queue itself for one round, which
 // spares an uncontended call two goroutine hand-offs.
 func (t *Throttler) enqueue(w *waiter) (inline bool) {
@@ -32,15 +32,13 @@ func (t *Throttler) enqueue(w *waiter) (inline bool) {
 		t.mu.Unlock()
 		return false
 	}
-	if w.now {
-		i := 0
-		for i < len(t.queue) && t.queue[i].now {
-			i++
-		}
-		t.queue = slices.Insert(t.queue, i, w)
-	} else {
-		t.queue = append(t.queue, w)
+	// Behind every call it does not go before: an AllowN behind the
+	// AllowNs, a WaitN behind those of its priority and higher.
+	i := len(t.queue)
+	for i > 0 && (w.now && !t.queue[i-1].now || !w.now && !t.queue[i-1].now && t.queue[i-1].prio < w.prio) {
+		i--
 	}
+	t.queue = slices.Insert(t.queue, i, w)
 	first := len(t.queue) == 1
 	if !t.running {
 		t.running, first, inline = true, false, true
@@ -208,7 +206,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 		sc.a = new(attempt)
 	}
 	*sc.a = attempt{remove: t.owed.giveBack, adds: append(sc.a.adds[:0], t.owed.replay...),
-		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls}
+		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls, lowCaps: sc.a.lowCaps}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
 	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, t.owed.mark)
@@ -224,7 +222,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	}
 	reqs := sc.reqs[:0]
 	for _, w := range t.queue {
-		reqs = append(reqs, request{n: w.n, deadline: w.deadline, now: w.now})
+		reqs = append(reqs, request{n: w.n, deadline: w.deadline, cause: w.cause, now: w.now, prio: w.prio})
 	}
 	p := plan(&t.config, in, reqs, sc.plan)
 	sc.reqs, sc.plan = reqs, p
@@ -260,7 +258,12 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	t.queue = rest
 	sc.batch = batch
 	a.checks = append(a.checks, p.checks...)
-	a.exact, a.slots, a.soonest, a.room = p.exact, p.slots, p.soonest, p.room
+	a.exact, a.slots, a.soonest, a.room, a.levels = p.exact, p.slots, p.soonest, p.room, p.levels
+	learn := a.levels
+	if a.slots == 0 {
+		learn = 0
+	}
+	a.lowCaps = t.lowCaps(learn, a.lims, a.lowCaps)
 	sleep = p.sleep
 	if p.jitter {
 		sleep += t.jitter(t.rng)
@@ -342,7 +345,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		t.queue = append(requeue, t.queue...)
 	}
 	if a.slots > 0 {
-		t.known.slots = res.slots
+		t.known.slots, t.known.capped = res.slots, res.capped
 	}
 	t.recovered()
 	if t.onResolved != nil {

@@ -26,7 +26,7 @@ type Collector struct {
 	admitted, waits, waitSeconds, abandoned, failed, refused *prometheus.Desc
 	roundTrips, redisErrors, pauses, heals, lateWakes        *prometheus.Desc
 	settled, returned, debt                                  *prometheus.Desc
-	inFlight, placeWaits                                     *prometheus.Desc
+	inFlight, placeWaits, rejected                           *prometheus.Desc
 	limit, interval, pausedUntil, degraded                   *prometheus.Desc
 }
 
@@ -55,6 +55,9 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		debt:        desc("throttler_settle_debt_units_total", "Units added as debt in Redis by permits that cost more than estimated."),
 		inFlight:    desc("throttler_in_flight", "Calls of this process holding a place in flight (WithInFlight)."),
 		placeWaits:  desc("throttler_place_waits_total", "Times a call found every place in flight taken and waited for one."),
+		rejected: prometheus.NewDesc("throttler_rejected_total",
+			"WaitN calls turned away without their slot, by reason: deadline, max wait, queue full, shed (see throttler.Rejection).",
+			[]string{"key", "reason"}, nil),
 		limit:       desc("throttler_limit", "The first limit in force: New's, or lower while SetLimit or an API's answer lowers it."),
 		interval:    desc("throttler_interval_seconds", "The length of the sliding window."),
 		pausedUntil: desc("throttler_paused_until_seconds", "End of the shared pause in force, in Unix seconds; 0 when none."),
@@ -67,7 +70,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.admitted, c.waits, c.waitSeconds, c.abandoned, c.failed, c.refused,
 		c.roundTrips, c.redisErrors, c.pauses, c.heals, c.lateWakes,
-		c.settled, c.returned, c.debt, c.inFlight, c.placeWaits,
+		c.settled, c.returned, c.debt, c.inFlight, c.placeWaits, c.rejected,
 		c.limit, c.interval, c.pausedUntil, c.degraded,
 	} {
 		ch <- d
@@ -101,6 +104,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.debt, float64(s.Debt))
 		gauge(c.inFlight, float64(s.InFlight))
 		counter(c.placeWaits, float64(s.PlaceWaits))
+		for why, n := range s.Rejected {
+			ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n), key, throttler.Rejection(why).String())
+		}
 		gauge(c.limit, float64(s.Limit))
 		gauge(c.interval, t.Interval().Seconds())
 		gauge(c.pausedUntil, unixSeconds(s.PausedUntil))

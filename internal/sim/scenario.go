@@ -136,7 +136,11 @@ type Scenario struct {
 	InFlight int
 	LeaseTTL time.Duration
 	CallTime time.Duration
-	Think    time.Duration // a caller pauses up to this between calls
+	// Calls at random priorities, the low ones capped at LowShare of each
+	// limit (WithPriorityShare).
+	Priorities bool
+	LowShare   float64
+	Think      time.Duration // a caller pauses up to this between calls
 
 	Faults []Fault
 }
@@ -198,6 +202,9 @@ func (s Scenario) String() string {
 	}
 	if s.InFlight > 0 {
 		fmt.Fprintf(&b, ", in flight <=%d (ttl %s, calls up to %s)", s.InFlight, s.LeaseTTL, s.CallTime)
+	}
+	if s.Priorities {
+		fmt.Fprintf(&b, ", priorities (low share %g)", s.LowShare)
 	}
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
@@ -306,6 +313,11 @@ func Generate(seed uint64) Scenario {
 		s.InFlight = 1 + ir.IntN(s.Replicas*s.Goroutines)
 		s.LeaseTTL = time.Duration(3+ir.IntN(28)) * time.Second
 		s.CallTime = max(time.Millisecond, min(s.W()/time.Duration(1+ir.IntN(20)), 2*s.LeaseTTL))
+	}
+	// And for priorities, on a quarter of the seeds.
+	if pr := rand.New(rand.NewPCG(seed, 0x7072696f)); pr.IntN(4) == 0 {
+		s.Priorities = true
+		s.LowShare = []float64{0.5, 0.75, 0.9}[pr.IntN(3)]
 	}
 	return s
 }

@@ -1,0 +1,161 @@
+package throttler
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// Bounded waiting: when the quota runs short, a call that cannot get its
+// slot in time fails at once, and so does a call that would join a queue
+// already as long as WithMaxQueue allows, unless it can shed a call of a
+// lower priority. Both are decided from what the process already knows,
+// without a Redis round trip.
+
+// WithMaxWait bounds how long a WaitN (and a call through Do, Wrap or the
+// Transport) may wait for its slot: as though its context had a deadline d
+// after the call, unless its own deadline is sooner. A call whose earliest
+// slot lies further away fails at once, without sleeping; one still queued
+// when d has passed fails then. Either error wraps ErrMaxWait and
+// context.DeadlineExceeded. Default none; d must be positive.
+func WithMaxWait(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalidf("WithMaxWait(%s): must be positive", d)
+		}
+		o.maxWait = d
+		return nil
+	}
+}
+
+// WithMaxQueue bounds how many WaitN calls of this Throttler may wait at
+// once (from the call until it returns, sleeping toward a reserved slot
+// included; AllowN calls never wait). A call that finds n waiting sheds the
+// most recent call of the lowest priority below its own that has no slot
+// yet, which fails with an error wrapping ErrQueueFull; when there is none,
+// the new call fails at once with such an error instead. Default none; n
+// must be positive.
+func WithMaxQueue(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return invalidf("WithMaxQueue(%d): must be positive", n)
+		}
+		o.maxQueue = n
+		return nil
+	}
+}
+
+// withMaxWait derives the context a call waits with under WithMaxWait, and
+// notes on w when the maximum wait, not ctx's own deadline, is the one
+// that ends it.
+func (t *Throttler) withMaxWait(ctx context.Context, w *waiter) (context.Context, context.CancelFunc) {
+	if t.opt.maxWait <= 0 {
+		return ctx, func() {}
+	}
+	at := time.Now().Add(t.opt.maxWait)
+	if d, ok := ctx.Deadline(); ok && !at.Before(d) {
+		return ctx, func() {}
+	}
+	w.cause = ErrMaxWait
+	return context.WithDeadlineCause(ctx, at, ErrMaxWait)
+}
+
+// enterLocked admits a new WaitN to the queue, or says why it fails at
+// once: its earliest slot lies past its deadline (or maximum wait), as
+// far as the last reply told, or WithMaxQueue's bound is reached and no
+// call of a lower priority can be shed. On success the call counts as
+// waiting until leaveLocked.
+func (t *Throttler) enterLocked(w *waiter) error {
+	if !w.deadline.IsZero() {
+		if err := t.tooLateLocked(w); err != nil {
+			return err
+		}
+	}
+	if t.opt.maxQueue > 0 && t.waiting >= t.opt.maxQueue {
+		victim := t.sheddableLocked(w.prio)
+		if victim == nil {
+			return rejectf(RejectedQueueFull, ErrQueueFull, "throttler: %d calls wait already (WithMaxQueue)", t.waiting)
+		}
+		t.queue = slices.DeleteFunc(t.queue, func(x *waiter) bool { return x == victim })
+		victim.counted = false
+		t.waiting--
+		victim.settle(reservation{state: stFailed, stale: victim.res.stale,
+			err: rejectf(RejectedShed, ErrQueueFull, "throttler: shed from a full queue for a call of priority %s", w.prio)})
+	}
+	w.counted = true
+	t.waiting++
+	return nil
+}
+
+// leaveLocked ends what enterLocked began.
+func (t *Throttler) leaveLocked(w *waiter) {
+	if w.counted {
+		w.counted = false
+		t.waiting--
+	}
+}
+
+// sheddableLocked returns the queued call to shed for a call of priority
+// p: the most recent of the lowest priority below p, or nil.
+func (t *Throttler) sheddableLocked(p Priority) *waiter {
+	var victim *waiter
+	for _, x := range t.queue {
+		if x.now || !x.counted || x.prio >= p {
+			continue
+		}
+		if victim == nil || x.prio <= victim.prio {
+			victim = x
+		}
+	}
+	return victim
+}
+
+// tooLateLocked fails a call whose slot cannot come by its deadline, as
+// far as this process knows: the calls queued ahead of it take the free
+// slots the last reply told of first (see earliest).
+func (t *Throttler) tooLateLocked(w *waiter) error {
+	now := t.now()
+	view := t.clock.view()
+	var buf [4]int
+	lims := t.shared.limits(t.wins, view.server(now), buf[:0])
+	if w.n > lims[0] {
+		return nil // the worker fails it, with the reason
+	}
+	ahead := 0
+	for _, x := range t.queue {
+		if x.now || x.prio >= w.prio {
+			ahead += x.n
+		}
+	}
+	floor := max(view.server(now)+view.rtt, t.shared.pausedTill)
+	var slots []int64
+	if t.known.near {
+		slots = t.known.at(w.prio)
+	}
+	if at := view.local(earliest(t.wins, lims, slots, floor, ahead, w.n)); at.After(w.deadline) {
+		return deadlineError(at, w.deadline, w.cause)
+	}
+	return nil
+}
+
+// earliest is a lower bound on the slot (server µs) a call of n units can
+// get with ahead units of this process's calls served before it, none
+// before floor: its last unit is the (ahead+n)-th of the process's calls to
+// come. Each comes no sooner than the free slot of its rank the last reply
+// told of (slots, nil far from the limit; the last one told, past those), and any limit+1 calls lie a
+// window apart, so the k-th comes at least a window per limit calls after
+// the (k mod limit)-th. Slots others give back can only make it sooner;
+// that is what a round trip is for.
+func earliest(wins []window, lims []int, slots []int64, floor int64, ahead, n int) int64 {
+	last := ahead + n - 1
+	bound := floor
+	for i, x := range wins {
+		j, laps := last%lims[i], int64(last/lims[i])
+		base := floor
+		if len(slots) > 0 {
+			base = max(base, slots[min(j, len(slots)-1)])
+		}
+		bound = max(bound, base+laps*x.w)
+	}
+	return bound
+}

@@ -1,0 +1,156 @@
+package throttler
+
+import (
+	"context"
+	"fmt"
+)
+
+// Priority orders calls when the quota runs short. A call's priority
+// comes from its context (see ContextWithPriority), so that Wait, Do, Wrap
+// and the Transport all carry it. Within one process, a waiting call of a
+// higher priority is served before every call of a lower one; calls of one
+// priority are served in the order they called. When WithMaxQueue's bound
+// is reached, the lowest priority is shed first.
+type Priority int8
+
+// The priorities, highest first. The zero value is PriorityNormal.
+const (
+	PriorityHigh   Priority = 1
+	PriorityNormal Priority = 0
+	PriorityLow    Priority = -1
+)
+
+// levels is the number of priorities; level maps one to 0..levels-1,
+// lowest first.
+const levels = 3
+
+func (p Priority) level() int { return int(p - PriorityLow) }
+
+func (p Priority) valid() bool { return p >= PriorityLow && p <= PriorityHigh }
+
+// String returns "high", "normal" or "low".
+func (p Priority) String() string {
+	switch p {
+	case PriorityHigh:
+		return "high"
+	case PriorityNormal:
+		return "normal"
+	case PriorityLow:
+		return "low"
+	}
+	return fmt.Sprintf("Priority(%d)", int8(p))
+}
+
+type priorityKey struct{}
+
+// ContextWithPriority returns a copy of ctx that carries p: calls made with
+// it (Wait, Do, Wrap, requests through a Transport) wait at priority p. A
+// value outside PriorityLow..PriorityHigh is clamped to that range.
+func ContextWithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, min(max(p, PriorityLow), PriorityHigh))
+}
+
+// PriorityFromContext returns the priority ctx carries: PriorityNormal
+// unless ContextWithPriority set one.
+func PriorityFromContext(ctx context.Context) Priority {
+	p, _ := ctx.Value(priorityKey{}).(Priority)
+	return p
+}
+
+// WithPriorityShare sets the share of every limit that calls of priority p
+// may fill: such a call is admitted only while each window holding it, with
+// it, holds at most share × the limit (rounded down, at least one call), so
+// that calls of higher priorities always find the rest free, on every
+// replica. Calls of a priority whose share is 1 may fill the whole limit.
+// Default: 1 for PriorityHigh and PriorityNormal, 0.9 for PriorityLow.
+// share must be in (0, 1], and the shares must not grow from PriorityHigh
+// down to PriorityLow (New checks). Every Throttler on the key should use
+// the same shares: they are checked by each process for its own calls.
+func WithPriorityShare(p Priority, share float64) Option {
+	return func(o *options) error {
+		if !p.valid() {
+			return invalidf("WithPriorityShare(%s, %g): no such priority", p, share)
+		}
+		if !(share > 0 && share <= 1) {
+			return invalidf("WithPriorityShare(%s, %g): share must be in (0, 1]", p, share)
+		}
+		o.shares[p.level()] = int(share*1000 + 0.5)
+		return nil
+	}
+}
+
+// defaultShares are WithPriorityShare's defaults, in thousandths, by level.
+var defaultShares = [levels]int{900, 1000, 1000}
+
+// checkShares reports shares that grow toward the lower priorities.
+func checkShares(s [levels]int) error {
+	for l := 1; l < levels; l++ {
+		if s[l] < s[l-1] {
+			return invalidf("WithPriorityShare: priority %s has a smaller share (%d/1000) than %s (%d/1000)",
+				Priority(l)+PriorityLow, s[l], Priority(l-1)+PriorityLow, s[l-1])
+		}
+	}
+	return nil
+}
+
+// levelCaps is, by level, the most calls a window holding a call of that
+// priority may hold with it.
+type levelCaps [levels]int
+
+// caps returns each priority's cap under the limit lim.
+func (c *config) caps(lim int) levelCaps {
+	var out levelCaps
+	for l, share := range c.opt.shares {
+		out[l] = max(1, lim*share/1000)
+	}
+	return out
+}
+
+// checkN reports an n beyond what one call of priority p may take under
+// the configured limits.
+func (c *config) checkN(where string, n int, p Priority) error {
+	most := c.minLimit
+	for _, x := range c.wins {
+		most = min(most, c.caps(x.limit)[p.level()])
+	}
+	if n < 1 || n > most {
+		return invalidf("%s(%d): n must be in 1..%d at priority %s", where, n, most, p)
+	}
+	return nil
+}
+
+// capped reports whether calls of priority p may fill less than the whole
+// limit: the free slots under the limit are not theirs.
+func (c *config) capped(p Priority) bool {
+	return c.opt.shares[p.level()] < 1000
+}
+
+// smallestCap is the smallest cap under lim of the priorities in mask (a bit
+// per level) and of the highest priority.
+func (c *config) smallestCap(mask uint8, lim int) int {
+	caps := c.caps(lim)
+	low := caps[PriorityHigh.level()]
+	for l, cp := range caps {
+		if mask&(1<<l) != 0 {
+			low = min(low, cp)
+		}
+	}
+	return low
+}
+
+// lowCaps returns, for each priority in mask (a bit per level) that may
+// fill less than the whole limit, its cap under each limit in lims: the round
+// trip learns its free slots too. The slices of buf are reused.
+func (c *config) lowCaps(mask uint8, lims []int, buf [levels][]int) [levels][]int {
+	for l := range levels {
+		if mask&(1<<l) == 0 || !c.capped(Priority(l)+PriorityLow) {
+			buf[l] = buf[l][:0]
+			continue
+		}
+		buf[l] = buf[l][:0]
+		for _, lim := range lims {
+			buf[l] = append(buf[l], c.caps(lim)[l])
+		}
+	}
+	return buf
+}
