@@ -6,6 +6,7 @@
 //	cd bench && go run ./cmd/harness            # full run, about 3 minutes
 //	cd bench && go run ./cmd/harness -quick     # CI-sized, about a minute
 //	go run ./cmd/harness -scenarios saturate,herd -impls throttler,seed -json out.json -svg chart.svg
+//	go run ./cmd/harness -scenarios storm,storm10,herd24  # opt-in: run only when named
 package main
 
 import (
@@ -28,7 +29,7 @@ func main() {
 	}
 	var (
 		quick     = flag.Bool("quick", false, "short CI-sized run")
-		scenarios = flag.String("scenarios", "", "comma-separated scenarios to run (default all: "+strings.Join(harness.ScenarioNames, ",")+")")
+		scenarios = flag.String("scenarios", "", "comma-separated scenarios to run, of "+strings.Join(harness.ScenarioNames, ",")+" (default all but the opt-in "+strings.Join(harness.OptInNames, ",")+")")
 		implList  = flag.String("impls", "", "comma-separated implementations (default all: "+strings.Join(impls.Names, ",")+")")
 		duration  = flag.Duration("duration", 0, "override the duration of every timed scenario")
 		buffer    = flag.Duration("buffer", 50*time.Millisecond, "buffer of throttler and seed (admission-to-arrival margin)")

@@ -39,25 +39,9 @@ func requireRedis(t *testing.T) {
 // for 1.5s, against this library, through the whole harness: redis-server,
 // fake API, replica processes, metrics and every output format.
 func TestSmoke(t *testing.T) {
-	requireRedis(t)
-	all, err := Select(Scenarios(true), []string{"saturate"}, []string{"throttler"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := all[0]
-	sc.Procs, sc.Goroutines, sc.Duration = 2, 4, 1500*time.Millisecond
-
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Rows) != 1 {
-		t.Fatalf("%d rows, want 1", len(rep.Rows))
-	}
-	row := rep.Rows[0]
-	t.Logf("row: %+v", row.summary())
+	rep, row := smoke(t, "saturate", []string{"throttler"}, func(sc *Scenario) {
+		sc.Procs, sc.Goroutines, sc.Duration = 2, 4, 1500*time.Millisecond
+	})
 	switch {
 	case row.Admitted == 0:
 		t.Fatal("nothing admitted")
@@ -85,24 +69,13 @@ func TestSmoke(t *testing.T) {
 // on a 1s window for 3s, through the whole harness, and checks what it
 // guarantees: no 429, no window over either limit at the API, no error.
 func TestSmokeLLM(t *testing.T) {
-	requireRedis(t)
-	all, err := Select(Scenarios(true), []string{"llm"}, nil)
-	if err != nil {
-		t.Fatal(err)
+	rep, row := smoke(t, "llm", nil, func(sc *Scenario) {
+		sc.Procs, sc.Goroutines, sc.Interval, sc.Warmup, sc.Duration = 2, 4, time.Second, time.Second, 3*time.Second
+	})
+	l := row.LLM
+	if l == nil {
+		t.Fatalf("row %+v, want an llm row", row)
 	}
-	sc := all[0]
-	sc.Procs, sc.Goroutines, sc.Interval, sc.Warmup, sc.Duration = 2, 4, time.Second, time.Second, 3*time.Second
-
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Rows) != 1 || rep.Rows[0].LLM == nil {
-		t.Fatalf("rows %+v, want one llm row", rep.Rows)
-	}
-	row, l := rep.Rows[0], rep.Rows[0].LLM
 	switch {
 	case row.Admitted == 0 || l.Calls == 0:
 		t.Fatalf("%d admitted, %d calls at the API", row.Admitted, l.Calls)
@@ -172,6 +145,8 @@ func TestOutputs(t *testing.T) {
 			{Scenario: "latency", Impl: "seed", Limit: 1e6},
 			{Scenario: "llm", Impl: "throttler", Limit: 10000, Utilization: &u, MaxInWindow: &mx, StrictRejects: &rej,
 				LLM: &LLMRow{TokenLimit: 10000, RequestLimit: 60, Calls: 70, Rejected: 2, RejectedAfterWarmup: 1, TokensPerInterval: 9500, MaxTokens: 9900, MaxRequests: 61}},
+			{Scenario: "storm", Impl: "throttler", Limit: 100, Utilization: &u, MaxInWindow: &mx, StrictRejects: &rej, CommandsPerAdm: 4.5,
+				Storm: &StormRow{WaitCalls: 5000, Admitted: 500, Failed: 4500, RoundTripsPerWait: 0.25, EarlyShare: 0.9, FailedAtP50: 0.02, FailedAtP99: 1.05}},
 		},
 		Latency: []LatencyRow{{Impl: "seed", PingP50Us: 50, WaitP50Us: 100, RatioP50: 2}},
 		Memory:  []MemoryRow{{Impl: "seed", Calls: 10, Members: 10, Bytes: 1380, BytesPerMember: 138}},
@@ -179,7 +154,8 @@ func TestOutputs(t *testing.T) {
 	checkOutputs(t, rep)
 	md := rep.Markdown()
 	for _, want := range []string{"**120**", "| latency | seed | 0.0 | — | — | — |", "| seed | 10 | 10 | 1380 | 138.0 |", "boom", "95.0%",
-		"| llm | throttler | 70 | **2** | **1** | 9500 | 95.0% | 9900 | **61** |"} {
+		"| llm | throttler | 70 | **2** | **1** | 9500 | 95.0% | 9900 | **61** |",
+		"| storm | throttler | 5000 | 4500 | 0.250 | 500 | 4.50 | 95.0% | 100 | 0 |", "| 90.0% | 2% | 105% |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
@@ -211,6 +187,24 @@ func TestSelect(t *testing.T) {
 	if _, err := Select(all, []string{"memory"}, []string{"xrate"}); err == nil {
 		t.Error("an empty selection accepted")
 	}
+	// The opt-in scenarios run only when named.
+	def, err := Select(all, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range def {
+		if slices.Contains(OptInNames, s.Name) {
+			t.Errorf("%s runs by default", s.Name)
+		}
+	}
+	if got, err := Select(all, OptInNames, nil); err != nil || len(got) != len(OptInNames) {
+		t.Errorf("Select(%v) = %d scenarios, %v", OptInNames, len(got), err)
+	}
+	for _, n := range ScenarioNames {
+		if !slices.ContainsFunc(all, func(s Scenario) bool { return s.Name == n }) {
+			t.Errorf("ScenarioNames lists %s, which Scenarios lacks", n)
+		}
+	}
 }
 
 func TestFmtMs(t *testing.T) {
@@ -240,25 +234,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 // goroutines for a cap of 3, for 1.5s: the cap holds at the API, and the
 // figures are filled in.
 func TestSmokeInFlight(t *testing.T) {
-	requireRedis(t)
-	all, err := Select(Scenarios(true), []string{"inflight"}, nil)
-	if err != nil {
-		t.Fatal(err)
+	rep, row := smoke(t, "inflight", nil, func(sc *Scenario) {
+		sc.Procs, sc.Goroutines, sc.InFlight, sc.Duration, sc.Warmup = 2, 6, 3, 1500*time.Millisecond, 500*time.Millisecond
+	})
+	f := row.InFlight
+	if f == nil {
+		t.Fatalf("row %+v, want in-flight figures", row)
 	}
-	sc := all[0]
-	sc.Procs, sc.Goroutines, sc.InFlight, sc.Duration, sc.Warmup = 2, 6, 3, 1500*time.Millisecond, 500*time.Millisecond
-
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Rows) != 1 || rep.Rows[0].InFlight == nil {
-		t.Fatalf("rows %+v, want one with in-flight figures", rep.Rows)
-	}
-	row, f := rep.Rows[0], rep.Rows[0].InFlight
-	t.Logf("row: %s", row.summary())
 	switch {
 	case row.Admitted == 0:
 		t.Fatal("nothing admitted")
@@ -274,4 +256,59 @@ func TestSmokeInFlight(t *testing.T) {
 	if md := rep.Markdown(); !strings.Contains(md, "| inflight") {
 		t.Errorf("no inflight table in:\n%s", md)
 	}
+}
+
+// TestSmokeStorm runs the storm scenario, shrunk to 2 processes x 20
+// goroutines on 10 per 1s for 2s: Waits fail by their deadline, the limit
+// holds at the API, and the storm's figures are filled in.
+func TestSmokeStorm(t *testing.T) {
+	rep, row := smoke(t, "storm", []string{"throttler"}, func(sc *Scenario) {
+		sc.Procs, sc.Goroutines, sc.Limit, sc.Duration, sc.Warmup = 2, 20, 10, 2*time.Second, 500*time.Millisecond
+	})
+	f := row.Storm
+	if f == nil {
+		t.Fatalf("row %+v, want the storm's figures", row)
+	}
+	switch {
+	case row.Admitted == 0 || f.Failed == 0:
+		t.Fatalf("%d admitted, %d failed: want both", row.Admitted, f.Failed)
+	case row.Errors != 0 || row.APIErrors != 0:
+		t.Fatalf("%d wait errors, %d API errors: %s", row.Errors, row.APIErrors, row.FirstError)
+	case int64(row.APICalls) != row.Admitted || f.WaitCalls != f.Admitted+f.Failed:
+		t.Errorf("%d calls reached the API, %d admitted, %d Wait calls, %d failed", row.APICalls, row.Admitted, f.WaitCalls, f.Failed)
+	case f.FailedMeasured == 0 || f.FailedAtP50 <= 0 || f.RoundTripsPerWait <= 0:
+		t.Errorf("figures missing: %+v", *f)
+	case *row.MaxInWindow > row.Limit || *row.StrictRejects != 0:
+		t.Errorf("max in window %d (limit %d), strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
+	case len(row.PerProcPerInterval) != 2 || len(row.PerProcPerInterval[0]) != 2:
+		t.Errorf("per-process counts per interval: %v", row.PerProcPerInterval)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| storm | throttler |") {
+		t.Errorf("no storm table in:\n%s", md)
+	}
+}
+
+// smoke runs the quick scenario called name with the implementations
+// named (nil: its own), shrunk, through the whole harness within 45s, and
+// returns the report and its one row.
+func smoke(t *testing.T, name string, implNames []string, shrink func(*Scenario)) (*Report, Row) {
+	t.Helper()
+	requireRedis(t)
+	all, err := Select(Scenarios(true), []string{name}, implNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := all[0]
+	shrink(&sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rep.Rows))
+	}
+	t.Logf("row: %s", rep.Rows[0].summary())
+	return rep, rep.Rows[0]
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -46,6 +47,9 @@ type ReplicaConfig struct {
 	Requests   int           `json:"requests,omitempty"` // KindLLM: calls per Interval
 	Unit       int           `json:"unit,omitempty"`     // KindLLM: tokens per unit of the token Throttler
 	InFlight   int           `json:"inflight,omitempty"` // KindInFlight: WithInFlight's n
+	// KindStorm: the range of each Wait's deadline.
+	DeadlineMin time.Duration `json:"deadline_min,omitempty"`
+	DeadlineMax time.Duration `json:"deadline_max,omitempty"`
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.
@@ -64,6 +68,14 @@ type ReplicaResult struct {
 	// counts every round trip, releases and renewals too) and lease waits.
 	Reservations int64 `json:"reservations,omitempty"`
 	LeaseWaits   int64 `json:"lease_waits,omitempty"`
+	// KindStorm: Waits that failed by their deadline (whole run), and of
+	// those measured (returned at or after Warmup), how many returned
+	// before the deadline, and when each returned, in millionths of its
+	// deadline (1,000,000: at the deadline).
+	Failed         int64   `json:"failed,omitempty"`
+	FailedMeasured int64   `json:"failed_measured,omitempty"`
+	FailedEarly    int64   `json:"failed_early,omitempty"`
+	FailedAt       []int64 `json:"failed_at_ppm,omitempty"`
 }
 
 // ReplicaMain runs a replica from the configuration in ReplicaEnv, talking to
@@ -132,6 +144,9 @@ type goroutineLog struct {
 	waits, pings                          []int64
 	unfinished                            bool
 	firstErr                              error
+	// KindStorm: Waits failed by their deadline (see ReplicaResult).
+	failed, failedMeasured, failedEarly int64
+	failedAt                            []int64
 }
 
 func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Writer) error {
@@ -208,6 +223,8 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 			wg.Go(func() { llmLoop(runCtx, cfg, client, uint64(cfg.Index*1000+g), warmEnd, l) })
 		case KindInFlight:
 			wg.Go(func() { loopInFlight(runCtx, cfg, th, client, warmEnd, l) })
+		case KindStorm:
+			wg.Go(func() { loopStorm(runCtx, cfg, w, client, warmEnd, l) })
 		default:
 			wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
 		}
@@ -234,6 +251,10 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		res.APIErrors += l.apiErrors
 		res.WaitNs = append(res.WaitNs, l.waits...)
 		res.PingNs = append(res.PingNs, l.pings...)
+		res.Failed += l.failed
+		res.FailedMeasured += l.failedMeasured
+		res.FailedEarly += l.failedEarly
+		res.FailedAt = append(res.FailedAt, l.failedAt...)
 		if l.unfinished {
 			res.Unfinished++
 		}
@@ -330,6 +351,66 @@ func loopInFlight(ctx context.Context, cfg ReplicaConfig, th *throttler.Throttle
 		}
 		l.admit(w0, began, warmEnd)
 		l.called(err)
+	}
+}
+
+// loopStorm is one goroutine of a KindStorm replica: a Wait with a
+// deadline drawn in [DeadlineMin, DeadlineMax], then the API call if it was
+// admitted; a Wait that failed before its deadline is followed by a sleep
+// until the deadline, as a caller would have waited that long, until the
+// run's context ends.
+func loopStorm(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time, l *goroutineLog) {
+	for ctx.Err() == nil {
+		d := cfg.DeadlineMin + rand.N(cfg.DeadlineMax-cfg.DeadlineMin+1)
+		w0 := time.Now()
+		deadline := w0.Add(d)
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		err := w.Wait(wctx)
+		cancel()
+		done := time.Now()
+		switch {
+		case err == nil:
+			l.admit(w0, done, warmEnd)
+			l.called(call(client, cfg))
+		case ctx.Err() != nil:
+			l.unfinished = true
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+			l.refused(w0, done, d, warmEnd)
+			sleepCtx(ctx, deadline.Sub(done))
+		default:
+			if l.waitFailed(ctx, err) {
+				return
+			}
+		}
+	}
+}
+
+// refused notes a Wait from w0 with deadline d that failed by its deadline
+// at done.
+func (l *goroutineLog) refused(w0, done time.Time, d time.Duration, warmEnd time.Time) {
+	l.failed++
+	if done.Before(warmEnd) {
+		return
+	}
+	l.failedMeasured++
+	took := done.Sub(w0)
+	if took < d {
+		l.failedEarly++
+	}
+	l.failedAt = append(l.failedAt, int64(took)*1_000_000/int64(d))
+}
+
+// sleepCtx sleeps d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -73,6 +73,11 @@ type Row struct {
 
 	PerProc []int64  `json:"per_proc"`       // admissions per process after the warm-up
 	Jain    *float64 `json:"jain,omitempty"` // Jain's index of PerProc; only with several processes
+	// PerProcPerInterval[p][k] is how many of process p's calls reached
+	// the API in [k·interval, (k+1)·interval) after the start, whole run.
+	PerProcPerInterval [][]int `json:"per_proc_per_interval,omitempty"`
+	// PerProcRoundTrips is each process's Redis round trips, whole run.
+	PerProcRoundTrips []int64 `json:"per_proc_round_trips,omitempty"`
 
 	WaitP50Ms float64 `json:"wait_p50_ms"`
 	WaitP99Ms float64 `json:"wait_p99_ms"`
@@ -89,6 +94,9 @@ type Row struct {
 
 	// InFlight: the inflight scenario's figures.
 	InFlight *InFlightRow `json:"inflight,omitempty"`
+
+	// Storm: a KindStorm run's figures.
+	Storm *StormRow `json:"storm,omitempty"`
 
 	SeriesStepMs int64 `json:"series_step_ms,omitempty"`
 	// Series[i] is the number of API arrivals in the window of length
@@ -111,6 +119,27 @@ type InFlightRow struct {
 	ReservationsPerAdm float64 `json:"reservations_per_admission"`
 	LeaseWaits         int64   `json:"lease_waits"` // the library's Stats.PlaceWaits, summed
 	LeaseWaitsPerAdm   float64 `json:"lease_waits_per_admission"`
+}
+
+// StormRow is what a KindStorm run measures besides a Row's figures. Wait
+// calls and round trips are over the whole run; the failed Waits' timing
+// after the warm-up.
+type StormRow struct {
+	WaitCalls         int64   `json:"wait_calls"` // Admitted + Failed
+	Admitted          int64   `json:"admitted"`
+	Failed            int64   `json:"failed"` // Waits that failed by their deadline
+	RoundTripsPerWait float64 `json:"round_trips_per_wait"`
+	// FailedMeasured is the failed Waits that returned after the warm-up,
+	// FailedEarly those of them that returned before their deadline
+	// (refused at once, their slot lying beyond it), and EarlyShare the
+	// ratio.
+	FailedMeasured int64   `json:"failed_measured"`
+	FailedEarly    int64   `json:"failed_early"`
+	EarlyShare     float64 `json:"early_share"`
+	// FailedAtP50 and FailedAtP99: when the failed Waits returned, as a
+	// fraction of their deadline (1: at the deadline; above 1: late).
+	FailedAtP50 float64 `json:"failed_at_p50"`
+	FailedAtP99 float64 `json:"failed_at_p99"`
 }
 
 // LatencyRow is the latency scenario for one implementation.
@@ -143,13 +172,15 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
-	var rows, llm, inflight []Row
+	var rows, llm, inflight, storm []Row
 	for _, row := range r.Rows {
 		switch {
 		case row.LLM != nil:
 			llm = append(llm, row)
 		case row.InFlight != nil:
 			inflight = append(inflight, row)
+		case row.Storm != nil:
+			storm = append(storm, row)
 		default:
 			rows = append(rows, row)
 		}
@@ -198,6 +229,9 @@ func (r *Report) Markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	if len(storm) > 0 {
+		writeStorm(&b, storm)
+	}
 	if len(r.Latency) > 0 {
 		b.WriteString("| latency (unthrottled, 1 goroutine) | PING p50 | PING p99 | Wait p50 | Wait p99 | Wait/PING p50 |\n")
 		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
@@ -232,6 +266,28 @@ func (r *Report) Markdown() string {
 	return b.String()
 }
 
+// writeStorm writes the table of KindStorm rows.
+func writeStorm(b *strings.Builder, rows []Row) {
+	b.WriteString("| storm | impl | Wait calls | failed | RT/Wait | admissions | cmds/adm | utilization | max in window | strict rejects | Redis CPU µs/adm | wait p50 | wait p99 | failed early | failed returned at, % of deadline: p50 | p99 |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range rows {
+		f := row.Storm
+		p50, p99 := "—", "—" // no Wait succeeded after the warm-up
+		if row.Measured > 0 {
+			p50, p99 = fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %.3f | %d | %.2f | %s | %s | %s | %.1f | %s | %s | %.1f%% | %s | %s |\n",
+			row.Scenario, row.Impl, f.WaitCalls, f.Failed, f.RoundTripsPerWait, f.Admitted, row.CommandsPerAdm,
+			optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
+			optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0), row.RedisCPUUsPerAdm,
+			p50, p99, 100*f.EarlyShare, fmtDeadline(f.FailedAtP50), fmtDeadline(f.FailedAtP99))
+	}
+	b.WriteString("\n")
+}
+
+// fmtDeadline formats a time as a share of a deadline, in percent.
+func fmtDeadline(v float64) string { return fmt.Sprintf("%.3g%%", 100*v) }
+
 // summary is the row in one line, for progress output.
 func (row Row) summary() string {
 	s := fmt.Sprintf("%s/s", fmtRate(row.AdmittedPerSec))
@@ -243,6 +299,10 @@ func (row Row) summary() string {
 			s += fmt.Sprintf(", %d errors (%s)", row.Errors+row.APIErrors, row.FirstError)
 		}
 		return s
+	}
+	if f := row.Storm; f != nil {
+		s += fmt.Sprintf(", %d Waits (%d failed, %.1f%% of those early), %.3f RT/Wait, %.2f cmds/adm",
+			f.WaitCalls, f.Failed, 100*f.EarlyShare, f.RoundTripsPerWait, row.CommandsPerAdm)
 	}
 	if f := row.InFlight; f != nil {
 		s += fmt.Sprintf(", in flight max %d/%d mean %.1f%% of the cap, %d refused over it", f.Max, f.Cap, 100*f.Utilization, f.OverCap)

@@ -225,6 +225,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			Limit: sc.Limit, Interval: sc.Interval, Buffer: h.opt.Buffer, Procs: sc.Procs,
 			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: apiURL,
 			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
+			DeadlineMin: sc.DeadlineMin, DeadlineMax: sc.DeadlineMax,
 		})
 		if err != nil {
 			return Row{}, nil, err
@@ -297,6 +298,7 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 	}
 	var waits, pings []int64
 	perProc := make([]float64, sc.Procs)
+	row.PerProcRoundTrips = make([]int64, sc.Procs)
 	var trips, reservations, leaseWaits int64
 	for _, r := range results {
 		reservations += r.Reservations
@@ -314,6 +316,7 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 		pings = append(pings, r.PingNs...)
 		if r.Index >= 0 && r.Index < len(perProc) {
 			perProc[r.Index] = float64(r.Measured)
+			row.PerProcRoundTrips[r.Index] = r.RoundTrips
 		}
 	}
 	span := (sc.Duration - sc.Warmup).Seconds()
@@ -323,14 +326,25 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 		row.InFlight = inFlightFigures(sc, t0, arrivals, reservations, leaseWaits, row.Admitted)
 		arrivals = slices.DeleteFunc(arrivals, func(a fakeapi.Arrival) bool { return a.OverCap })
 	}
-	if sc.Kind == KindAPI || sc.Kind == KindInFlight {
+	if sc.Kind == KindAPI || sc.Kind == KindInFlight || sc.Kind == KindStorm {
 		ts := make([]int64, len(arrivals))
 		clear(perProc)
 		from, to := int64(sc.Warmup), int64(sc.Duration)
+		row.PerProcPerInterval = make([][]int, sc.Procs)
+		intervals := int((sc.Duration + sc.Interval - 1) / sc.Interval)
+		for i := range row.PerProcPerInterval {
+			row.PerProcPerInterval[i] = make([]int, intervals)
+		}
 		for i, a := range arrivals {
 			ts[i] = int64(a.At.Sub(t0))
-			if ts[i] >= from && ts[i] < to && a.Replica >= 0 && a.Replica < len(perProc) {
+			if a.Replica < 0 || a.Replica >= len(perProc) {
+				continue
+			}
+			if ts[i] >= from && ts[i] < to {
 				perProc[a.Replica]++
+			}
+			if k := ts[i] / int64(sc.Interval); k >= 0 && k < int64(intervals) {
+				row.PerProcPerInterval[a.Replica][k]++
 			}
 		}
 		w := int64(sc.Interval)
@@ -357,6 +371,9 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 
 	cmds, total, cpu := redisserver.Delta(before, after)
 	row.Commands = cmds
+	if sc.Kind == KindStorm {
+		row.Storm = stormFigures(results, row.Admitted, trips)
+	}
 	if row.Admitted > 0 {
 		a := float64(row.Admitted)
 		row.RoundTripsPerAdm = float64(trips) / a
@@ -421,6 +438,30 @@ func inFlightFigures(sc Scenario, t0 time.Time, arrivals []fakeapi.Arrival, rese
 		f.LeaseWaitsPerAdm = float64(leaseWaits) / float64(admitted)
 		f.ReservationsPerAdm = float64(reservations) / float64(admitted)
 	}
+	return f
+}
+
+// stormFigures sums the failed Waits of a KindStorm run and says how soon
+// they returned, relative to their deadlines.
+func stormFigures(results []ReplicaResult, admitted, trips int64) *StormRow {
+	f := &StormRow{Admitted: admitted}
+	var at []int64
+	for _, r := range results {
+		f.Failed += r.Failed
+		f.FailedMeasured += r.FailedMeasured
+		f.FailedEarly += r.FailedEarly
+		at = append(at, r.FailedAt...)
+	}
+	f.WaitCalls = admitted + f.Failed
+	if f.WaitCalls > 0 {
+		f.RoundTripsPerWait = float64(trips) / float64(f.WaitCalls)
+	}
+	if f.FailedMeasured > 0 {
+		f.EarlyShare = float64(f.FailedEarly) / float64(f.FailedMeasured)
+	}
+	slicesSort(at)
+	f.FailedAtP50 = float64(metrics.PercentileSorted(at, 50)) / 1e6
+	f.FailedAtP99 = float64(metrics.PercentileSorted(at, 99)) / 1e6
 	return f
 }
 

@@ -36,6 +36,11 @@ const (
 	// WithInFlight(InFlight); the API holds each call and caps the calls in
 	// flight at InFlight. Not throttled by the rate.
 	KindInFlight Kind = "inflight"
+	// KindStorm: each Wait has its own deadline, drawn uniformly in
+	// [DeadlineMin, DeadlineMax]; an admitted call GETs the API, and a
+	// goroutine whose Wait failed before its deadline sleeps until the
+	// deadline would have passed, then tries again.
+	KindStorm Kind = "storm"
 )
 
 // Scenario is one workload, run once per implementation.
@@ -60,6 +65,11 @@ type Scenario struct {
 	// library's), and the range of the API's uniform random hold per call.
 	InFlight         int
 	HoldMin, HoldMax time.Duration
+	// KindStorm: the range of each Wait's deadline.
+	DeadlineMin, DeadlineMax time.Duration
+	// OptIn: left out when no scenario is named (see Select), because it
+	// would make the default run much longer.
+	OptIn bool
 }
 
 func (s Scenario) String() string {
@@ -76,6 +86,9 @@ func (s Scenario) String() string {
 	case KindInFlight:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, at most %d calls in flight (the API holds each %s-%s and refuses one over the cap), limit %d per %s (not binding), %s, Do(GET the API)",
 			s.Name, s.Procs, s.Goroutines, s.InFlight, s.HoldMin, s.HoldMax, s.Limit, s.Interval, s.Duration)
+	case KindStorm:
+		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, each Wait with a deadline of %s-%s, then GET the API; a Wait failed early sleeps out its deadline",
+			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration, s.DeadlineMin, s.DeadlineMax)
 	case KindLatency:
 		return fmt.Sprintf("%s: %d proc x %d goroutine, limit %d per %s (never reached), %s, PING then Wait",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
@@ -85,7 +98,11 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10"}
+
+// OptInNames lists the scenarios that run only when named: each takes a
+// minute or more for all its implementations.
+var OptInNames = []string{"herd24", "storm", "storm10"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -114,10 +131,22 @@ func Scenarios(quick bool) []Scenario {
 		{Name: "inflight", Kind: KindInFlight, Procs: 3, Goroutines: 40, Limit: 1000, Interval: time.Second,
 			InFlight: 10, HoldMin: 50 * time.Millisecond, HoldMax: 150 * time.Millisecond,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}},
+		// The herd spread over many processes: 600 callers, 24 processes.
+		{Name: "herd24", Kind: KindAPI, Procs: 24, Goroutines: 25, Limit: 100, Interval: time.Second,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all, OptIn: true},
+		// The herd with deadlines: most Waits cannot be served in time.
+		{Name: "storm", Kind: KindStorm, Procs: 3, Goroutines: 300, Limit: 50, Interval: time.Second,
+			DeadlineMin: 10 * time.Millisecond, DeadlineMax: 500 * time.Millisecond,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all, OptIn: true},
+		// The storm 10 times larger.
+		{Name: "storm10", Kind: KindStorm, Procs: 3, Goroutines: 3000, Limit: 50, Interval: time.Second,
+			DeadlineMin: 10 * time.Millisecond, DeadlineMax: 500 * time.Millisecond,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all, OptIn: true},
 	}
 }
 
-// Select keeps the scenarios named (all when names is empty) and, in each,
+// Select keeps the scenarios named (all but the OptIn ones when names is
+// empty) and, in each,
 // the implementations named (all when impls is empty). Unknown names are
 // errors.
 func Select(all []Scenario, names, implNames []string) ([]Scenario, error) {
@@ -133,7 +162,7 @@ func Select(all []Scenario, names, implNames []string) ([]Scenario, error) {
 	}
 	var out []Scenario
 	for _, s := range all {
-		if len(names) > 0 && !slices.Contains(names, s.Name) {
+		if wanted := slices.Contains(names, s.Name) || len(names) == 0 && !s.OptIn; !wanted {
 			continue
 		}
 		if len(implNames) > 0 {

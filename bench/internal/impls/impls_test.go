@@ -2,6 +2,7 @@ package impls
 
 import (
 	"context"
+	"errors"
 	"os"
 	"regexp"
 	"testing"
@@ -75,5 +76,28 @@ func TestQuota(t *testing.T) {
 				t.Errorf("call %d went after %s, want at least %s", limit+1, d, minNext)
 			}
 		})
+	}
+}
+
+// TestXRateDeadline: x/time/rate refuses a wait that would end after the
+// context's deadline with a plain error; the port makes it
+// context.DeadlineExceeded, as the others return, and returns at once.
+func TestXRateDeadline(t *testing.T) {
+	w, err := New("xrate", nil, Config{Limit: 1, Interval: time.Hour, Procs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err = w.Wait(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait past the deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("refused after %s, want at once", d)
 	}
 }

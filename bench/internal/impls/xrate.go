@@ -1,6 +1,11 @@
 package impls
 
-import "golang.org/x/time/rate"
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/time/rate"
+)
 
 // newXRate is golang.org/x/time/rate in each process, with no Redis: every
 // process gets limit/procs calls per interval, as an even rate with a burst
@@ -10,5 +15,22 @@ import "golang.org/x/time/rate"
 func newXRate(cfg Config) Waiter {
 	procs := max(cfg.Procs, 1)
 	perSecond := float64(cfg.Limit) / float64(procs) / cfg.Interval.Seconds()
-	return rate.NewLimiter(rate.Limit(perSecond), 1)
+	return xrate{rate.NewLimiter(rate.Limit(perSecond), 1)}
+}
+
+// xrate is a rate.Limiter whose refusal of a wait that would end after the
+// context's deadline is context.DeadlineExceeded to errors.Is, as the other
+// implementations' is (rate returns a plain error then; its only other
+// error, n above the burst, cannot happen with a burst of one and Wait).
+type xrate struct{ l *rate.Limiter }
+
+func (x xrate) Wait(ctx context.Context) error {
+	err := x.l.Wait(ctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+	}
+	return err
 }
