@@ -105,13 +105,16 @@ func WithLogger(l *slog.Logger) Option {
 //     the backoff before a retry at the deadline, but each socket write and
 //     read at those timeouts, so the round trip ends by the later of its
 //     deadline and Redis's last answer to it, plus at most one socket write
-//     and one socket read, each within those timeouts: a Redis that hung
-//     before the round trip began fails it at about its deadline. While a
-//     server announces maintenance (go-redis's maintenance notifications,
-//     Redis Cloud and Enterprise), go-redis may lengthen those timeouts, and
-//     the bound with them.
-//   - With any other client (the default *redis.Client, whose timeouts are
-//     5s, or a cluster client or ring without ContextTimeoutEnabled), the
+//     and one socket read, each within those timeouts. With timeouts equal
+//     to d, a Redis that hung before the round trip began fails it at its
+//     deadline, give or take 2ms; shorter ones may fail it sooner, or up to
+//     one read timeout past the deadline (go-redis retries a timed-out read
+//     while the deadline is ahead). While a server announces maintenance
+//     (go-redis's maintenance notifications, Redis Cloud and Enterprise),
+//     go-redis may lengthen those timeouts, and the bound with them.
+//   - With any other client (a *redis.Client with go-redis's default
+//     timeouts, 5s in v9.23, or a cluster client or ring without
+//     ContextTimeoutEnabled), the
 //     round trip runs in a helper goroutine and the Throttler stops waiting
 //     for it at its deadline exactly, leaving it to end in the background
 //     at the client's own timeouts. The hand-off costs some tens of

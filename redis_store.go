@@ -22,9 +22,10 @@ type redisStore struct {
 	// The client ends a call at its context's deadline by itself (see
 	// inline).
 	ctxTimeouts bool
-	// The longer of the client's socket read and write timeouts, when it
-	// bounds both and a call's deadline leaves nothing else unbounded (see
-	// inline); 0 otherwise.
+	// The longer of the client's socket read and write timeouts when it is
+	// a *redis.Client that sets both, else 0 (see socketTimeout): a call
+	// with at least that long left before its deadline runs in the
+	// caller's goroutine (see inline).
 	ioTimeout time.Duration
 }
 
@@ -338,7 +339,8 @@ func (s *redisStore) bounded(ctx context.Context, call func(context.Context) err
 const inlineSlack = 2 * time.Millisecond
 
 // inline reports whether the client ends a call made with ctx by ctx's
-// deadline by itself, so that it may run in the caller's goroutine.
+// deadline by itself, within the slack below, so that the call may run in
+// the caller's goroutine.
 //
 // A client that honours context deadlines applies ctx's to every socket
 // read and write, and to waiting for a connection and dialing. A
@@ -351,7 +353,9 @@ const inlineSlack = 2 * time.Millisecond
 // each within those timeouts: after that time go-redis starts no new wait,
 // dial or retry, and only a write and then a read can still be under way on
 // a connection it holds. A Redis that hung before the call began fails it
-// after one read timeout, at about its deadline.
+// about one read timeout after the call began (at its deadline when that timeout
+// is the time it had), or, where go-redis retried a timed-out read, up to
+// one read timeout past the deadline.
 func (s *redisStore) inline(ctx context.Context) bool {
 	if s.ctxTimeouts {
 		return true
