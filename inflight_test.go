@@ -304,3 +304,32 @@ func TestInFlightReleaseWakesOneProcess(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseGrantSurvivesAResend: the lease script run twice for one
+// attempt (the client sends a pipeline again after a read that timed out)
+// grants the same places the second time, instead of refusing the place
+// the first run took and leaving it taken until its lease expires.
+func TestLeaseGrantSurvivesAResend(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		places := "{" + key + "}:places"
+		run := func() int64 {
+			// ttl 1s, cap 1, keys kept 5s, process "p", no waiters left; ids.
+			v, err := leaseScript.Run(context.Background(), c, []string{places, lineKey(places)},
+				1_000_000, 1, 5000, "p", "0", "id-1").Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v[0].(int64)
+		}
+		if got := run(); got != 1 {
+			t.Fatalf("first run granted %d, want 1", got)
+		}
+		if got := run(); got != 1 {
+			t.Fatalf("the same attempt run again granted %d, want the place it already holds", got)
+		}
+		if n, _ := c.ZCard(context.Background(), places).Result(); n != 1 {
+			t.Fatalf("%d places taken, want 1", n)
+		}
+	})
+}

@@ -18,6 +18,12 @@ import (
 // NX keeps its turn). It returns how many it granted and the earliest
 // live lease's expiry (server µs, 0 = none).
 //
+// An id already in the set counts as granted (its expiry renewed): the
+// script may run twice for one attempt, when the client sends a pipeline
+// again after a read that timed out, and the second run must not refuse
+// the place the first one granted (simulation seed 762: a place granted
+// and read as refused, left taken until its lease expired).
+//
 // A script rather than add-then-count: a refused id would stay in the set
 // until its process took it out, and every other process counting it in
 // the meantime would be refused a place that was free. The server's own
@@ -31,8 +37,14 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
 local room = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
 local granted = 0
 for i = 6, #ARGV do
-  if granted >= room then break end
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
+  elseif room > 0 then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
+    room = room - 1
+  else
+    break
+  end
   granted = granted + 1
 end
 if granted > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
