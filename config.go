@@ -69,7 +69,7 @@ func (c *config) jitterSpan() time.Duration {
 // is worth: with many processes each gets few turns a window, and larger
 // turns make their counts lumpier (bench herd24, 24 processes on 100/s:
 // with a sixteenth, 7 slots, a process got a turn about every 1.7s, and
-// Jain's index over 9s was 0.72-0.83; see sharePause too).
+// Jain's index over 9s was 0.72-0.88; see sharePause too).
 func (c *config) fairShare() int {
 	return max(1, min(c.batchUnits(), (c.wins[0].limit+31)/32))
 }
@@ -80,8 +80,8 @@ func (c *config) fairShare() int {
 // the slots they want come within reach; this worker waits a whole span,
 // then a random part of another, so that it comes back after them and
 // processes take turns, instead of the first to wake taking share after
-// share (bench herd24: Jain's index over 9s was 0.72-0.83 with a sixteenth
-// and a pause of at most a share's time, 0.99-1.00 with a thirty-second
+// share (bench herd24: Jain's index over 9s was 0.72-0.88 with a sixteenth
+// and a pause of at most a share's time, 0.96-1.00 with a thirty-second
 // and this pause; either alone gave about 0.95 in the simulator). The
 // pause ends, though, once the next free slot is within half of
 // reserve-ahead of its time: a process alone, with nobody to take the
