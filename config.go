@@ -52,33 +52,46 @@ const maxQuiet = 500 * time.Millisecond
 // reach, to be taken in one round trip. Processes waking at random points
 // of that span take turns instead of all racing for each slot.
 func (c *config) jitter(r *rand.Rand) time.Duration {
+	return time.Duration(r.Int64N(int64(c.jitterSpan()) + 1))
+}
+
+// jitterSpan is the span jitter draws from: a quarter of reserve-ahead, at
+// most 250ms, or the spacing of the limit's slots if longer (at most 10ms).
+func (c *config) jitterSpan() time.Duration {
 	spacing := time.Duration(c.wins[0].w) * time.Microsecond / time.Duration(c.wins[0].limit)
-	spread := max(min(c.opt.ahead/4, 250*time.Millisecond), min(spacing, 10*time.Millisecond))
-	return time.Duration(r.Int64N(int64(spread) + 1))
+	return max(min(c.opt.ahead/4, 250*time.Millisecond), min(spacing, 10*time.Millisecond))
 }
 
 // fairShare is how many slots a round near the limit may take: about a
-// sixteenth of the limit, so that the first process to wake does not reserve a
-// whole window ahead of the others, which wake at random points of the
-// jitter span and take their own shares.
+// thirty-second of the limit, so that the first process to wake does not
+// reserve a whole window ahead of the others, which wake at random points
+// of the jitter span and take their own shares. A share is what one turn
+// is worth: with many processes each gets few turns a window, and larger
+// turns make their counts lumpier (bench herd24, 24 processes on 100/s:
+// with a sixteenth, 7 slots, a process got a turn about every 1.7s, and
+// Jain's index over 9s was 0.72-0.88; see sharePause too).
 func (c *config) fairShare() int {
-	return max(1, min(c.batchUnits(), (c.wins[0].limit+15)/16))
+	return max(1, min(c.batchUnits(), (c.wins[0].limit+31)/32))
 }
 
-// sharePause is how long a worker waits after taking a full share: random,
-// with a mean of 90% of the time the window takes to free a share's worth of
-// slots (w*share/limit) when it frees them evenly; but short enough for one
-// process to reserve a whole limit's worth of slots, share by share, within
-// half of reserve-ahead. A window frees slots in the pattern it filled them
-// in, often a burst (a limit's worth at once, a window after a burst of
-// admissions): a longer pause lets the burst's slots come due before anyone
-// reserved them, and each slot taken late stays late in every later window.
-// (The simulation's calm seeds 8 and 64 used 96-98% of the quota with the
-// uncapped pause: a third of each burst taken 50-270ms late.)
-func (c *config) sharePause(r *rand.Rand) time.Duration {
-	share := float64(c.fairShare()) / float64(c.wins[0].limit)
-	mean := 0.9 * float64(c.wins[0].w) * float64(time.Microsecond) * share
-	return time.Duration(r.Int64N(int64(min(time.Duration(2*mean), time.Duration(float64(c.opt.ahead)*share))) + 1))
+// sharePause is how long a worker waits after taking a full share of
+// slots ahead of their time, when the next free slot is due in lead: its
+// turn is over. The others wake at a random point of the jitter span after
+// the slots they want come within reach; this worker waits a whole span,
+// then a random part of another, so that it comes back after them and
+// processes take turns, instead of the first to wake taking share after
+// share (bench herd24: Jain's index over 9s was 0.72-0.88 with a sixteenth
+// and a pause of at most a share's time, 0.96-1.00 with a thirty-second
+// and this pause; either alone gave about 0.95 in the simulator). The
+// pause ends, though, once the next free slot is within half of
+// reserve-ahead of its time: a process alone, with nobody to take the
+// turn, then takes share after share, one round trip each, and every slot
+// is still reserved well before it is due. A window frees slots in the
+// pattern it filled them in, often a burst, and a slot taken late stays
+// late in every later window (the simulation's calm seeds 8 and 64 used
+// 96-98% of the quota when the pause let a third of each burst come due).
+func (c *config) sharePause(r *rand.Rand, lead time.Duration) time.Duration {
+	return min(c.jitterSpan()+c.jitter(r), max(0, lead-c.opt.ahead/2))
 }
 
 // ttl keeps every key alive for as long as its newest member can matter in

@@ -68,6 +68,9 @@ type ReplicaResult struct {
 	// counts every round trip, releases and renewals too) and lease waits.
 	Reservations int64 `json:"reservations,omitempty"`
 	LeaseWaits   int64 `json:"lease_waits,omitempty"`
+	// This library's Stats.LateWakes: calls woken too late for their slot,
+	// which gave it back and reserved again (a loaded machine).
+	LateWakes int64 `json:"late_wakes,omitempty"`
 	// KindStorm: Waits that failed by their deadline (whole run), and of
 	// those measured (returned at or after Warmup), how many returned
 	// before the deadline, and when each returned, in millionths of its
@@ -239,6 +242,9 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		time.Sleep(200 * time.Millisecond)
 		st := th.Stats()
 		res.Reservations, res.LeaseWaits = int64(st.RoundTrips), int64(st.PlaceWaits)
+	}
+	if t, ok := w.(*throttler.Throttler); ok {
+		res.LateWakes = int64(t.Stats().LateWakes)
 	}
 	res.RoundTrips = trips.n.Load()
 	if admitted != nil {

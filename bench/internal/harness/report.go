@@ -78,6 +78,9 @@ type Row struct {
 	PerProcPerInterval [][]int `json:"per_proc_per_interval,omitempty"`
 	// PerProcRoundTrips is each process's Redis round trips, whole run.
 	PerProcRoundTrips []int64 `json:"per_proc_round_trips,omitempty"`
+	// PerProcLateWakes is, for this library, each process's calls woken
+	// too late for their slot, which reserved again (Stats.LateWakes).
+	PerProcLateWakes []int64 `json:"per_proc_late_wakes,omitempty"`
 
 	WaitP50Ms float64 `json:"wait_p50_ms"`
 	WaitP99Ms float64 `json:"wait_p99_ms"`

@@ -299,6 +299,7 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 	var waits, pings []int64
 	perProc := make([]float64, sc.Procs)
 	row.PerProcRoundTrips = make([]int64, sc.Procs)
+	row.PerProcLateWakes = make([]int64, sc.Procs)
 	var trips, reservations, leaseWaits int64
 	for _, r := range results {
 		reservations += r.Reservations
@@ -317,6 +318,7 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 		if r.Index >= 0 && r.Index < len(perProc) {
 			perProc[r.Index] = float64(r.Measured)
 			row.PerProcRoundTrips[r.Index] = r.RoundTrips
+			row.PerProcLateWakes[r.Index] = r.LateWakes
 		}
 	}
 	span := (sc.Duration - sc.Warmup).Seconds()

@@ -2,6 +2,7 @@ package impls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"golang.org/x/time/rate"
@@ -26,8 +27,8 @@ type xrate struct{ l *rate.Limiter }
 
 func (x xrate) Wait(ctx context.Context) error {
 	err := x.l.Wait(ctx)
-	if err == nil || ctx.Err() != nil {
-		return err
+	if err == nil || errors.Is(err, ctx.Err()) {
+		return err // admitted, or the context ended while it waited
 	}
 	if _, ok := ctx.Deadline(); ok {
 		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
