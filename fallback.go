@@ -177,7 +177,7 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
 			continue
 		}
-		if !w.deadline.IsZero() && at.After(w.deadline) {
+		if !w.deadline.IsZero() && tooLate(at, w.deadline) {
 			w.settle(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline, w.cause)})
 			continue
 		}

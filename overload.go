@@ -132,7 +132,7 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 	if t.known.near {
 		slots = t.known.at(w.prio)
 	}
-	if at := view.local(earliest(t.wins, lims, slots, floor, ahead, w.n)); at.After(w.deadline) {
+	if at := view.local(earliest(t.wins, lims, slots, floor, ahead, w.n)); tooLate(at, w.deadline) {
 		return deadlineError(at, w.deadline, w.cause)
 	}
 	return nil

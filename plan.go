@@ -199,7 +199,7 @@ func (p *planner) placeWait(r request) decision {
 	if !r.deadline.IsZero() {
 		// What the last reply told may already rule its deadline out,
 		// however many round trips it waits for (see earliest).
-		if at := in.clock.local(earliest(p.c.wins, in.lims, slots, p.floor, p.units, r.n)); at.After(r.deadline) {
+		if at := in.clock.local(earliest(p.c.wins, in.lims, slots, p.floor, p.units, r.n)); tooLate(at, r.deadline) {
 			return decision{verdict: fail, err: deadlineError(at, r.deadline, r.cause)}
 		}
 	}
@@ -225,7 +225,7 @@ func (p *planner) placeWait(r request) decision {
 		}
 	}
 	if !r.deadline.IsZero() {
-		if at := in.clock.local(g); at.After(r.deadline) {
+		if at := in.clock.local(g); tooLate(at, r.deadline) {
 			return decision{verdict: fail, err: deadlineError(at, r.deadline, r.cause)}
 		}
 	}

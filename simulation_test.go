@@ -65,6 +65,8 @@ var simRegressions = []simCase{
 	{2370, "a flush lost a second limit's 27s window after the first key's 7s TTL had passed: the missing marker looked like an expired key (28 calls in a window of 21)"},
 	{1230, "the same loss of a longer WithLimit window under FallbackLocal (8278 units in a window of 6243)"},
 	{1401, "the same with a 473ms second window (9 in a window of 8)"},
+	{762, "a pipeline sent again after a timed-out read ran the lease script twice: the second run refused the place the first had granted, left taken until its lease expired"},
+	{2996, "29 replicas x 4 callers: turns near the limit went to whichever process woke first, and one fell behind for 19.7s against an 18.3s bound"},
 }
 
 // simOpen are seeds that found a bug not fixed yet. The CI set skips them,

@@ -29,9 +29,9 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //     that may be adding the call's members, then removing them. What a
 //     hung Redis does not let it remove is removed by a later round trip,
 //     and stops counting on its own within the window;
-//   - the earliest slot the call can get is after ctx's deadline: WaitN
-//     returns at once, without sleeping, with an error wrapping
-//     context.DeadlineExceeded;
+//   - the earliest slot the call can get is after ctx's deadline, or less
+//     than a millisecond before it: WaitN returns at once, without
+//     sleeping, with an error wrapping context.DeadlineExceeded;
 //   - Redis fails and the policy is FailClosed: the error wraps ErrRedis and
 //     the Redis error, after at most the Redis timeout.
 //
@@ -163,7 +163,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, 
 	}
 	t.mu.Unlock()
 	if d := res.at.Sub(t.now()); d > 0 && !res.immediate {
-		if !w.deadline.IsZero() && res.at.After(w.deadline) {
+		if !w.deadline.IsZero() && tooLate(res.at, w.deadline) {
 			t.abandon(ctx, w)
 			return proceed, deadlineError(res.at, w.deadline, w.cause)
 		}
