@@ -69,7 +69,11 @@ func (tr *Transport) follow(ctx context.Context, t *Throttler, rd reading) {
 	if !rd.q.Reset.After(rd.recv) {
 		return // the counter has started afresh: our window rules
 	}
-	if rd.q.Remaining <= 0 {
+	if rd.q.Remaining <= 0 && !rd.q.Gradual {
+		// A fixed window at zero: no call before it starts afresh. (A
+		// gradual counter at zero frees a call as one ages out: apply
+		// holds us to the calls of ours it counts, which age out as
+		// theirs do.)
 		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
 		return
 	}
@@ -156,10 +160,10 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, rd reading) {
 	n := got.used + rd.q.Remaining
 	if windows > 1 {
 		n = rd.q.Remaining / int(windows)
-		if n == 0 {
-			t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
-			return
-		}
+	}
+	if n == 0 {
+		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
+		return
 	}
 	limit := t.Limit()
 	serverNow := t.clock.server(t.now())

@@ -107,11 +107,10 @@ func secondaryLimit(body []byte) bool {
 // when every request it counts has aged out.
 //
 // A 429 or 503 with Retry-After pauses until then; a 429 without it, when
-// the requests or the tokens remaining are 0, until the later of their
-// resets (the call cannot go before). The token counters are read for
-// that only: this version follows requests, not tokens (a token Throttler
-// holds estimates until they are settled, so what its window holds is not
-// what the API counted).
+// the tokens remaining are 0, until their reset (no request goes before).
+// The token counters are read for that only: this version follows
+// requests, not tokens (a token Throttler holds estimates until they are
+// settled, so what its window holds is not what the API counted).
 func OpenAI() Counters {
 	return pairCounters{
 		remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
@@ -126,9 +125,9 @@ func OpenAI() Counters {
 // requests-reset, the time the request limit will be fully replenished,
 // in RFC 3339 format. Its limits are token buckets, replenished
 // continuously (Gradual). A 429 with retry-after pauses until then; one
-// without it, when the requests or the tokens (total, input or output)
-// remaining are 0, until the latest of their resets. Token counters are
-// read for that only, as for OpenAI.
+// without it, when the tokens (total, input or output) remaining are 0,
+// until the latest of their resets. Token counters are read for that
+// only, as for OpenAI.
 func Anthropic() Counters {
 	return pairCounters{
 		remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",
@@ -159,10 +158,11 @@ func (p pairCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 	if !backOff(resp) || q.pauseFor(resp, now) || resp.StatusCode != http.StatusTooManyRequests {
 		return q
 	}
+	// Requests at zero need no pause: the counter frees a request as one
+	// ages out, and following it (Remaining 0, Gradual) holds every
+	// replica to the requests of ours it counts. Tokens at zero keep any
+	// request out until they come back.
 	var until time.Time
-	if okRem && rem == 0 && okReset {
-		until = reset
-	}
 	for i, name := range p.tokensRemaining {
 		if n, ok := headerInt(h, name); ok && n == 0 {
 			if at, ok := p.parse(h.Get(p.tokensReset[i]), now); ok && at.After(until) {

@@ -121,6 +121,8 @@ func TestOpenAICounters(t *testing.T) {
 			want: Quota{Verdict: Pause, Until: presetNow.Add(20 * time.Second), Remaining: 0, Reset: presetNow.Add(20 * time.Second), Gradual: true}},
 		{name: "429, tokens exhausted", status: 429, headers: h("10", "50s", "0", "6m0s"),
 			want: Quota{Verdict: Pause, Until: presetNow.Add(6 * time.Minute), Remaining: 10, Reset: presetNow.Add(50 * time.Second), Gradual: true}},
+		{name: "429, requests at zero", status: 429, headers: h("0", "50s", "100", "1s"),
+			want: Quota{Remaining: 0, Reset: presetNow.Add(50 * time.Second), Gradual: true}},
 		{name: "429, no hint", status: 429, headers: h("10", "50s", "100", "1s"),
 			want: Quota{Remaining: 10, Reset: presetNow.Add(50 * time.Second), Gradual: true}},
 		{name: "bad duration", status: 200, headers: h("59", "soon", "1", "1s"),

@@ -61,12 +61,12 @@ func do(t *testing.T, c *http.Client, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// A counter at zero pauses every replica until its reset, not only the one
-// that read it.
+// A fixed-window counter at zero pauses every replica until its reset,
+// not only the one that read it.
 func TestCountersZeroPausesEveryReplica(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		api := &scriptedAPI{answers: []scripted{
-			{status: 200, headers: map[string]string{"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "800ms"}},
+			{status: 200, headers: map[string]string{"RateLimit": `"default";r=0;t=1`}},
 			{status: 200},
 		}}
 		srv := httptest.NewServer(api)
@@ -74,8 +74,8 @@ func TestCountersZeroPausesEveryReplica(t *testing.T) {
 		defer srv.Client().CloseIdleConnections()
 		a := mustNew(t, dial(), key, 100, time.Second)
 		b := mustNew(t, dial(), key, 100, time.Second)
-		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: OpenAI()}}
-		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: OpenAI()}}
+		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: IETF()}}
+		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: IETF()}}
 
 		do(t, ca, srv.URL)
 		read := time.Now()
@@ -83,10 +83,10 @@ func TestCountersZeroPausesEveryReplica(t *testing.T) {
 			t.Fatalf("b: %d", code)
 		}
 		arrivals := api.got()
-		// The reset is 800ms from when a read the response; allow for the
+		// The reset is 1s from when a read the response; allow for the
 		// round trip and clock conversions.
-		if wait := arrivals[1].Sub(read); wait < 750*time.Millisecond {
-			t.Fatalf("b's request arrived %s after a read Remaining 0 with 800ms to its reset, want at least 750ms", wait)
+		if wait := arrivals[1].Sub(read); wait < 950*time.Millisecond {
+			t.Fatalf("b's request arrived %s after a read Remaining 0 with 1s to its reset, want at least 950ms", wait)
 		}
 		if st := b.Stats(); st.Pauses == 0 {
 			t.Errorf("b learned no pause")
@@ -94,6 +94,26 @@ func TestCountersZeroPausesEveryReplica(t *testing.T) {
 		waitIdle(t, a)
 		waitIdle(t, b)
 	})
+}
+
+// A gradual counter at zero frees a call as one ages out: every replica
+// is held to the calls of ours it counts, not paused until it is empty.
+func TestCountersGradualZeroHoldsToOurCalls(t *testing.T) {
+	th := miniThrottler(t, 10, 10*time.Second)
+	tr := &Transport{Counters: OpenAI()}
+	for range 3 {
+		if err := th.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Read as though by a request sent after the three (a call is scored
+	// for when its reply comes back, a little after Wait returns).
+	now := time.Now().Add(20 * time.Millisecond)
+	tr.follow(t.Context(), th, reading{q: Quota{Remaining: 0, Reset: now.Add(9 * time.Second), Gradual: true}, sent: now, recv: now})
+	if st := th.Stats(); st.Limit != 3 || st.Pauses != 0 {
+		t.Fatalf("after a gradual counter at zero with 3 calls of ours: limit %d, %d pauses; want 3, none", st.Limit, st.Pauses)
+	}
+	waitIdle(t, th)
 }
 
 // Remaining below what our window leaves lowers the limit until the

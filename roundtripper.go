@@ -96,7 +96,9 @@ type Transport struct {
 	//     the API refuses again within a back-off's length after the last
 	//     one ended (read from Redis, so it grows across replicas);
 	//   - a RetryCall verdict pauses no one (see Retries);
-	//   - Remaining 0 pauses every replica until Reset;
+	//   - Remaining 0 pauses every replica until Reset when the counter
+	//     is a fixed window; a gradual one (Quota.Gradual) holds them to
+	//     the calls of ours it counts, which free up as they age out;
 	//   - Remaining below what our window leaves lowers the Throttler's
 	//     first limit until Reset (see Throttler.SetLimit), so that, of
 	//     the calls admitted once every replica has learned of it, at
