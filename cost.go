@@ -39,7 +39,8 @@ type Cost struct {
 // call (nil when there is nothing to end).
 func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if tr.Cost == nil {
-		if t.lease != nil {
+		// A permit knows its call's score, which following Counters needs.
+		if t.lease != nil || tr.Counters != nil {
 			return t.Reserve(req.Context(), 1)
 		}
 		return nil, t.Wait(req.Context())

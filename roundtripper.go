@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -47,18 +48,21 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 //   - a response 429 (Too Many Requests) or 503 (Service Unavailable) with a
 //     Retry-After header, in seconds or as an HTTP date, pauses the
 //     Throttler for every replica until then (see Throttler.PauseUntil);
+//   - with Counters set, what the API says of its own quota on every
+//     response is followed instead, for every replica (see Counters);
 //   - with LimitHeader set, a response stating a lower limit than the
 //     Throttler's lowers it for every replica (see Throttler.SetLimit).
 //
 // Like RoundTripper, it keeps to net/http's contract except that it
-// interprets responses: it reads the status and headers named above, and
-// with Retries set it answers a 429 or 503 itself by sending the request
-// again, which the contract leaves to the client. It never modifies the
-// request (a retry sends a clone with a fresh body), returns Base's
-// response unchanged unless it retries, and closes the request body on
-// every path where it does not hand it to Base. A request whose body cannot
-// be replayed is never sent twice. A Transport is safe for concurrent use; do not change its fields
-// once in use.
+// interprets responses: it reads the status and headers named above (and,
+// when Counters asks, the first bytes of a refusal's body, which the caller
+// then reads unchanged), and with Retries set it answers a refusal itself
+// by sending the request again, which the contract leaves to the client.
+// It never modifies the request (a retry sends a clone with a fresh body),
+// returns Base's response unchanged unless it retries, and closes the
+// request body on every path where it does not hand it to Base. A request
+// whose body cannot be replayed is never sent twice. A Transport is safe
+// for concurrent use; do not change its fields once in use, nor copy it.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport, looked up
 	// at each request.
@@ -69,16 +73,60 @@ type Transport struct {
 	// set.
 	Route func(*http.Request) *Throttler
 
-	// Retries is how many times a request answered 429 or 503 with
-	// Retry-After is sent again, once the pause is over and the Throttler
-	// admits it again. Only requests without a body, or whose GetBody can
-	// make a fresh one, are retried; the others get the 429 or 503. Default
+	// Retries is how many times a refused request is sent again: one
+	// whose refusal paused the Throttler (a 429 or 503 with Retry-After,
+	// or a Pause read by Counters) once the pause is over and the
+	// Throttler admits it again; one whose refusal concerned it alone
+	// (RetryCall) after 100ms, doubled at each attempt (at most 2s), and
+	// admitted again. Only requests without a body, or whose GetBody can
+	// make a fresh one, are retried; the others get the refusal. Default
 	// 0: the response is returned as it came.
 	Retries int
 
-	// MaxPause caps how long one Retry-After may pause the Throttler.
-	// Default 15 minutes.
+	// MaxPause caps how long one refusal may pause the Throttler, and a
+	// counter at zero too. Default 15 minutes.
 	MaxPause time.Duration
+
+	// Counters, when set, reads what the API says of its own quota on
+	// every response, and the Transport follows it for every replica of
+	// the Throttler, through Redis:
+	//
+	//   - a Pause verdict pauses every replica until Quota.Until, or, when
+	//     the response does not say until when, for Backoff, doubled when
+	//     the API refuses again within a back-off's length after the last
+	//     one ended (read from Redis, so it grows across replicas);
+	//   - a RetryCall verdict pauses no one (see Retries);
+	//   - Remaining 0 pauses every replica until Reset when the counter
+	//     is a fixed window; a gradual one (Quota.Gradual) holds them to
+	//     the calls of ours it counts, which free up as they age out;
+	//   - Remaining below what our window leaves lowers the Throttler's
+	//     first limit until Reset (see Throttler.SetLimit), so that, of
+	//     the calls admitted once every replica has learned of it, at
+	//     most Remaining go before Reset; after Reset, our own window
+	//     rules again. The limit is never raised above New's.
+	//
+	// The first limit's interval must be the API's window (an hour for
+	// GitHub's 5000 an hour). Following a counter takes one Redis round
+	// trip per response whose Remaining is below New's limit (to count the
+	// calls of ours the API has counted), at most one at a time per
+	// Throttler: a response read while one is under way leaves its
+	// reading to it, and only the latest waiting reading is applied. The
+	// bound is exact only for calls admitted once the lowered limit
+	// reached their replica (calls already admitted, or admitted by a
+	// replica before its next round trip, are not recalled), and a call
+	// of ours that reached the API after the request that read the
+	// counter although scored before it counts as though the API had
+	// counted it: the limit is then too high by such calls until a later
+	// response lowers it. Nothing can foresee what another consumer
+	// spends after the last response read. Use Counters or LimitHeader,
+	// not both: both set the shared limit. Nil (the default): only
+	// Retry-After is read, as described above.
+	Counters Counters
+
+	// Backoff is how long a refusal that does not say until when pauses
+	// every replica at first (see Counters). Default 1 minute, as GitHub
+	// asks of its secondary rate limits.
+	Backoff time.Duration
 
 	// LimitHeader names a response header stating how many calls per
 	// interval the API allows (such as "X-RateLimit-Limit", when the API's
@@ -95,6 +143,8 @@ type Transport struct {
 	// query cost points) instead of one call each, settled from the
 	// response: see Cost.
 	Cost *Cost
+
+	followers sync.Map // *Throttler -> *follower, for Counters
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -113,6 +163,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(send)
 			return nil, err
 		}
+		sent := t.now()
 		resp, err := tr.base().RoundTrip(send)
 		if err != nil {
 			if permit != nil {
@@ -120,16 +171,27 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
+		var body []byte
+		if tr.Counters != nil && tr.Counters.Peek(resp) {
+			body = peekBody(resp) // before endOnRead: the caller's reads settle, not ours
+		}
 		if permit != nil {
 			endOnRead(req, resp, permit, tr.Cost)
 		}
-		paused := tr.learn(t, req, resp)
-		if attempt >= tr.Retries || !paused || !replayable(req) {
+		var scored int64
+		if permit != nil {
+			scored = permit.score
+		}
+		verdict := tr.learn(t, req, resp, body, sent, scored)
+		if attempt >= tr.Retries || verdict == Proceed || !replayable(req) {
 			return resp, nil
 		}
 		next, err := retryRequest(req)
 		if err != nil {
-			return resp, nil // no fresh body: the caller gets the 429 itself
+			return resp, nil // no fresh body: the caller gets the refusal itself
+		}
+		if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(attempt)) {
+			return resp, nil
 		}
 		drain(resp)
 		send = next
@@ -141,35 +203,6 @@ func (tr *Transport) base() http.RoundTripper {
 		return tr.Base
 	}
 	return http.DefaultTransport
-}
-
-// learn shares what resp says about the API's quota with every replica. It
-// reports whether resp asked for a pause.
-func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response) (paused bool) {
-	// The caller's context may be about to end; the news is for everyone.
-	ctx := context.WithoutCancel(req.Context())
-	if backOff(resp) {
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), t.now()); ok {
-			maxPause := tr.MaxPause
-			if maxPause <= 0 {
-				maxPause = 15 * time.Minute
-			}
-			t.PauseUntil(ctx, t.now().Add(min(d, maxPause))) // a failure is logged; the response stands
-			paused = true
-		}
-	}
-	if tr.LimitHeader != "" {
-		if v := resp.Header.Get(tr.LimitHeader); v != "" {
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
-				d := tr.LimitFor
-				if d <= 0 {
-					d = time.Hour
-				}
-				t.follow(ctx, n, d)
-			}
-		}
-	}
-	return paused
 }
 
 // follow lowers (or restores) the shared limit to what the API stated,

@@ -1,0 +1,303 @@
+package throttler
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// reading is one response's Quota, with when its request was sent and its
+// response read, on the local clock, and the score its call was admitted
+// at (server µs; 0 = admitted without Redis).
+type reading struct {
+	q          Quota
+	sent, recv time.Time
+	scored     int64
+}
+
+// follower applies the readings of one Transport for one Throttler, one at
+// a time: a reading that comes while another is applied waits as pending,
+// replaced by any later one, and is applied next by the same caller.
+type follower struct {
+	mu      sync.Mutex
+	busy    bool
+	pending *reading
+}
+
+// maxFollowRounds bounds the readings one caller applies for others
+// before its response goes back to it.
+const maxFollowRounds = 3
+
+// learn applies what resp says of the API's quota, and returns its verdict.
+func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response, body []byte, sent time.Time, scored int64) Verdict {
+	// The caller's context may be about to end; the news is for everyone.
+	ctx := context.WithoutCancel(req.Context())
+	now := t.now()
+	var c Counters = retryAfterCounters{}
+	if tr.Counters != nil {
+		c = tr.Counters
+	}
+	q := c.Read(resp, body, now)
+	if q.Verdict == Pause {
+		if q.Until.IsZero() {
+			tr.backOff(ctx, t)
+		} else {
+			t.PauseUntil(ctx, minTime(q.Until, now.Add(tr.maxPause()))) // a failure is logged; the response stands
+		}
+	}
+	if tr.Counters != nil && q.stated() {
+		tr.follow(ctx, t, reading{q: q, sent: sent, recv: now, scored: scored})
+	}
+	tr.followLimitHeader(ctx, t, resp)
+	return q.Verdict
+}
+
+func (tr *Transport) maxPause() time.Duration {
+	if tr.MaxPause > 0 {
+		return tr.MaxPause
+	}
+	return 15 * time.Minute
+}
+
+// follow holds every replica to what the API's counter leaves: no call
+// before Reset when Remaining is 0, and otherwise a lowered limit (see
+// apply).
+func (tr *Transport) follow(ctx context.Context, t *Throttler, rd reading) {
+	if !rd.q.Reset.After(rd.recv) {
+		return // the counter has started afresh: our window rules
+	}
+	if rd.q.Remaining <= 0 && !rd.q.Gradual {
+		// A fixed window at zero: no call before it starts afresh. (A
+		// gradual counter at zero frees a call as one ages out: apply
+		// holds us to the calls of ours it counts, which age out as
+		// theirs do.)
+		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
+		return
+	}
+	if rd.q.Remaining >= t.Limit() && !t.loweredNow() {
+		return // the API leaves at least New's limit, and nothing is lowered: nothing to learn
+	}
+	v, _ := tr.followers.LoadOrStore(t, &follower{})
+	f := v.(*follower)
+	f.mu.Lock()
+	if f.busy {
+		f.pending = &rd
+		f.mu.Unlock()
+		return
+	}
+	f.busy = true
+	f.mu.Unlock()
+	for round := 1; ; round++ {
+		tr.apply(ctx, t, rd)
+		f.mu.Lock()
+		if f.pending == nil || round == maxFollowRounds {
+			// Past the bound, the pending reading is dropped: the next
+			// response brings a fresher one.
+			f.pending, f.busy = nil, false
+			f.mu.Unlock()
+			return
+		}
+		rd = *f.pending
+		f.pending = nil
+		f.mu.Unlock()
+	}
+}
+
+// apply lowers the shared limit so that, of the calls scored after the
+// reading's request was sent, at most Remaining go before Reset: the
+// limit becomes the calls of ours the API already counted (read from
+// Redis) plus Remaining, until Reset.
+//
+// Why that bound holds: every window of ours that holds a call scored
+// before Reset also holds the calls of ours since the start of the API's
+// window (Reset minus the interval, for a fixed window), when Reset is at
+// most a window (interval + buffer) away; a call admitted under the lowered
+// limit n finds at most n calls there, so at most n minus those calls are
+// new. When Reset is further, the limit becomes Remaining divided by the
+// windows before Reset.
+//
+// Within one reset (within a twentieth of the interval, at most a second)
+// the limit only goes down, for a later reading may come from an earlier
+// request; a reading with a later reset replaces it, up or down, never
+// above New's limit; one with an earlier reset than the one followed is
+// stale and ignored.
+func (tr *Transport) apply(ctx context.Context, t *Throttler, rd reading) {
+	cr, ok := t.st.(countersReader)
+	if !ok {
+		return
+	}
+	x := t.wins[0]
+	interval := x.interval.Microseconds()
+	reset, sent := t.clock.server(rd.q.Reset), rd.scored
+	if sent == 0 {
+		sent = t.clock.server(rd.sent)
+	}
+	// The calls of ours the API had counted when it answered: scored
+	// since the start of its window, and no later than the request's own
+	// call (the Transport reserves it to know its score). A call scored a little before the
+	// request may have reached the API after it; the calls the API counts since the start of its window but
+	// scored before it (the buffer's slack) are left out, which only
+	// lowers the limit.
+	from := reset - interval
+	if rd.q.Gradual {
+		from = t.clock.server(rd.recv) - interval
+	}
+	windows := int64(1)
+	if reset-sent > x.w {
+		windows = (reset - sent + x.w - 1) / x.w
+		from = sent // count nothing: the bound is per window
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	got, err := cr.readCounters(rctx, from, sent)
+	cancel()
+	if err != nil {
+		t.observeRedisError(err)
+		return
+	}
+	n := got.used + rd.q.Remaining
+	if windows > 1 {
+		n = rd.q.Remaining / int(windows)
+	}
+	if n == 0 {
+		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
+		return
+	}
+	limit := t.Limit()
+	serverNow := t.clock.server(t.now())
+	inForce := got.limit > 0 && got.limitEnd > serverNow && got.limit < int64(limit)
+	tol := min(time.Second, x.interval/20).Microseconds()
+	if inForce {
+		switch {
+		case abs64(got.limitEnd-reset) <= tol:
+			if int64(n) >= got.limit {
+				return // the same reset: only lower
+			}
+		case got.limitEnd > reset:
+			return // a later reset is followed already
+		}
+	}
+	if n >= limit {
+		if inForce {
+			t.SetLimit(ctx, limit, time.Second) // ends the lowering; a failure is logged
+		}
+		return
+	}
+	if d := time.Duration(reset-serverNow) * time.Microsecond; d > 0 {
+		t.SetLimit(ctx, n, min(d, tr.maxPause()+x.interval)) // a failure is logged; the response stands
+	}
+}
+
+// loweredNow reports whether this process knows of a lowered limit in
+// force.
+func (t *Throttler) loweredNow() bool {
+	serverNow := t.clock.server(t.now())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.shared.lowered > 0 && serverNow < t.shared.lowerTill
+}
+
+// backOff pauses every replica after a refusal that states no end: for
+// Transport.Backoff, or twice the last back-off when the API refuses again
+// within that back-off's length after it ended, at most MaxPause. A
+// refusal while a back-off lasts (a call sent before it) changes nothing.
+func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
+	d := tr.Backoff
+	if d <= 0 {
+		d = time.Minute
+	}
+	serverNow := t.clock.server(t.now())
+	if cr, ok := t.st.(countersReader); ok && t.clock.synced() {
+		rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+		got, err := cr.readCounters(rctx, 0, 0)
+		cancel()
+		switch {
+		case err != nil:
+			t.observeRedisError(err)
+		case got.backoffEnd > serverNow:
+			return // a back-off is under way: this call went before it
+		case got.backoff > 0 && serverNow-got.backoffEnd < got.backoff:
+			d = max(d, 2*time.Duration(got.backoff)*time.Microsecond)
+		}
+	}
+	d = min(d, tr.maxPause())
+	t.writeMeta(ctx, func(serverNow int64) metaWrite { // a failure is logged; the pause holds here
+		end := serverNow + d.Microseconds()
+		return metaWrite{
+			pause: end,
+			set:   []entry{{score: -d.Microseconds(), member: backoffMember}, {score: -end, member: backoffEndMember}},
+			apply: func() { t.pauseLocked(end) },
+		}
+	})
+}
+
+// followLimitHeader lowers (or restores) the shared limit to what
+// LimitHeader states, when set.
+func (tr *Transport) followLimitHeader(ctx context.Context, t *Throttler, resp *http.Response) {
+	if tr.LimitHeader == "" {
+		return
+	}
+	n, ok := headerInt(resp.Header, tr.LimitHeader)
+	if !ok || n == 0 {
+		return
+	}
+	d := tr.LimitFor
+	if d <= 0 {
+		d = time.Hour
+	}
+	t.follow(ctx, n, d)
+}
+
+// retryCallDelay is how long a Transport waits before sending a call again
+// whose refusal concerned it alone (RetryCall): 100ms, doubled with each
+// attempt, at most 2s.
+func retryCallDelay(attempt int) time.Duration {
+	return min(100*time.Millisecond<<min(attempt, 5), 2*time.Second)
+}
+
+// sleepCtx waits d, or until ctx ends, and reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// peekBody reads up to PeekBytes of resp's body and puts them back in
+// front of the rest, so that the caller reads the body unchanged (a read
+// error is returned to the caller after the bytes read before it).
+func peekBody(resp *http.Response) []byte {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	rest := resp.Body
+	buf, err := io.ReadAll(io.LimitReader(rest, PeekBytes))
+	var tail io.Reader = rest
+	if err != nil {
+		tail = errReader{err}
+	}
+	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(buf), tail), Closer: rest}
+	return buf
+}
+
+type peekedBody struct {
+	io.Reader
+	io.Closer
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

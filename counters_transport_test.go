@@ -1,0 +1,300 @@
+package throttler
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// scriptedAPI answers each request with the next of its answers (the last
+// one again once they run out), and records when each request arrived.
+type scriptedAPI struct {
+	answers []scripted
+
+	mu       sync.Mutex
+	arrivals []time.Time
+}
+
+type scripted struct {
+	status  int
+	headers map[string]string
+	body    string
+}
+
+func (a *scriptedAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	a.mu.Lock()
+	n := len(a.arrivals)
+	a.arrivals = append(a.arrivals, time.Now())
+	a.mu.Unlock()
+	ans := a.answers[min(n, len(a.answers)-1)]
+	for k, v := range ans.headers {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(ans.status)
+	io.WriteString(w, ans.body)
+}
+
+func (a *scriptedAPI) got() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.arrivals...)
+}
+
+// do sends one GET through c and returns the status and the whole body.
+func do(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// A fixed-window counter at zero pauses every replica until its reset,
+// not only the one that read it.
+func TestCountersZeroPausesEveryReplica(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		api := &scriptedAPI{answers: []scripted{
+			{status: 200, headers: map[string]string{"RateLimit": `"default";r=0;t=1`}},
+			{status: 200},
+		}}
+		srv := httptest.NewServer(api)
+		defer srv.Close()
+		defer srv.Client().CloseIdleConnections()
+		a := mustNew(t, dial(), key, 100, time.Second)
+		b := mustNew(t, dial(), key, 100, time.Second)
+		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: IETF()}}
+		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: IETF()}}
+
+		do(t, ca, srv.URL)
+		read := time.Now()
+		if code, _ := do(t, cb, srv.URL); code != 200 {
+			t.Fatalf("b: %d", code)
+		}
+		arrivals := api.got()
+		// The reset is 1s from when a read the response; allow for the
+		// round trip and clock conversions.
+		if wait := arrivals[1].Sub(read); wait < 950*time.Millisecond {
+			t.Fatalf("b's request arrived %s after a read Remaining 0 with 1s to its reset, want at least 950ms", wait)
+		}
+		if st := b.Stats(); st.Pauses == 0 {
+			t.Errorf("b learned no pause")
+		}
+		waitIdle(t, a)
+		waitIdle(t, b)
+	})
+}
+
+// A gradual counter at zero frees a call as one ages out: every replica
+// is held to the calls of ours it counts, not paused until it is empty.
+func TestCountersGradualZeroHoldsToOurCalls(t *testing.T) {
+	th := miniThrottler(t, 10, 10*time.Second)
+	tr := &Transport{Counters: OpenAI()}
+	for range 3 {
+		if err := th.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Read as though by a request sent after the three (a call is scored
+	// for when its reply comes back, a little after Wait returns).
+	now := time.Now().Add(20 * time.Millisecond)
+	tr.follow(t.Context(), th, reading{q: Quota{Remaining: 0, Reset: now.Add(9 * time.Second), Gradual: true}, sent: now, recv: now})
+	if st := th.Stats(); st.Limit != 3 || st.Pauses != 0 {
+		t.Fatalf("after a gradual counter at zero with 3 calls of ours: limit %d, %d pauses; want 3, none", st.Limit, st.Pauses)
+	}
+	waitIdle(t, th)
+}
+
+// Remaining below what our window leaves lowers the limit until the
+// reset: the calls of ours the API had counted plus Remaining. Then at
+// most Remaining more go before the reset, and after it our own window
+// rules again.
+func TestCountersHoldBackUntilReset(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		// The API states its counter once: 3 left, a fixed window that
+		// resets 1s from now (a foreign consumer took 6 of 10).
+		api := &scriptedAPI{answers: []scripted{
+			{status: 200, headers: map[string]string{"RateLimit": `"default";r=3;t=1`}},
+			{status: 200},
+		}}
+		srv := httptest.NewServer(api)
+		defer srv.Close()
+		defer srv.Client().CloseIdleConnections()
+		a := mustNew(t, dial(), key, 10, 2*time.Second)
+		b := mustNew(t, dial(), key, 10, 2*time.Second)
+		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: IETF()}}
+		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: IETF()}}
+
+		do(t, ca, srv.URL)
+		read := time.Now()
+		if got := a.Stats().Limit; got != 4 {
+			t.Fatalf("a's limit after reading 3 left: %d, want 4 (the call the API counted, plus 3)", got)
+		}
+		for i := range 4 {
+			do(t, cb, srv.URL)
+			if i == 2 && time.Since(read) > 500*time.Millisecond {
+				t.Fatalf("the 3 calls the API still takes took %s", time.Since(read))
+			}
+		}
+		arrivals := api.got()
+		if wait := arrivals[4].Sub(read); wait < 900*time.Millisecond {
+			t.Fatalf("the 4th call after the reading arrived %s after it, before the reset (1s)", wait)
+		}
+		if got := b.Stats().Limit; got != 10 {
+			t.Errorf("b's limit after the reset: %d, want New's 10", got)
+		}
+		waitIdle(t, a)
+		waitIdle(t, b)
+	})
+}
+
+// The limit is never raised above New's, a reading of the same reset only
+// lowers it, and a reading with a later reset replaces it.
+func TestCountersSameResetOnlyLowers(t *testing.T) {
+	mr := miniThrottler(t, 10, 10*time.Second)
+	reset := time.Now().Add(5 * time.Second)
+	tr := &Transport{Counters: IETF()}
+	apply := func(remaining int, reset time.Time) int {
+		tr.apply(t.Context(), mr, reading{q: Quota{Remaining: remaining, Reset: reset}, sent: time.Now(), recv: time.Now()})
+		return mr.Stats().Limit
+	}
+	if got := apply(4, reset); got != 4 {
+		t.Fatalf("4 left: limit %d, want 4", got)
+	}
+	if got := apply(6, reset); got != 4 {
+		t.Fatalf("6 left, same reset: limit %d, want 4 still", got)
+	}
+	if got := apply(2, reset); got != 2 {
+		t.Fatalf("2 left, same reset: limit %d, want 2", got)
+	}
+	if got := apply(7, reset.Add(-2*time.Second)); got != 2 {
+		t.Fatalf("7 left, an earlier reset: limit %d, want 2 still", got)
+	}
+	if got := apply(7, reset.Add(3*time.Second)); got != 7 {
+		t.Fatalf("7 left, a later reset: limit %d, want 7", got)
+	}
+	if got := apply(50, reset.Add(4*time.Second)); got != 10 {
+		t.Fatalf("50 left, a later reset: limit %d, want New's 10", got)
+	}
+	waitIdle(t, mr)
+}
+
+// A refusal that says neither until when nor that the counter is at zero
+// (GitHub's secondary limits) backs every replica off, and the back-off
+// doubles when the API refuses again soon after it, whichever replica
+// reads it.
+func TestCountersBackoffGrowsAcrossReplicas(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		secondary := scripted{status: 403, body: `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`}
+		api := &scriptedAPI{answers: []scripted{secondary, secondary, {status: 200}}}
+		srv := httptest.NewServer(api)
+		defer srv.Close()
+		defer srv.Client().CloseIdleConnections()
+		a := mustNew(t, dial(), key, 100, time.Second)
+		b := mustNew(t, dial(), key, 100, time.Second)
+		tr := func(th *Throttler) *http.Client {
+			return &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: GitHub(), Backoff: 300 * time.Millisecond}}
+		}
+		ca, cb := tr(a), tr(b)
+		if code, body := do(t, ca, srv.URL); code != 403 || body != secondary.body {
+			t.Fatalf("a got %d %q, want the 403 and its body untouched", code, body)
+		}
+		first := time.Now()
+		do(t, cb, srv.URL) // waits out 300ms, then is refused again
+		second := time.Now()
+		do(t, ca, srv.URL) // waits out 600ms
+		arrivals := api.got()
+		if d := arrivals[1].Sub(first); d < 280*time.Millisecond {
+			t.Fatalf("b's call arrived %s after the first refusal, want after the 300ms back-off", d)
+		}
+		if d := arrivals[2].Sub(second); d < 560*time.Millisecond {
+			t.Fatalf("a's call arrived %s after the second refusal, want after a doubled back-off (600ms)", d)
+		}
+		waitIdle(t, a)
+		waitIdle(t, b)
+	})
+}
+
+// A refusal while a back-off lasts came from a call sent before it: it
+// does not grow the back-off.
+func TestCountersBackoffNotGrownByCallsInFlight(t *testing.T) {
+	th := miniThrottler(t, 100, time.Second)
+	tr := &Transport{Counters: GitHub(), Backoff: time.Second}
+	tr.backOff(t.Context(), th)
+	end := th.Stats().PausedUntil
+	tr.backOff(t.Context(), th)
+	if got := th.Stats().PausedUntil; !got.Equal(end) {
+		t.Fatalf("a second refusal during the back-off moved its end by %s", got.Sub(end))
+	}
+	waitIdle(t, th)
+}
+
+// Stripe's lock timeout is retried alone, and pauses no one; without
+// Retries, the caller gets the 429 and its body whole.
+func TestCountersRetryCall(t *testing.T) {
+	lock := `{"error":{"code":"lock_timeout","message":"This object cannot be accessed right now because another API request or Stripe process is currently accessing it.","type":"invalid_request_error"}}`
+	api := &scriptedAPI{answers: []scripted{{status: 429, body: lock}, {status: 200, body: "charged"}}}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	th := miniThrottler(t, 100, time.Second)
+	c := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: Stripe(), Retries: 1}}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader([]byte("amount=100")))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "charged" || len(api.got()) != 2 {
+		t.Fatalf("got %d %q after %d sends, want 200 after a retry", resp.StatusCode, b, len(api.got()))
+	}
+	if d := api.got()[1].Sub(api.got()[0]); d < 90*time.Millisecond {
+		t.Errorf("the retry went %s after the lock timeout, want about 100ms", d)
+	}
+	if st := th.Stats(); st.Pauses != 0 {
+		t.Errorf("a lock timeout paused the Throttler %d times", st.Pauses)
+	}
+
+	api2 := &scriptedAPI{answers: []scripted{{status: 429, body: lock}}}
+	srv2 := httptest.NewServer(api2)
+	defer srv2.Close()
+	defer srv2.Client().CloseIdleConnections()
+	c2 := &http.Client{Transport: &Transport{Base: srv2.Client().Transport, Route: th.Route(), Counters: Stripe()}}
+	if code, body := do(t, c2, srv2.URL); code != 429 || body != lock {
+		t.Fatalf("without Retries: %d %q, want the 429 with its body", code, body)
+	}
+	waitIdle(t, th)
+}
+
+// A body longer than what Counters peek at reaches the caller whole.
+func TestCountersPeekKeepsTheBody(t *testing.T) {
+	long := `{"message":"Resource not accessible by integration","pad":"` + strings.Repeat("x", 3*PeekBytes) + `"}`
+	api := &scriptedAPI{answers: []scripted{{status: 403, body: long}}}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	th := miniThrottler(t, 100, time.Second)
+	c := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: GitHub(), Retries: 2}}
+	if code, body := do(t, c, srv.URL); code != 403 || body != long {
+		t.Fatalf("got %d and %d bytes, want the 403 and its %d bytes", code, len(body), len(long))
+	}
+	if n := len(api.got()); n != 1 {
+		t.Fatalf("a 403 that is no quota was sent %d times", n)
+	}
+	if st := th.Stats(); st.Pauses != 0 {
+		t.Errorf("a 403 that is no quota paused the Throttler")
+	}
+	waitIdle(t, th)
+}

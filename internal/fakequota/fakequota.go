@@ -1,0 +1,229 @@
+// Package fakequota is a fake third-party API whose quota is shared by
+// every consumer of one account, and which states its own counter on
+// every response, as GitHub's and OpenAI's APIs do. The examples and tests
+// of the throttler's Transport.Counters run against it, with consumers
+// that go through the throttler and one that does not.
+//
+// In the GitHub style the quota is a fixed window: at most Limit calls in
+// each Window, aligned on multiples of Window since the Unix epoch (so that
+// its reset is a whole number of epoch seconds), stated in
+// x-ratelimit-limit, -remaining, -used, -reset (epoch seconds) and
+// -resource ("core"); a call beyond it is answered 403 with remaining 0.
+// A secondary limit (Secondary calls in any SecondaryWindow, counted over
+// every consumer) answers 403 with a message saying so and neither
+// retry-after nor a remaining of 0, GitHub's hardest case.
+//
+// In the OpenAI style the quota is a sliding window (at most Limit calls
+// in any Window), stated in x-ratelimit-limit-requests, -remaining-requests
+// and -reset-requests, the time until the window holds no call, as a
+// duration ("9.95s"); a call beyond it is answered 429.
+//
+// A refused call is not counted. Each request names its consumer in the
+// Consumer header; the API records every answer so that a run can be
+// checked afterwards.
+package fakequota
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Style is the vendor whose counter and refusals the API imitates.
+type Style int
+
+const (
+	// GitHub: a fixed window, x-ratelimit-* headers, 403 refusals.
+	GitHub Style = iota
+	// OpenAI: a sliding window, x-ratelimit-*-requests headers, 429
+	// refusals.
+	OpenAI
+)
+
+func (s Style) String() string {
+	if s == OpenAI {
+		return "openai"
+	}
+	return "github"
+}
+
+// ConsumerHeader names the consumer of a request.
+const ConsumerHeader = "Consumer"
+
+// SecondaryMessage is the message of a 403 for the secondary limit.
+const SecondaryMessage = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+
+// Config sets an API's quota.
+type Config struct {
+	Style  Style
+	Limit  int           // calls per Window; default 100
+	Window time.Duration // default 10s
+	// Secondary, when positive, refuses a call that would put more than
+	// Secondary calls of any consumer into a SecondaryWindow (GitHub
+	// style only). SecondaryWindow defaults to a second.
+	Secondary       int
+	SecondaryWindow time.Duration
+	// Now reads the time; default time.Now. Called with the API's mutex
+	// held; it must not go backwards.
+	Now func() time.Time
+}
+
+// Answer is one request as the API answered it.
+type Answer struct {
+	Consumer string
+	At       time.Time // arrival
+	Status   int       // 200, or the refusal's status
+	// Secondary: refused by the secondary limit.
+	Secondary bool
+	// Remaining is the remaining quota the response stated.
+	Remaining int
+	// Foreign is how many calls of consumers named foreign the quota
+	// counted when the response was written: a response to another
+	// consumer with Foreign > 0 reveals their use.
+	Foreign int
+}
+
+// API is the fake. It implements http.Handler and is safe for concurrent
+// use.
+type API struct {
+	cfg     Config
+	foreign func(consumer string) bool
+
+	mu       sync.Mutex
+	accepted []call // in order of arrival
+	seconds  []time.Time
+	answers  []Answer
+}
+
+type call struct {
+	at      time.Time
+	foreign bool
+}
+
+// New returns an API with cfg's quota; foreign tells the consumers whose
+// use the others cannot see (nil: none).
+func New(cfg Config, foreign func(consumer string) bool) *API {
+	if cfg.Limit <= 0 {
+		cfg.Limit = 100
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 10 * time.Second
+	}
+	if cfg.SecondaryWindow <= 0 {
+		cfg.SecondaryWindow = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if foreign == nil {
+		foreign = func(string) bool { return false }
+	}
+	return &API{cfg: cfg, foreign: foreign}
+}
+
+// Config returns the API's configuration, defaults filled in.
+func (a *API) Config() Config { return a.cfg }
+
+// WindowStart returns the start of the fixed window holding at.
+func (a *API) WindowStart(at time.Time) time.Time { return at.Truncate(a.cfg.Window) }
+
+// ServeHTTP answers any request; see the package documentation.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	consumer := r.Header.Get(ConsumerHeader)
+	foreign := a.foreign(consumer)
+
+	a.mu.Lock()
+	now := a.cfg.Now()
+	live := a.counted(now)
+	ans := Answer{Consumer: consumer, At: now, Status: http.StatusOK}
+	switch {
+	case a.cfg.Style == GitHub && a.cfg.Secondary > 0 && a.recent(now) >= a.cfg.Secondary:
+		ans.Status, ans.Secondary = http.StatusForbidden, true
+	case len(live) >= a.cfg.Limit:
+		ans.Status = http.StatusForbidden
+		if a.cfg.Style == OpenAI {
+			ans.Status = http.StatusTooManyRequests
+		}
+	default:
+		a.accepted = append(a.accepted, call{at: now, foreign: foreign})
+		a.seconds = append(a.seconds, now)
+		live = a.counted(now)
+	}
+	ans.Remaining = a.cfg.Limit - len(live)
+	for _, c := range live {
+		if c.foreign {
+			ans.Foreign++
+		}
+	}
+	a.answers = append(a.answers, ans)
+	h := w.Header()
+	switch a.cfg.Style {
+	case GitHub:
+		h.Set("X-RateLimit-Limit", strconv.Itoa(a.cfg.Limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(ans.Remaining))
+		h.Set("X-RateLimit-Used", strconv.Itoa(len(live)))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(a.WindowStart(now).Add(a.cfg.Window).Unix(), 10))
+		h.Set("X-RateLimit-Resource", "core")
+	case OpenAI:
+		reset := time.Duration(0)
+		if len(live) > 0 {
+			reset = live[len(live)-1].at.Add(a.cfg.Window).Sub(now)
+		}
+		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(a.cfg.Limit))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(ans.Remaining))
+		h.Set("X-Ratelimit-Reset-Requests", reset.Round(time.Millisecond).String())
+	}
+	a.mu.Unlock()
+
+	h.Set("Content-Type", "application/json")
+	w.WriteHeader(ans.Status)
+	switch {
+	case ans.Secondary:
+		fmt.Fprintf(w, `{"message":%q}`+"\n", SecondaryMessage)
+	case ans.Status == http.StatusForbidden:
+		io.WriteString(w, `{"message":"API rate limit exceeded."}`+"\n")
+	case ans.Status == http.StatusTooManyRequests:
+		io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`+"\n")
+	default:
+		io.WriteString(w, `{"ok":true}`+"\n")
+	}
+}
+
+// counted returns the accepted calls the quota counts at now, oldest
+// first.
+func (a *API) counted(now time.Time) []call {
+	var from time.Time
+	if a.cfg.Style == GitHub {
+		from = a.WindowStart(now).Add(-1) // the window is [start, start+Window)
+	} else {
+		from = now.Add(-a.cfg.Window) // (now-Window, now]
+	}
+	i, _ := slices.BinarySearchFunc(a.accepted, from, func(c call, t time.Time) int {
+		if c.at.After(t) {
+			return 1
+		}
+		return -1
+	})
+	return a.accepted[i:]
+}
+
+// recent counts the accepted calls in the last SecondaryWindow.
+func (a *API) recent(now time.Time) int {
+	from := now.Add(-a.cfg.SecondaryWindow)
+	for len(a.seconds) > 0 && !a.seconds[0].After(from) {
+		a.seconds = a.seconds[1:]
+	}
+	return len(a.seconds)
+}
+
+// Answers returns a copy of every answer, in order.
+func (a *API) Answers() []Answer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.answers)
+}

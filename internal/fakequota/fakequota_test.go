@@ -1,0 +1,88 @@
+package fakequota
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func serve(t *testing.T, a *API, consumer string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set(ConsumerHeader, consumer)
+	w := httptest.NewRecorder()
+	a.ServeHTTP(w, req)
+	return w
+}
+
+// A fixed window counts every consumer, states its reset in epoch seconds
+// at the window's end, refuses beyond it with 403 and remaining 0, and
+// starts afresh at the next window.
+func TestGitHubStyle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := New(Config{Style: GitHub, Limit: 3, Window: 10 * time.Second, Now: func() time.Time { return now }},
+		func(c string) bool { return c == "foreign" })
+	serve(t, a, "foreign")
+	w := serve(t, a, "r0")
+	if got := w.Header().Get("X-RateLimit-Remaining"); got != "1" {
+		t.Fatalf("remaining after 2 calls of 3: %q", got)
+	}
+	if got := w.Header().Get("X-RateLimit-Reset"); got != "1010" {
+		t.Fatalf("reset: %q, want 1010", got)
+	}
+	serve(t, a, "r0")
+	w = serve(t, a, "r0")
+	if w.Code != 403 || w.Header().Get("X-RateLimit-Remaining") != "0" || strings.Contains(w.Body.String(), "secondary") {
+		t.Fatalf("the 4th call: %d remaining %q %q; want a primary 403 at 0", w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Body.String())
+	}
+	now = now.Add(10 * time.Second)
+	if w := serve(t, a, "r0"); w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("the next window: %d remaining %q", w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	}
+	ans := a.Answers()
+	if ans[1].Foreign != 1 || ans[4].Foreign != 0 {
+		t.Fatalf("foreign calls counted: %d then %d, want 1 then 0", ans[1].Foreign, ans[4].Foreign)
+	}
+}
+
+// The secondary limit refuses with a message and neither retry-after nor
+// remaining 0.
+func TestGitHubSecondary(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := New(Config{Style: GitHub, Limit: 100, Window: 10 * time.Second, Secondary: 2, SecondaryWindow: time.Second,
+		Now: func() time.Time { return now }}, nil)
+	serve(t, a, "r0")
+	serve(t, a, "r0")
+	w := serve(t, a, "r0")
+	if w.Code != 403 || !strings.Contains(w.Body.String(), "secondary rate limit") || w.Header().Get("Retry-After") != "" ||
+		w.Header().Get("X-RateLimit-Remaining") == "0" {
+		t.Fatalf("over the secondary limit: %d %q retry-after %q remaining %q", w.Code, w.Body.String(),
+			w.Header().Get("Retry-After"), w.Header().Get("X-RateLimit-Remaining"))
+	}
+	now = now.Add(time.Second)
+	if w := serve(t, a, "r0"); w.Code != 200 {
+		t.Fatalf("a second later: %d", w.Code)
+	}
+}
+
+// A sliding window states the time until it holds no call, as a duration,
+// and refuses with 429.
+func TestOpenAIStyle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := New(Config{Style: OpenAI, Limit: 2, Window: 10 * time.Second, Now: func() time.Time { return now }}, nil)
+	serve(t, a, "r0")
+	now = now.Add(4 * time.Second)
+	w := serve(t, a, "r0")
+	if got := w.Header().Get("X-Ratelimit-Reset-Requests"); got != "10s" {
+		t.Fatalf("reset: %q, want 10s", got)
+	}
+	if w := serve(t, a, "r0"); w.Code != 429 || w.Header().Get("X-Ratelimit-Remaining-Requests") != "0" {
+		t.Fatalf("the 3rd call: %d", w.Code)
+	}
+	now = now.Add(6 * time.Second) // the first call has aged out
+	if w := serve(t, a, "r0"); w.Code != 200 || w.Header().Get("X-Ratelimit-Reset-Requests") != "10s" {
+		t.Fatalf("after the first aged out: %d reset %q", w.Code, w.Header().Get("X-Ratelimit-Reset-Requests"))
+	}
+}
