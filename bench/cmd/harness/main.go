@@ -38,8 +38,14 @@ func main() {
 		jsonOut   = flag.String("json", "", "write the results as JSON to this file")
 		svgOut    = flag.String("svg", "", "write the chart (saturate, herd) as SVG to this file")
 		mdOut     = flag.String("md", "", "also write the Markdown tables to this file")
+		lowAhead  *time.Duration
 		_         = flag.Bool("replica", false, "internal: run as a replica (configured through "+harness.ReplicaEnv+")")
 	)
+	flag.Func("low-ahead", "give the low-priority calls of the priority scenarios a Throttler of their own in each process, with this reserve-ahead (default: they share the high ones')", func(v string) error {
+		d, err := time.ParseDuration(v)
+		lowAhead = &d
+		return err
+	})
 	flag.Parse()
 
 	if !(*lowShare > 0 && *lowShare <= 1) {
@@ -61,7 +67,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, LowShare: *lowShare, Quick: *quick, Progress: os.Stderr})
+	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, LowShare: *lowShare, LowAhead: lowAhead, Quick: *quick, Progress: os.Stderr})
 	if err != nil {
 		fatal(err)
 	}

@@ -158,7 +158,7 @@ func TestOutputs(t *testing.T) {
 	for _, want := range []string{"**120**", "| latency | seed | 0.0 | — | — | — |", "| seed | 10 | 10 | 1380 | 138.0 |", "boom", "95.0%",
 		"| llm | throttler | 70 | **2** | **1** | 9500 | 95.0% | 9900 | **61** |",
 		"| storm | throttler | 5000 | 4500 | 0.250 | 500 | 4.50 | 95.0% | 100 | 0 |", "| 90.0% | 2% | 105% |",
-		"| priority | throttler | 0.90 | 300 | 298 | 200µs | 950ms | 1.20s | 650 | 65.0 | 95.0% | 100 | 0 | 0.50 |"} {
+		"| priority | throttler | 0.90 | the same | 300 | 298 | 200µs | 950ms | 1.20s | 650 | 65.0 | 95.0% | 100 | 0 | 0.50 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
@@ -315,7 +315,7 @@ func TestSmokePriority(t *testing.T) {
 	case *row.MaxInWindow > row.Limit || *row.StrictRejects != 0:
 		t.Errorf("max in window %d (limit %d), strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
 	}
-	if md := rep.Markdown(); !strings.Contains(md, "| priority | throttler | 0.90 |") {
+	if md := rep.Markdown(); !strings.Contains(md, "| priority | throttler | 0.90 | the same |") {
 		t.Errorf("no priority table in:\n%s", md)
 	}
 }

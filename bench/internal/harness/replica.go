@@ -50,10 +50,13 @@ type ReplicaConfig struct {
 	// KindStorm: the range of each Wait's deadline.
 	DeadlineMin time.Duration `json:"deadline_min,omitempty"`
 	DeadlineMax time.Duration `json:"deadline_max,omitempty"`
-	// KindPriority: high-priority arrivals per second, and PriorityLow's
-	// share of the limit.
-	HighRate float64 `json:"high_rate,omitempty"`
-	LowShare float64 `json:"low_share,omitempty"`
+	// KindPriority: high-priority arrivals per second, PriorityLow's share
+	// of the limit, and when LowAhead is set, the reserve-ahead of a
+	// Throttler of their own for the low-priority calls (else they share
+	// the high ones').
+	HighRate float64        `json:"high_rate,omitempty"`
+	LowShare float64        `json:"low_share,omitempty"`
+	LowAhead *time.Duration `json:"low_ahead,omitempty"`
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.
@@ -181,6 +184,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	defer client.CloseIdleConnections()
 	var (
 		w        impls.Waiter
+		low      impls.Waiter         // KindPriority: the low-priority calls'
 		th       *throttler.Throttler // KindInFlight
 		admitted func() uint64        // KindLLM: the calls the Throttlers admitted
 	)
@@ -203,7 +207,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		}
 	case KindPriority:
 		var err error
-		if w, err = priorityWaiter(cfg, rdb, icfg); err != nil {
+		if w, low, err = priorityWaiters(cfg, rdb, icfg); err != nil {
 			return err
 		}
 	default:
@@ -248,7 +252,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 			wg.Go(func() { loopStorm(runCtx, cfg, w, client, warmEnd, l) })
 		case KindPriority:
 			lowCtx := throttler.ContextWithPriority(runCtx, throttler.PriorityLow)
-			wg.Go(func() { loop(lowCtx, cfg, w, rdb, client, warmEnd, l) })
+			wg.Go(func() { loop(lowCtx, cfg, low, rdb, client, warmEnd, l) })
 		default:
 			wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
 		}
@@ -303,13 +307,19 @@ func (res *ReplicaResult) add(l *goroutineLog) {
 	}
 }
 
-// priorityWaiter builds a KindPriority replica's Throttler, on which both
-// priorities wait.
-func priorityWaiter(cfg ReplicaConfig, rdb *redis.Client, icfg impls.Config) (impls.Waiter, error) {
+// priorityWaiters builds a KindPriority replica's Throttler for the high-
+// priority calls, and the one the low-priority calls wait on: the same,
+// or with LowAhead set, one of their own on the same key with that
+// reserve-ahead.
+func priorityWaiters(cfg ReplicaConfig, rdb *redis.Client, icfg impls.Config) (high, low impls.Waiter, err error) {
 	if !impls.SupportsPriority(cfg.Impl) {
-		return nil, fmt.Errorf("%s has no priorities", cfg.Impl)
+		return nil, nil, fmt.Errorf("%s has no priorities", cfg.Impl)
 	}
-	return impls.NewPriority(rdb, icfg, cfg.LowShare)
+	if high, err = impls.NewPriority(rdb, icfg, cfg.LowShare); err != nil || cfg.LowAhead == nil {
+		return high, high, err
+	}
+	low, err = impls.NewPriority(rdb, icfg, cfg.LowShare, throttler.WithReserveAhead(*cfg.LowAhead))
+	return high, low, err
 }
 
 // idleConns is how many idle connections to the API a replica keeps: one

@@ -149,6 +149,9 @@ type StormRow struct {
 // (which count both priorities).
 type PriorityRow struct {
 	LowShare float64 `json:"low_share"` // PriorityLow's share of the limit
+	// LowAheadMs is the reserve-ahead of the low-priority calls' own
+	// Throttler; nil when they share the high ones'.
+	LowAheadMs *float64 `json:"low_ahead_ms,omitempty"`
 	// HighArrived, HighAdmitted and HighUnfinished: the high-priority calls
 	// that arrived, were admitted and were still waiting at the end, whole
 	// run.
@@ -318,18 +321,26 @@ func writeStorm(b *strings.Builder, rows []Row) {
 
 // writePriority writes the table of KindPriority rows.
 func writePriority(b *strings.Builder, rows []Row) {
-	b.WriteString("| priority | impl | low share | high arrived | high admitted | high wait p50 | p99 | max | low admitted | low/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| priority | impl | low share | low Throttler | high arrived | high admitted | high wait p50 | p99 | max | low admitted | low/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm |\n")
+	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range rows {
 		f := row.Priority
-		fmt.Fprintf(b, "| %s | %s | %.2f | %d | %d | %s | %s | %s | %d | %s | %s | %s | %s | %.2f | %.2f | %.1f |\n",
-			row.Scenario, row.Impl, f.LowShare, f.HighArrived, f.HighAdmitted,
+		fmt.Fprintf(b, "| %s | %s | %.2f | %s | %d | %d | %s | %s | %s | %d | %s | %s | %s | %s | %.2f | %.2f | %.1f |\n",
+			row.Scenario, row.Impl, f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted,
 			fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs), f.LowAdmitted, fmtRate(f.LowPerSec),
 			optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
 			optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0),
 			row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm)
 	}
 	b.WriteString("\n")
+}
+
+// lowThrottler says which Throttler the low-priority calls waited on.
+func (f *PriorityRow) lowThrottler() string {
+	if f.LowAheadMs == nil {
+		return "the same"
+	}
+	return "own, ahead " + fmtMs(*f.LowAheadMs)
 }
 
 // fmtDeadline formats a time as a share of a deadline, in percent.
@@ -352,8 +363,8 @@ func (row Row) summary() string {
 			f.WaitCalls, f.Failed, 100*f.EarlyShare, f.RoundTripsPerWait, row.CommandsPerAdm)
 	}
 	if f := row.Priority; f != nil {
-		s += fmt.Sprintf(", low share %.2f, high: %d arrived, %d admitted, wait p50 %s p99 %s max %s; low: %d admitted (%s/s)",
-			f.LowShare, f.HighArrived, f.HighAdmitted, fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs),
+		s += fmt.Sprintf(", low share %.2f (%s Throttler), high: %d arrived, %d admitted, wait p50 %s p99 %s max %s; low: %d admitted (%s/s)",
+			f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted, fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs),
 			f.LowAdmitted, fmtRate(f.LowPerSec))
 	}
 	if f := row.InFlight; f != nil {

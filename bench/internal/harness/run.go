@@ -32,6 +32,10 @@ type Options struct {
 	// LowShare is PriorityLow's share of the limit in the priority
 	// scenarios (WithPriorityShare); 0 means the library's default, 0.9.
 	LowShare float64
+	// LowAhead, when set, gives the low-priority calls of the priority
+	// scenarios a Throttler of their own in each process, with this
+	// reserve-ahead (WithReserveAhead); else they share the high ones'.
+	LowAhead *time.Duration
 	// Exe is the binary re-executed as a replica (with ReplicaFlag and
 	// ReplicaEnv); default os.Executable(). It must call ReplicaMain when
 	// ReplicaEnv is set.
@@ -229,7 +233,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: apiURL,
 			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
 			DeadlineMin: sc.DeadlineMin, DeadlineMax: sc.DeadlineMax,
-			HighRate: sc.HighRate, LowShare: h.lowShare(),
+			HighRate: sc.HighRate, LowShare: h.lowShare(), LowAhead: h.opt.LowAhead,
 		})
 		if err != nil {
 			return Row{}, nil, err
@@ -278,6 +282,9 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	row, lat := compute(sc, impl, t0, results, arrivals, before, after)
 	if row.Priority != nil {
 		row.Priority.LowShare = h.lowShare()
+		if h.opt.LowAhead != nil {
+			row.Priority.LowAheadMs = ptr(ms(*h.opt.LowAhead))
+		}
 	}
 	if llm != nil {
 		fillLLM(&row, sc, t0, llm)

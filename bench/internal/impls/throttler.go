@@ -32,9 +32,10 @@ func NewInFlight(rdb *redis.Client, cfg Config, n int, ttl time.Duration) (*thro
 func SupportsPriority(name string) bool { return name == "throttler" || name == "throttler-ctx" }
 
 // NewPriority is this library with lowShare as PriorityLow's share of the
-// limit (WithPriorityShare): one Throttler per process, on which calls
-// carry their priority on their context.
-func NewPriority(rdb *redis.Client, cfg Config, lowShare float64) (*throttler.Throttler, error) {
-	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, throttler.WithBuffer(cfg.Buffer),
-		throttler.WithPriorityShare(throttler.PriorityLow, lowShare))
+// limit (WithPriorityShare), and opts: calls carry their priority on their
+// context.
+func NewPriority(rdb *redis.Client, cfg Config, lowShare float64, opts ...throttler.Option) (*throttler.Throttler, error) {
+	opts = append([]throttler.Option{throttler.WithBuffer(cfg.Buffer),
+		throttler.WithPriorityShare(throttler.PriorityLow, lowShare)}, opts...)
+	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, opts...)
 }
