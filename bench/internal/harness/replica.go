@@ -90,6 +90,7 @@ type ReplicaResult struct {
 	HighArrived    int64   `json:"high_arrived,omitempty"`
 	HighAdmitted   int64   `json:"high_admitted,omitempty"`
 	HighWaitNs     []int64 `json:"high_wait_ns,omitempty"`
+	HighAtNs       []int64 `json:"high_at_ns,omitempty"` // when each of those arrived, after go
 	HighUnfinished int     `json:"high_unfinished,omitempty"`
 }
 
@@ -162,6 +163,8 @@ type goroutineLog struct {
 	// KindStorm: Waits failed by their deadline (see ReplicaResult).
 	failed, failedMeasured, failedEarly int64
 	failedAt                            []int64
+	// An open-loop call's (see arrive): when it arrived.
+	arrived time.Time
 }
 
 func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Writer) error {
@@ -280,6 +283,9 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		res.add(l)
 		res.HighAdmitted += l.admitted
 		res.HighWaitNs = append(res.HighWaitNs, l.waits...)
+		if l.measured > 0 {
+			res.HighAtNs = append(res.HighAtNs, int64(l.arrived.Sub(start)))
+		}
 		if l.unfinished {
 			res.HighUnfinished++
 		}
@@ -483,12 +489,12 @@ func loopArrivals(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client
 // wait is measured when it arrived after the warm-up (not when it
 // returned: a call that arrived during the warm-up waited for it).
 func arrive(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time, l *goroutineLog) {
-	w0 := time.Now()
+	l.arrived = time.Now()
 	if err := w.Wait(ctx); err != nil {
 		l.waitFailed(ctx, err)
 		return
 	}
-	l.record(w0, time.Now(), !w0.Before(warmEnd))
+	l.record(l.arrived, time.Now(), !l.arrived.Before(warmEnd))
 	l.called(call(client, cfg))
 }
 

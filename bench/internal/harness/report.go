@@ -169,6 +169,16 @@ type PriorityRow struct {
 	// LowPerSec those admitted after the warm-up, per second.
 	LowAdmitted int64   `json:"low_admitted"`
 	LowPerSec   float64 `json:"low_per_sec"`
+	// High is every measured high-priority call, by arrival (JSON only).
+	High []HighCall `json:"high,omitempty"`
+}
+
+// HighCall is one measured high-priority call: its replica, when it
+// arrived (after the replica's start) and how long it waited.
+type HighCall struct {
+	Replica int     `json:"replica"`
+	AtMs    float64 `json:"at_ms"`
+	WaitMs  float64 `json:"wait_ms"`
 }
 
 // LatencyRow is the latency scenario for one implementation.

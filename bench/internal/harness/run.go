@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -506,7 +507,11 @@ func priorityFigures(sc Scenario, results []ReplicaResult, admitted int64) *Prio
 		f.HighUnfinished += r.HighUnfinished
 		waits = append(waits, r.HighWaitNs...)
 		measured += r.Measured
+		for i, at := range r.HighAtNs {
+			f.High = append(f.High, HighCall{Replica: r.Index, AtMs: ms(time.Duration(at)), WaitMs: ms(time.Duration(r.HighWaitNs[i]))})
+		}
 	}
+	slices.SortFunc(f.High, func(a, b HighCall) int { return cmp.Compare(a.AtMs, b.AtMs) })
 	f.LowAdmitted = admitted - f.HighAdmitted
 	f.HighMeasured = len(waits)
 	span := (sc.Duration - sc.Warmup).Seconds()
