@@ -7,6 +7,7 @@
 //	cd bench && go run ./cmd/harness -quick     # CI-sized, about a minute
 //	go run ./cmd/harness -scenarios saturate,herd -impls throttler,seed -json out.json -svg chart.svg
 //	go run ./cmd/harness -scenarios storm,storm10,herd24  # opt-in: run only when named
+//	go run ./cmd/harness -scenarios priority,priority-calm -low-share 0.95
 package main
 
 import (
@@ -33,13 +34,23 @@ func main() {
 		implList  = flag.String("impls", "", "comma-separated implementations (default all: "+strings.Join(impls.Names, ",")+")")
 		duration  = flag.Duration("duration", 0, "override the duration of every timed scenario")
 		buffer    = flag.Duration("buffer", 50*time.Millisecond, "buffer of throttler and seed (admission-to-arrival margin)")
+		lowShare  = flag.Float64("low-share", 0.9, "the share of the limit low-priority calls may fill in the priority scenarios (WithPriorityShare)")
 		jsonOut   = flag.String("json", "", "write the results as JSON to this file")
 		svgOut    = flag.String("svg", "", "write the chart (saturate, herd) as SVG to this file")
 		mdOut     = flag.String("md", "", "also write the Markdown tables to this file")
+		lowAhead  *time.Duration
 		_         = flag.Bool("replica", false, "internal: run as a replica (configured through "+harness.ReplicaEnv+")")
 	)
+	flag.Func("low-ahead", "give the low-priority calls of the priority scenarios a Throttler of their own in each process, with this reserve-ahead (default: they share the high ones')", func(v string) error {
+		d, err := time.ParseDuration(v)
+		lowAhead = &d
+		return err
+	})
 	flag.Parse()
 
+	if !(*lowShare > 0 && *lowShare <= 1) {
+		fatal(fmt.Errorf("-low-share %g: must be in (0, 1]", *lowShare))
+	}
 	all := harness.Scenarios(*quick)
 	if *duration > 0 {
 		for i := range all {
@@ -56,7 +67,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, Quick: *quick, Progress: os.Stderr})
+	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, LowShare: *lowShare, LowAhead: lowAhead, Quick: *quick, Progress: os.Stderr})
 	if err != nil {
 		fatal(err)
 	}

@@ -147,6 +147,8 @@ func TestOutputs(t *testing.T) {
 				LLM: &LLMRow{TokenLimit: 10000, RequestLimit: 60, Calls: 70, Rejected: 2, RejectedAfterWarmup: 1, TokensPerInterval: 9500, MaxTokens: 9900, MaxRequests: 61}},
 			{Scenario: "storm", Impl: "throttler", Limit: 100, Utilization: &u, MaxInWindow: &mx, StrictRejects: &rej, CommandsPerAdm: 4.5,
 				Storm: &StormRow{WaitCalls: 5000, Admitted: 500, Failed: 4500, RoundTripsPerWait: 0.25, EarlyShare: 0.9, FailedAtP50: 0.02, FailedAtP99: 1.05}},
+			{Scenario: "priority", Impl: "throttler", Limit: 100, Utilization: &u, MaxInWindow: &mx, StrictRejects: &rej, RoundTripsPerAdm: 0.5,
+				Priority: &PriorityRow{LowShare: 0.9, HighArrived: 300, HighAdmitted: 298, HighP50Ms: 0.2, HighP99Ms: 950, HighMaxMs: 1200, LowAdmitted: 650, LowPerSec: 65}},
 		},
 		Latency: []LatencyRow{{Impl: "seed", PingP50Us: 50, WaitP50Us: 100, RatioP50: 2}},
 		Memory:  []MemoryRow{{Impl: "seed", Calls: 10, Members: 10, Bytes: 1380, BytesPerMember: 138}},
@@ -155,7 +157,8 @@ func TestOutputs(t *testing.T) {
 	md := rep.Markdown()
 	for _, want := range []string{"**120**", "| latency | seed | 0.0 | — | — | — |", "| seed | 10 | 10 | 1380 | 138.0 |", "boom", "95.0%",
 		"| llm | throttler | 70 | **2** | **1** | 9500 | 95.0% | 9900 | **61** |",
-		"| storm | throttler | 5000 | 4500 | 0.250 | 500 | 4.50 | 95.0% | 100 | 0 |", "| 90.0% | 2% | 105% |"} {
+		"| storm | throttler | 5000 | 4500 | 0.250 | 500 | 4.50 | 95.0% | 100 | 0 |", "| 90.0% | 2% | 105% |",
+		"| priority | throttler | 0.90 | the same | 300 | 298 | 200µs | 950ms | 1.20s | 650 | 65.0 | 95.0% | 100 | 0 | 0.50 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
@@ -288,10 +291,50 @@ func TestSmokeStorm(t *testing.T) {
 	}
 }
 
+// TestSmokePriority runs the priority scenario, shrunk to 2 processes,
+// each with high-priority calls at 4/s and 10 low-priority goroutines, on
+// 20 per 1s for 2s, the low calls capped at half the limit on a Throttler
+// of their own that does not reserve ahead (so that the high calls, which
+// would otherwise wait about a second behind them, are measured within
+// the run): both priorities get through, the limit holds at the API, and
+// the priority figures are filled in.
+func TestSmokePriority(t *testing.T) {
+	var ahead time.Duration
+	rep, row := smokeWith(t, "priority", nil, Options{LowShare: 0.5, LowAhead: &ahead}, func(sc *Scenario) {
+		sc.Procs, sc.Goroutines, sc.HighRate, sc.Limit, sc.Duration, sc.Warmup = 2, 10, 4, 20, 2*time.Second, 500*time.Millisecond
+	})
+	f := row.Priority
+	if f == nil {
+		t.Fatalf("row %+v, want the priority figures", row)
+	}
+	switch {
+	case f.HighAdmitted == 0 || f.LowAdmitted == 0 || f.HighMeasured == 0:
+		t.Fatalf("%d high (%d measured) and %d low calls admitted: want both", f.HighAdmitted, f.HighMeasured, f.LowAdmitted)
+	case row.Errors != 0 || row.APIErrors != 0:
+		t.Fatalf("%d wait errors, %d API errors: %s", row.Errors, row.APIErrors, row.FirstError)
+	case int64(row.APICalls) != row.Admitted || f.HighAdmitted+f.LowAdmitted != row.Admitted:
+		t.Errorf("%d calls reached the API, %d admitted: %d high, %d low", row.APICalls, row.Admitted, f.HighAdmitted, f.LowAdmitted)
+	case f.HighArrived < f.HighAdmitted || f.LowShare != 0.5 || f.LowAheadMs == nil || f.HighMaxMs < f.HighP99Ms || len(f.High) != f.HighMeasured:
+		t.Errorf("figures inconsistent: %+v", *f)
+	case *row.MaxInWindow > row.Limit || *row.StrictRejects != 0:
+		t.Errorf("max in window %d (limit %d), strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| priority | throttler | 0.50 | own, ahead 0 |") {
+		t.Errorf("no priority table in:\n%s", md)
+	}
+}
+
 // smoke runs the quick scenario called name with the implementations
 // named (nil: its own), shrunk, through the whole harness within 45s, and
 // returns the report and its one row.
 func smoke(t *testing.T, name string, implNames []string, shrink func(*Scenario)) (*Report, Row) {
+	t.Helper()
+	return smokeWith(t, name, implNames, Options{}, shrink)
+}
+
+// smokeWith is smoke with opt's Options (their Scenarios, Buffer and
+// Progress are smoke's).
+func smokeWith(t *testing.T, name string, implNames []string, opt Options, shrink func(*Scenario)) (*Report, Row) {
 	t.Helper()
 	requireRedis(t)
 	all, err := Select(Scenarios(true), []string{name}, implNames)
@@ -302,7 +345,8 @@ func smoke(t *testing.T, name string, implNames []string, shrink func(*Scenario)
 	shrink(&sc)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
+	opt.Scenarios, opt.Buffer, opt.Progress = []Scenario{sc}, 50*time.Millisecond, testWriter{t, &strings.Builder{}}
+	rep, err := Run(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,13 @@ type ReplicaConfig struct {
 	// KindStorm: the range of each Wait's deadline.
 	DeadlineMin time.Duration `json:"deadline_min,omitempty"`
 	DeadlineMax time.Duration `json:"deadline_max,omitempty"`
+	// KindPriority: high-priority arrivals per second, PriorityLow's share
+	// of the limit, and when LowAhead is set, the reserve-ahead of a
+	// Throttler of their own for the low-priority calls (else they share
+	// the high ones').
+	HighRate float64        `json:"high_rate,omitempty"`
+	LowShare float64        `json:"low_share,omitempty"`
+	LowAhead *time.Duration `json:"low_ahead,omitempty"`
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.
@@ -79,6 +86,15 @@ type ReplicaResult struct {
 	FailedMeasured int64   `json:"failed_measured,omitempty"`
 	FailedEarly    int64   `json:"failed_early,omitempty"`
 	FailedAt       []int64 `json:"failed_at_ppm,omitempty"`
+	// KindPriority: the high-priority calls (the fields above count both
+	// priorities): how many arrived and were admitted (whole run), the
+	// waits of those that arrived at or after Warmup and were admitted,
+	// and how many were still waiting when the run ended.
+	HighArrived    int64   `json:"high_arrived,omitempty"`
+	HighAdmitted   int64   `json:"high_admitted,omitempty"`
+	HighWaitNs     []int64 `json:"high_wait_ns,omitempty"`
+	HighAtNs       []int64 `json:"high_at_ns,omitempty"` // when each of those arrived, after go
+	HighUnfinished int     `json:"high_unfinished,omitempty"`
 }
 
 // ReplicaMain runs a replica from the configuration in ReplicaEnv, talking to
@@ -150,6 +166,8 @@ type goroutineLog struct {
 	// KindStorm: Waits failed by their deadline (see ReplicaResult).
 	failed, failedMeasured, failedEarly int64
 	failedAt                            []int64
+	// An open-loop call's (see arrive): when it arrived.
+	arrived time.Time
 }
 
 func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Writer) error {
@@ -166,12 +184,13 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		}
 	}
 	client := &http.Client{
-		Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Goroutines, IdleConnTimeout: time.Minute},
+		Transport: &http.Transport{MaxIdleConnsPerHost: idleConns(cfg), IdleConnTimeout: time.Minute},
 		Timeout:   10 * time.Second,
 	}
 	defer client.CloseIdleConnections()
 	var (
 		w        impls.Waiter
+		low      impls.Waiter         // KindPriority: the low-priority calls'
 		th       *throttler.Throttler // KindInFlight
 		admitted func() uint64        // KindLLM: the calls the Throttlers admitted
 	)
@@ -190,6 +209,11 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		}
 		var err error
 		if th, err = impls.NewInFlight(rdb, icfg, cfg.InFlight, 0); err != nil {
+			return err
+		}
+	case KindPriority:
+		var err error
+		if w, low, err = priorityWaiters(cfg, rdb, icfg); err != nil {
 			return err
 		}
 	default:
@@ -218,6 +242,10 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 
 	logs := make([]*goroutineLog, cfg.Goroutines)
 	var wg sync.WaitGroup
+	var high []*goroutineLog // KindPriority: one per high-priority arrival
+	if cfg.Kind == KindPriority {
+		wg.Go(func() { high = loopArrivals(runCtx, cfg, w, client, warmEnd) })
+	}
 	for g := range logs {
 		l := &goroutineLog{}
 		logs[g] = l
@@ -228,6 +256,9 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 			wg.Go(func() { loopInFlight(runCtx, cfg, th, client, warmEnd, l) })
 		case KindStorm:
 			wg.Go(func() { loopStorm(runCtx, cfg, w, client, warmEnd, l) })
+		case KindPriority:
+			lowCtx := throttler.ContextWithPriority(runCtx, throttler.PriorityLow)
+			wg.Go(func() { loop(lowCtx, cfg, low, rdb, client, warmEnd, l) })
 		default:
 			wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
 		}
@@ -251,28 +282,70 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		res.Admitted = int64(admitted())
 	}
 	for _, l := range logs {
-		res.Admitted += l.admitted
-		res.Measured += l.measured
-		res.Errors += l.errors
-		res.APIErrors += l.apiErrors
-		res.WaitNs = append(res.WaitNs, l.waits...)
-		res.PingNs = append(res.PingNs, l.pings...)
-		res.Failed += l.failed
-		res.FailedMeasured += l.failedMeasured
-		res.FailedEarly += l.failedEarly
-		res.FailedAt = append(res.FailedAt, l.failedAt...)
-		if l.unfinished {
-			res.Unfinished++
+		res.add(l)
+	}
+	res.HighArrived = int64(len(high))
+	for _, l := range high {
+		res.add(l)
+		res.HighAdmitted += l.admitted
+		res.HighWaitNs = append(res.HighWaitNs, l.waits...)
+		if l.measured > 0 {
+			res.HighAtNs = append(res.HighAtNs, int64(l.arrived.Sub(start)))
 		}
-		if l.firstErr != nil && res.FirstError == "" {
-			res.FirstError = l.firstErr.Error()
+		if l.unfinished {
+			res.HighUnfinished++
 		}
 	}
 	return json.NewEncoder(out).Encode(res)
 }
 
-// loop is one goroutine of a replica: wait, then (KindAPI) call the API,
-// until the run's context ends.
+// add merges one goroutine's record into the result.
+func (res *ReplicaResult) add(l *goroutineLog) {
+	res.Admitted += l.admitted
+	res.Measured += l.measured
+	res.Errors += l.errors
+	res.APIErrors += l.apiErrors
+	res.WaitNs = append(res.WaitNs, l.waits...)
+	res.PingNs = append(res.PingNs, l.pings...)
+	res.Failed += l.failed
+	res.FailedMeasured += l.failedMeasured
+	res.FailedEarly += l.failedEarly
+	res.FailedAt = append(res.FailedAt, l.failedAt...)
+	if l.unfinished {
+		res.Unfinished++
+	}
+	if l.firstErr != nil && res.FirstError == "" {
+		res.FirstError = l.firstErr.Error()
+	}
+}
+
+// priorityWaiters builds a KindPriority replica's Throttler for the high-
+// priority calls, and the one the low-priority calls wait on: the same,
+// or with LowAhead set, one of their own on the same key with that
+// reserve-ahead.
+func priorityWaiters(cfg ReplicaConfig, rdb *redis.Client, icfg impls.Config) (high, low impls.Waiter, err error) {
+	if !impls.SupportsPriority(cfg.Impl) {
+		return nil, nil, fmt.Errorf("%s has no priorities", cfg.Impl)
+	}
+	if high, err = impls.NewPriority(rdb, icfg, cfg.LowShare); err != nil || cfg.LowAhead == nil {
+		return high, high, err
+	}
+	low, err = impls.NewPriority(rdb, icfg, cfg.LowShare, throttler.WithReserveAhead(*cfg.LowAhead))
+	return high, low, err
+}
+
+// idleConns is how many idle connections to the API a replica keeps: one
+// per goroutine, and for KindPriority room for the high-priority calls
+// made at once (a few times their rate's share of a second).
+func idleConns(cfg ReplicaConfig) int {
+	if cfg.Kind != KindPriority {
+		return cfg.Goroutines
+	}
+	return cfg.Goroutines + int(2*cfg.HighRate) + 4
+}
+
+// loop is one goroutine of a replica: wait, then (when its kind calls the
+// API) call the API, until the run's context ends.
 func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Client, client *http.Client, warmEnd time.Time, l *goroutineLog) {
 	for ctx.Err() == nil {
 		var ping time.Duration
@@ -300,7 +373,7 @@ func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Cli
 		if l.admit(w0, done, warmEnd) && cfg.Kind == KindLatency {
 			l.pings = append(l.pings, int64(ping))
 		}
-		if cfg.Kind == KindAPI {
+		if cfg.Kind.callsAPI() {
 			l.called(call(client, cfg))
 		}
 	}
@@ -320,15 +393,20 @@ func (l *goroutineLog) waitFailed(ctx context.Context, err error) (over bool) {
 }
 
 // admit notes a wait from w0 that admitted its call at done, and reports
-// whether it is measured (after the warm-up).
+// whether it is measured (it returned after the warm-up).
 func (l *goroutineLog) admit(w0, done, warmEnd time.Time) (measured bool) {
+	return l.record(w0, done, !done.Before(warmEnd))
+}
+
+// record notes a wait from w0 that admitted its call at done, and its
+// length when measured; it returns measured.
+func (l *goroutineLog) record(w0, done time.Time, measured bool) bool {
 	l.admitted++
-	if done.Before(warmEnd) {
-		return false
+	if measured {
+		l.measured++
+		l.waits = append(l.waits, int64(done.Sub(w0)))
 	}
-	l.measured++
-	l.waits = append(l.waits, int64(done.Sub(w0)))
-	return true
+	return measured
 }
 
 // called notes the API call's outcome.
@@ -390,6 +468,40 @@ func loopStorm(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *h
 			}
 		}
 	}
+}
+
+// loopArrivals starts a high-priority call at each of the Poisson arrivals
+// of cfg.HighRate a second, in a goroutine of its own (arrive), until ctx
+// ends, and returns their records once every call has returned. Arrival
+// times are drawn ahead, so a late wake does not slow the rate.
+func loopArrivals(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time) []*goroutineLog {
+	high := throttler.ContextWithPriority(ctx, throttler.PriorityHigh)
+	var logs []*goroutineLog
+	var wg sync.WaitGroup
+	gap := func() time.Duration { return time.Duration(rand.ExpFloat64() / cfg.HighRate * float64(time.Second)) }
+	for at := time.Now().Add(gap()); ; at = at.Add(gap()) {
+		if sleepCtx(ctx, time.Until(at)); ctx.Err() != nil {
+			break
+		}
+		l := &goroutineLog{}
+		logs = append(logs, l)
+		wg.Go(func() { arrive(high, cfg, w, client, warmEnd, l) })
+	}
+	wg.Wait()
+	return logs
+}
+
+// arrive is one open-loop call: Wait, then call the API if admitted. Its
+// wait is measured when it arrived after the warm-up (not when it
+// returned: a call that arrived during the warm-up waited for it).
+func arrive(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time, l *goroutineLog) {
+	l.arrived = time.Now()
+	if err := w.Wait(ctx); err != nil {
+		l.waitFailed(ctx, err)
+		return
+	}
+	l.record(l.arrived, time.Now(), !l.arrived.Before(warmEnd))
+	l.called(call(client, cfg))
 }
 
 // refused notes a Wait from w0 with deadline d that failed by its deadline

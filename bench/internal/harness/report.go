@@ -101,6 +101,9 @@ type Row struct {
 	// Storm: a KindStorm run's figures.
 	Storm *StormRow `json:"storm,omitempty"`
 
+	// Priority: a KindPriority run's figures.
+	Priority *PriorityRow `json:"priority,omitempty"`
+
 	SeriesStepMs int64 `json:"series_step_ms,omitempty"`
 	// Series[i] is the number of API arrivals in the window of length
 	// interval ending at (i+1)·SeriesStepMs after the start.
@@ -145,6 +148,42 @@ type StormRow struct {
 	FailedAtP99 float64 `json:"failed_at_p99"`
 }
 
+// PriorityRow is what a KindPriority run measures besides a Row's figures
+// (which count both priorities).
+type PriorityRow struct {
+	LowShare float64 `json:"low_share"` // PriorityLow's share of the limit
+	// LowAheadMs is the reserve-ahead of the low-priority calls' own
+	// Throttler; nil when they share the high ones'.
+	LowAheadMs *float64 `json:"low_ahead_ms,omitempty"`
+	// HighArrived, HighAdmitted and HighUnfinished: the high-priority calls
+	// that arrived, were admitted and were still waiting at the end, whole
+	// run.
+	HighArrived    int64 `json:"high_arrived"`
+	HighAdmitted   int64 `json:"high_admitted"`
+	HighUnfinished int   `json:"high_unfinished"`
+	// HighMeasured is the high-priority calls that arrived after the
+	// warm-up and were admitted; their waits' percentiles and maximum
+	// follow.
+	HighMeasured int     `json:"high_measured"`
+	HighP50Ms    float64 `json:"high_wait_p50_ms"`
+	HighP99Ms    float64 `json:"high_wait_p99_ms"`
+	HighMaxMs    float64 `json:"high_wait_max_ms"`
+	// LowAdmitted is the low-priority calls admitted, whole run, and
+	// LowPerSec those admitted after the warm-up, per second.
+	LowAdmitted int64   `json:"low_admitted"`
+	LowPerSec   float64 `json:"low_per_sec"`
+	// High is every measured high-priority call, by arrival (JSON only).
+	High []HighCall `json:"high,omitempty"`
+}
+
+// HighCall is one measured high-priority call: its replica, when it
+// arrived (after the replica's start) and how long it waited.
+type HighCall struct {
+	Replica int     `json:"replica"`
+	AtMs    float64 `json:"at_ms"`
+	WaitMs  float64 `json:"wait_ms"`
+}
+
 // LatencyRow is the latency scenario for one implementation.
 type LatencyRow struct {
 	Impl      string  `json:"impl"`
@@ -175,7 +214,7 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
-	var rows, llm, inflight, storm []Row
+	var rows, llm, inflight, storm, prio []Row
 	for _, row := range r.Rows {
 		switch {
 		case row.LLM != nil:
@@ -184,6 +223,8 @@ func (r *Report) Markdown() string {
 			inflight = append(inflight, row)
 		case row.Storm != nil:
 			storm = append(storm, row)
+		case row.Priority != nil:
+			prio = append(prio, row)
 		default:
 			rows = append(rows, row)
 		}
@@ -234,6 +275,9 @@ func (r *Report) Markdown() string {
 	}
 	if len(storm) > 0 {
 		writeStorm(&b, storm)
+	}
+	if len(prio) > 0 {
+		writePriority(&b, prio)
 	}
 	if len(r.Latency) > 0 {
 		b.WriteString("| latency (unthrottled, 1 goroutine) | PING p50 | PING p99 | Wait p50 | Wait p99 | Wait/PING p50 |\n")
@@ -288,6 +332,30 @@ func writeStorm(b *strings.Builder, rows []Row) {
 	b.WriteString("\n")
 }
 
+// writePriority writes the table of KindPriority rows.
+func writePriority(b *strings.Builder, rows []Row) {
+	b.WriteString("| priority | impl | low share | low Throttler | high arrived | high admitted | high wait p50 | p99 | max | low admitted | low/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm |\n")
+	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range rows {
+		f := row.Priority
+		fmt.Fprintf(b, "| %s | %s | %.2f | %s | %d | %d | %s | %s | %s | %d | %s | %s | %s | %s | %.2f | %.2f | %.1f |\n",
+			row.Scenario, row.Impl, f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted,
+			fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs), f.LowAdmitted, fmtRate(f.LowPerSec),
+			optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
+			optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0),
+			row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm)
+	}
+	b.WriteString("\n")
+}
+
+// lowThrottler says which Throttler the low-priority calls waited on.
+func (f *PriorityRow) lowThrottler() string {
+	if f.LowAheadMs == nil {
+		return "the same"
+	}
+	return "own, ahead " + fmtMs(*f.LowAheadMs)
+}
+
 // fmtDeadline formats a time as a share of a deadline, in percent.
 func fmtDeadline(v float64) string { return fmt.Sprintf("%.3g%%", 100*v) }
 
@@ -306,6 +374,11 @@ func (row Row) summary() string {
 	if f := row.Storm; f != nil {
 		s += fmt.Sprintf(", %d Waits (%d failed, %.1f%% of those early), %.3f RT/Wait, %.2f cmds/adm",
 			f.WaitCalls, f.Failed, 100*f.EarlyShare, f.RoundTripsPerWait, row.CommandsPerAdm)
+	}
+	if f := row.Priority; f != nil {
+		s += fmt.Sprintf(", low share %.2f (%s Throttler), high: %d arrived, %d admitted, wait p50 %s p99 %s max %s; low: %d admitted (%s/s)",
+			f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted, fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs),
+			f.LowAdmitted, fmtRate(f.LowPerSec))
 	}
 	if f := row.InFlight; f != nil {
 		s += fmt.Sprintf(", in flight max %d/%d mean %.1f%% of the cap, %d refused over it", f.Max, f.Cap, 100*f.Utilization, f.OverCap)

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,13 @@ type Options struct {
 	Scenarios []Scenario    // what to run, in order
 	Buffer    time.Duration // the throttler's and the seed's buffer
 	Quick     bool          // recorded in the report
+	// LowShare is PriorityLow's share of the limit in the priority
+	// scenarios (WithPriorityShare); 0 means the library's default, 0.9.
+	LowShare float64
+	// LowAhead, when set, gives the low-priority calls of the priority
+	// scenarios a Throttler of their own in each process, with this
+	// reserve-ahead (WithReserveAhead); else they share the high ones'.
+	LowAhead *time.Duration
 	// Exe is the binary re-executed as a replica (with ReplicaFlag and
 	// ReplicaEnv); default os.Executable(). It must call ReplicaMain when
 	// ReplicaEnv is set.
@@ -226,6 +234,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: apiURL,
 			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
 			DeadlineMin: sc.DeadlineMin, DeadlineMax: sc.DeadlineMax,
+			HighRate: sc.HighRate, LowShare: h.lowShare(), LowAhead: h.opt.LowAhead,
 		})
 		if err != nil {
 			return Row{}, nil, err
@@ -272,10 +281,27 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	}
 	arrivals := h.api.Take()
 	row, lat := compute(sc, impl, t0, results, arrivals, before, after)
+	if row.Priority != nil {
+		row.Priority.LowShare = h.lowShare()
+		if h.opt.LowAhead != nil {
+			row.Priority.LowAheadMs = ptr(ms(*h.opt.LowAhead))
+		}
+	}
 	if llm != nil {
 		fillLLM(&row, sc, t0, llm)
 	}
 	return row, lat, nil
+}
+
+// defaultLowShare is the library's default share of PriorityLow.
+const defaultLowShare = 0.9
+
+// lowShare is PriorityLow's share in the priority scenarios.
+func (h *harness) lowShare() float64 {
+	if h.opt.LowShare == 0 {
+		return defaultLowShare
+	}
+	return h.opt.LowShare
 }
 
 func await(ctx context.Context, ch <-chan error, d time.Duration, what string) error {
@@ -328,7 +354,7 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 		row.InFlight = inFlightFigures(sc, t0, arrivals, reservations, leaseWaits, row.Admitted)
 		arrivals = slices.DeleteFunc(arrivals, func(a fakeapi.Arrival) bool { return a.OverCap })
 	}
-	if sc.Kind == KindAPI || sc.Kind == KindInFlight || sc.Kind == KindStorm {
+	if sc.Kind.callsAPI() {
 		ts := make([]int64, len(arrivals))
 		clear(perProc)
 		from, to := int64(sc.Warmup), int64(sc.Duration)
@@ -375,6 +401,9 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 	row.Commands = cmds
 	if sc.Kind == KindStorm {
 		row.Storm = stormFigures(results, row.Admitted, trips)
+	}
+	if sc.Kind == KindPriority {
+		row.Priority = priorityFigures(sc, results, row.Admitted)
 	}
 	if row.Admitted > 0 {
 		a := float64(row.Admitted)
@@ -464,6 +493,37 @@ func stormFigures(results []ReplicaResult, admitted, trips int64) *StormRow {
 	slicesSort(at)
 	f.FailedAtP50 = float64(metrics.PercentileSorted(at, 50)) / 1e6
 	f.FailedAtP99 = float64(metrics.PercentileSorted(at, 99)) / 1e6
+	return f
+}
+
+// priorityFigures sums the high-priority calls of a KindPriority run and
+// the low-priority ones (the rest of its admissions), and gives the high
+// ones' waits.
+func priorityFigures(sc Scenario, results []ReplicaResult, admitted int64) *PriorityRow {
+	f := &PriorityRow{}
+	var waits []int64
+	var measured int64
+	for _, r := range results {
+		f.HighArrived += r.HighArrived
+		f.HighAdmitted += r.HighAdmitted
+		f.HighUnfinished += r.HighUnfinished
+		waits = append(waits, r.HighWaitNs...)
+		measured += r.Measured
+		for i, at := range r.HighAtNs {
+			f.High = append(f.High, HighCall{Replica: r.Index, AtMs: ms(time.Duration(at)), WaitMs: ms(time.Duration(r.HighWaitNs[i]))})
+		}
+	}
+	slices.SortFunc(f.High, func(a, b HighCall) int { return cmp.Compare(a.AtMs, b.AtMs) })
+	f.LowAdmitted = admitted - f.HighAdmitted
+	f.HighMeasured = len(waits)
+	span := (sc.Duration - sc.Warmup).Seconds()
+	f.LowPerSec = float64(measured-int64(len(waits))) / span
+	slicesSort(waits)
+	f.HighP50Ms = ms(time.Duration(metrics.PercentileSorted(waits, 50)))
+	f.HighP99Ms = ms(time.Duration(metrics.PercentileSorted(waits, 99)))
+	if len(waits) > 0 {
+		f.HighMaxMs = ms(time.Duration(waits[len(waits)-1]))
+	}
 	return f
 }
 

@@ -41,7 +41,21 @@ const (
 	// goroutine whose Wait failed before its deadline sleeps until the
 	// deadline would have passed, then tries again.
 	KindStorm Kind = "storm"
+	// KindPriority: high-priority calls arrive open-loop, HighRate a second
+	// in each process at Poisson times, each in its own goroutine: Wait
+	// with a PriorityHigh context, then GET the API. Besides, Goroutines
+	// goroutines (none: no flood) loop Wait with a PriorityLow context,
+	// then GET the API. Only this library takes part: the peers have no
+	// priorities.
+	KindPriority Kind = "priority"
 )
+
+// callsAPI reports whether the replicas of this kind call the fake API
+// (internal/fakeapi) after each admission: its arrivals there give the
+// rate's figures.
+func (k Kind) callsAPI() bool {
+	return k == KindAPI || k == KindInFlight || k == KindStorm || k == KindPriority
+}
 
 // Scenario is one workload, run once per implementation.
 type Scenario struct {
@@ -67,6 +81,8 @@ type Scenario struct {
 	HoldMin, HoldMax time.Duration
 	// KindStorm: the range of each Wait's deadline.
 	DeadlineMin, DeadlineMax time.Duration
+	// KindPriority: high-priority arrivals per second, per process.
+	HighRate float64
 	// OptIn: left out when no scenario is named (see Select), because it
 	// would make the default run much longer.
 	OptIn bool
@@ -89,6 +105,9 @@ func (s Scenario) String() string {
 	case KindStorm:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, each Wait with a deadline of %s-%s, then GET the API; a Wait failed early sleeps out its deadline",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration, s.DeadlineMin, s.DeadlineMax)
+	case KindPriority:
+		return fmt.Sprintf("%s: %d procs, each with high-priority calls arriving at %g/s (Poisson, each in its own goroutine) and %d low-priority goroutines, limit %d per %s, %s, wait then GET the API",
+			s.Name, s.Procs, s.HighRate, s.Goroutines, s.Limit, s.Interval, s.Duration)
 	case KindLatency:
 		return fmt.Sprintf("%s: %d proc x %d goroutine, limit %d per %s (never reached), %s, PING then Wait",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
@@ -98,11 +117,11 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
 // minute or more for all its implementations.
-var OptInNames = []string{"herd24", "storm", "storm10"}
+var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -142,6 +161,13 @@ func Scenarios(quick bool) []Scenario {
 		{Name: "storm10", Kind: KindStorm, Procs: 3, Goroutines: 3000, Limit: 50, Interval: time.Second,
 			DeadlineMin: 10 * time.Millisecond, DeadlineMax: 500 * time.Millisecond,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all, OptIn: true},
+		// High-priority calls at 30% of the limit, with a low-priority
+		// flood and without (the baseline of their waits). The peers have
+		// no priorities.
+		{Name: "priority", Kind: KindPriority, Procs: 3, Goroutines: 100, HighRate: 10, Limit: 100, Interval: time.Second,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}, OptIn: true},
+		{Name: "priority-calm", Kind: KindPriority, Procs: 3, HighRate: 10, Limit: 100, Interval: time.Second,
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}, OptIn: true},
 	}
 }
 

@@ -26,3 +26,16 @@ func NewInFlight(rdb *redis.Client, cfg Config, n int, ttl time.Duration) (*thro
 	return throttler.New(rdb, tag+":rate", cfg.Limit, cfg.Interval, throttler.WithBuffer(cfg.Buffer),
 		throttler.WithInFlight(tag+":inflight", n, ttl))
 }
+
+// SupportsPriority reports whether an implementation has priorities. Only
+// this library has: the peers serve calls as they come.
+func SupportsPriority(name string) bool { return name == "throttler" || name == "throttler-ctx" }
+
+// NewPriority is this library with lowShare as PriorityLow's share of the
+// limit (WithPriorityShare), and opts: calls carry their priority on their
+// context.
+func NewPriority(rdb *redis.Client, cfg Config, lowShare float64, opts ...throttler.Option) (*throttler.Throttler, error) {
+	opts = append([]throttler.Option{throttler.WithBuffer(cfg.Buffer),
+		throttler.WithPriorityShare(throttler.PriorityLow, lowShare)}, opts...)
+	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, opts...)
+}
