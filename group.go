@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +62,9 @@ type Group struct {
 	client redis.UniversalClient
 	prefix string
 	limits func(key string) (Quota, error)
+	opt    groupOptions
+	rs     *redisStore  // for the Group's own Redis calls (learned limits), bounded as a Throttler's are
+	logged atomic.Int64 // when logOnce last logged, in Unix nanoseconds
 
 	mu   sync.Mutex // guards what follows
 	byID map[keyID]*groupEntry
@@ -102,13 +107,36 @@ type Rate struct {
 	Interval time.Duration
 }
 
+// GroupOption configures a Group. Options are checked by NewGroup: a bad
+// value makes NewGroup return an error wrapping ErrInvalidArgument.
+type GroupOption func(*groupOptions) error
+
+type groupOptions struct {
+	logger  *slog.Logger
+	learned bool // WithLearnedLimits
+}
+
+// WithGroupLogger sets where the Group logs what it does not return as an
+// error: a learned limit it could not read (see WithLearnedLimits).
+// Default slog.Default(). It logs at most once a second, and names a key
+// only by its digest.
+func WithGroupLogger(l *slog.Logger) GroupOption {
+	return func(o *groupOptions) error {
+		if l == nil {
+			return invalidf("WithGroupLogger(nil)")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
 // NewGroup returns a Group whose Throttlers keep their windows in client,
 // under Redis keys that begin with prefix, with the Quota limits returns
 // for each key. It returns an error wrapping ErrInvalidArgument when client
-// or limits is nil, or when prefix is empty or holds a brace (the braces
-// are the Group's: a {tag} in prefix would put every key in one Redis
-// Cluster slot). It does no network I/O.
-func NewGroup(client redis.UniversalClient, prefix string, limits func(key string) (Quota, error)) (*Group, error) {
+// or limits is nil, when prefix is empty or holds a brace (the braces are
+// the Group's: a {tag} in prefix would put every key in one Redis Cluster
+// slot), or when an option is bad. It does no network I/O.
+func NewGroup(client redis.UniversalClient, prefix string, limits func(key string) (Quota, error), opts ...GroupOption) (*Group, error) {
 	switch {
 	case client == nil:
 		return nil, invalidf("NewGroup: nil Redis client")
@@ -119,7 +147,23 @@ func NewGroup(client redis.UniversalClient, prefix string, limits func(key strin
 	case strings.ContainsAny(prefix, "{}"):
 		return nil, invalidf("NewGroup(%q): the prefix must not hold a brace: the Group puts each key's digest in braces", prefix)
 	}
-	return &Group{client: client, prefix: prefix, limits: limits, byID: map[keyID]*groupEntry{}}, nil
+	o := groupOptions{logger: slog.Default()}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidf("NewGroup(%q): nil GroupOption", prefix)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	return &Group{
+		client: client,
+		prefix: prefix,
+		limits: limits,
+		opt:    o,
+		rs:     &redisStore{rdb: client, ctxTimeouts: honoursContext(client), ioTimeout: socketTimeout(client)},
+		byID:   map[keyID]*groupEntry{},
+	}, nil
 }
 
 // keyID is what the Group knows of a key: the first 16 bytes of its
@@ -166,7 +210,9 @@ const groupVisits = 4
 // For returns an error when key is empty or New refuses the Quota (both
 // wrapping ErrInvalidArgument), and one wrapping the limits function's
 // error when it fails; errors name the key only by its Redis key. For does
-// no network I/O.
+// no network I/O, except with WithLearnedLimits, which reads the key's
+// learned limit from Redis (one GET, within a second) when it makes a
+// Throttler.
 func (g *Group) For(key string) (*Throttler, error) {
 	if key == "" {
 		return nil, invalidf("Group.For: empty key")
@@ -204,6 +250,11 @@ func (g *Group) make(key string, id keyID) (*Throttler, error) {
 	q, err := g.limits(key)
 	if err != nil {
 		return nil, fmt.Errorf("throttler: Group.For(%s): limits: %w", base, err)
+	}
+	if g.opt.learned {
+		if n, ok := g.learnedLimit(base); ok {
+			q.Limit = n
+		}
 	}
 	if q.InFlight < 0 {
 		return nil, invalidf("Group.For(%s): Quota.InFlight %d is negative", base, q.InFlight)

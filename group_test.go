@@ -19,9 +19,9 @@ func quotaOf(q Quota) func(string) (Quota, error) {
 	return func(string) (Quota, error) { return q, nil }
 }
 
-func mustGroup(t testing.TB, c redis.UniversalClient, prefix string, q Quota) *Group {
+func mustGroup(t testing.TB, c redis.UniversalClient, prefix string, q Quota, opts ...GroupOption) *Group {
 	t.Helper()
-	g, err := NewGroup(c, prefix, quotaOf(q))
+	g, err := NewGroup(c, prefix, quotaOf(q), opts...)
 	if err != nil {
 		t.Fatalf("NewGroup(%q): %v", prefix, err)
 	}
@@ -65,6 +65,11 @@ func TestNewGroupRejectsBadInput(t *testing.T) {
 		"empty prefix":  func() (*Group, error) { return NewGroup(c, "", ok) },
 		"brace":         func() (*Group, error) { return NewGroup(c, "p{x}", ok) },
 		"closing brace": func() (*Group, error) { return NewGroup(c, "p}", ok) },
+		"nil option":    func() (*Group, error) { return NewGroup(c, "p", ok, nil) },
+		"nil logger":    func() (*Group, error) { return NewGroup(c, "p", ok, WithGroupLogger(nil)) },
+		"learn disabled": func() (*Group, error) {
+			return nil, mustGroup(t, c, "p", Quota{}).Learn(context.Background(), "k", 1, time.Second)
+		},
 	} {
 		if _, err := f(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want an error wrapping ErrInvalidArgument", name, err)
@@ -91,6 +96,16 @@ func TestNewGroupRejectsBadInput(t *testing.T) {
 	g := mustGroup(t, c, "p", Quota{Limit: 1, Interval: time.Second})
 	if _, err := g.For(""); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf(`For(""): got %v, want an error wrapping ErrInvalidArgument`, err)
+	}
+	g = mustGroup(t, c, "p", Quota{Limit: 1, Interval: time.Second}, WithLearnedLimits())
+	for _, tc := range []struct {
+		key   string
+		limit int
+		ttl   time.Duration
+	}{{"", 1, time.Second}, {"k", 0, time.Second}, {"k", 1, 0}} {
+		if err := g.Learn(context.Background(), tc.key, tc.limit, tc.ttl); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Learn(%q, %d, %s): got %v, want an error wrapping ErrInvalidArgument", tc.key, tc.limit, tc.ttl, err)
+		}
 	}
 
 	failing := errors.New("no plan for this store")
@@ -335,12 +350,12 @@ func TestGroupReplicasShareQuota(t *testing.T) {
 }
 
 // TestGroupKeysExpire: a key's Redis keys (every limit's, the places in
-// flight's) are named by its digest, and expire once nothing in them
-// counts.
+// flight's, the learned limit's) are named by its digest, and expire once
+// nothing in them counts.
 func TestGroupKeysExpire(t *testing.T) {
 	mr, c := miniClient(t)
 	q := Quota{Limit: 10, Interval: time.Second, More: []Rate{{Limit: 100, Interval: time.Minute}}, InFlight: 2}
-	g := mustGroup(t, c, "api:", q)
+	g := mustGroup(t, c, "api:", q, WithLearnedLimits())
 	ctx := context.Background()
 	var made []*Throttler
 	for i := range 20 {
@@ -349,6 +364,9 @@ func TestGroupKeysExpire(t *testing.T) {
 		if err := th.Do(ctx, func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := g.Learn(ctx, "customer-0", 5, time.Hour); err != nil {
+		t.Fatal(err)
 	}
 	for _, th := range made {
 		waitIdle(t, th)
@@ -360,12 +378,69 @@ func TestGroupKeysExpire(t *testing.T) {
 			t.Fatalf("Redis key %q names the key in clear", k)
 		}
 	}
-	if len(keys) != 20*2 {
+	if len(keys) != 20*2+1 {
 		// The places in flight's sets emptied, and left.
-		t.Fatalf("%d Redis keys for 20 keys with two limits: %q", len(keys), keys)
+		t.Fatalf("%d Redis keys for 20 keys with two limits and a learned limit: %q", len(keys), keys)
 	}
 	mr.FastForward(2 * time.Minute) // past the longest window's TTL and the leases' keys'
-	if left := mr.Keys(); len(left) != 0 {
-		t.Fatalf("Redis keys left once nothing counts: %q", left)
+	left := mr.Keys()
+	if len(left) != 1 || !strings.HasSuffix(left[0], learnedSuffix) {
+		t.Fatalf("Redis keys left once nothing counts: %q; want only the learned limit", left)
 	}
+	mr.FastForward(time.Hour)
+	if left := mr.Keys(); len(left) != 0 {
+		t.Fatalf("Redis keys left after the learned limit's TTL: %q", left)
+	}
+}
+
+// TestGroupLearn: a limit learned in one replica is the one every replica
+// makes the key's Throttler with; a lower one lowers the Throttlers
+// already made, a higher one replaces this process's idle one.
+func TestGroupLearn(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		q := Quota{Limit: 5, Interval: time.Hour}
+		a := mustGroup(t, dial(), key+":", q, WithLearnedLimits())
+		b := mustGroup(t, dial(), key+":", q, WithLearnedLimits())
+		old := mustFor(t, b, "installation-1")
+		if err := old.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Learn(ctx, "installation-1", 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		// Learn made a's Throttler first, with the Quota's limit, and
+		// lowered it through Redis.
+		if th := mustFor(t, a, "installation-1"); th.Limit() != 5 || th.Stats().Limit != 2 {
+			t.Fatalf("a's Throttler: limit %d, %d in force; want 5 lowered to 2", th.Limit(), th.Stats().Limit)
+		}
+		// b's Throttler keeps New's limit, lowered through Redis: it
+		// learns so with its next round trip.
+		if res, err := old.Allow(ctx); err != nil || !res.Allowed {
+			t.Fatalf("Allow: %+v, %v", res, err)
+		}
+		if res, err := old.Allow(ctx); err != nil || res.Allowed || old.Stats().Limit != 2 {
+			t.Fatalf("third call under a learned limit of 2: %+v, %v (limit in force %d)", res, err, old.Stats().Limit)
+		}
+		if th := mustFor(t, mustGroup(t, dial(), key+":", q, WithLearnedLimits()), "installation-1"); th.Limit() != 2 {
+			t.Fatalf("a new replica's Throttler has limit %d, want the learned 2", th.Limit())
+		}
+		if th := mustFor(t, mustGroup(t, dial(), key+":", q), "installation-1"); th.Limit() != 5 {
+			t.Fatalf("a Group made without WithLearnedLimits read a learned limit (%d)", th.Limit())
+		}
+
+		// Higher: this process's idle Throttler goes, and the lowering ends.
+		waitIdle(t, old)
+		time.Sleep(60 * time.Millisecond)
+		if err := b.Learn(ctx, "installation-1", 50, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		th := mustFor(t, b, "installation-1")
+		if th == old || th.Limit() != 50 {
+			t.Fatalf("after a higher limit was learned: same Throttler %v, limit %d; want a new one with 50", th == old, th.Limit())
+		}
+		if res, err := th.Allow(ctx); err != nil || !res.Allowed || th.Stats().Limit != 50 {
+			t.Fatalf("Allow under the higher learned limit: %+v, %v (limit in force %d)", res, err, th.Stats().Limit)
+		}
+	})
 }
