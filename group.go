@@ -32,7 +32,8 @@ import (
 // Throttler's Key, errors and logs; the Group holds the digest, not the
 // key, and Stats name no key. Only the limits function sees the key, and
 // an error it returns is passed on as it is: it should not quote a secret
-// key.
+// key. Use ByHeader to key requests by a secret header: its keys are
+// digests already.
 //
 // A key's Throttler is idle when no call waits on it or sleeps toward a
 // slot reserved ahead (an admitted call counts until its slot plus the
@@ -117,9 +118,9 @@ type groupOptions struct {
 }
 
 // WithGroupLogger sets where the Group logs what it does not return as an
-// error: a learned limit it could not read (see WithLearnedLimits).
-// Default slog.Default(). It logs at most once a second, and names a key
-// only by its digest.
+// error: a request Route sends unthrottled because For failed, a learned
+// limit it could not read. Default slog.Default(). It logs at most once a
+// second, and names a key only by its digest.
 func WithGroupLogger(l *slog.Logger) GroupOption {
 	return func(o *groupOptions) error {
 		if l == nil {
