@@ -192,6 +192,9 @@ type groupEntry struct {
 	// a later one means t was used (by a caller that kept it).
 	round time.Time
 	at    int // the entry's index in ring
+	// The limit above t's the key stated when t's entry was last made
+	// anew for one (see outgrownLocked): not again for the same.
+	outgrew int64
 }
 
 // groupVisits is how many entries each For visits. Each idle entry takes
@@ -202,7 +205,8 @@ type groupEntry struct {
 const groupVisits = 4
 
 // For returns key's Throttler: the same one on every call, until the Group
-// evicts it (only when it is idle: see Group). For a key it holds no
+// evicts it (only when it is idle: see Group), or makes it anew with a
+// higher limit learned for the key (see Learn). For a key it holds no
 // Throttler for, it calls limits(key) and makes one with the Quota
 // returned (with WithLearnedLimits, the first limit learned for the key, when
 // one is recorded). The limits function may be called more than once for a
@@ -221,10 +225,11 @@ func (g *Group) For(key string) (*Throttler, error) {
 	id := idOf(key)
 	g.mu.Lock()
 	g.sweepLocked(groupVisits, id)
-	if e := g.byID[id]; e != nil {
-		e.used = true
+	old := g.byID[id]
+	if old != nil && !g.outgrownLocked(old) {
+		old.used = true
 		g.mu.Unlock()
-		return e.t, nil
+		return old.t, nil
 	}
 	g.mu.Unlock()
 
@@ -234,15 +239,35 @@ func (g *Group) For(key string) (*Throttler, error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if e := g.byID[id]; e != nil { // made by another caller meanwhile
+	e := g.byID[id]
+	if e != nil && e != old { // made by another caller meanwhile
 		e.used = true
 		return e.t, nil
 	}
-	e := &groupEntry{id: id, t: t, used: true, at: len(g.ring)}
+	if e != nil {
+		g.removeLocked(e) // outgrown: replaced, it serves the calls it has
+	}
+	e = &groupEntry{id: id, t: t, used: true, at: len(g.ring)}
+	if old != nil {
+		e.outgrew = old.outgrew
+	}
 	g.byID[id] = e
 	g.ring = append(g.ring, e)
 	g.peak = max(g.peak, len(g.ring))
 	return t, nil
+}
+
+// outgrownLocked reports whether e's Throttler should be made anew, with
+// a higher limit learned for its key (see Learn): its last round trip
+// found the key stating a first limit above its own, which it has not
+// been made anew for yet.
+func (g *Group) outgrownLocked(e *groupEntry) bool {
+	above := e.t.shared.above.Load()
+	if !g.opt.learned || above == 0 || above == e.outgrew {
+		return false
+	}
+	e.outgrew = above
+	return true
 }
 
 // make makes key's Throttler.

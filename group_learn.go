@@ -28,7 +28,9 @@ const learnedTimeout = time.Second
 // that limit then replaces the Quota's Limit (the interval and the rest
 // stay the limits function's). The read is one GET, within a second; when
 // it fails, For uses the limits function's Limit and logs the failure.
-// Without this option Learn is refused, and For reads nothing.
+// For also makes a key's Throttler anew when the key states a higher
+// limit than the Throttler's (see Learn). Without this option Learn is
+// refused, and For reads nothing.
 func WithLearnedLimits() GroupOption {
 	return func(o *groupOptions) error {
 		o.learned = true
@@ -37,22 +39,26 @@ func WithLearnedLimits() GroupOption {
 }
 
 // Learn records in Redis that key's first limit is limit calls per the
-// interval its Quota states, for ttl: until then every replica's Group
-// (made WithLearnedLimits) makes key's Throttler with it, in place of the
-// Quota's Limit. A Throttler already made keeps the limit it was made
-// with, but Learn also sets the key's shared limit through it (see
-// Throttler.SetLimit) for ttl: a lower limit holds at once for every
-// replica's Throttler on the key, up to each one's own limit; an equal or
-// higher one ends a lowering in force. A higher limit reaches the
-// Throttlers already made only once they are evicted and made anew; this
-// process's is evicted at once when it is idle.
+// interval its Quota states, for every replica:
+//
+//   - every replica's Group (made WithLearnedLimits) makes key's Throttler
+//     with it, in place of the Quota's Limit, until ttl has passed;
+//   - the key itself states it, for ttl or until Redis drops the key (once
+//     no call counts in it), and a Throttler already made on the key, in
+//     any replica, reads it with its next round trip. One made with a
+//     higher limit keeps to the learned one at once (see
+//     Throttler.SetLimit). One made with a lower limit is made anew with
+//     the learned one by the next For for the key in its Group, and this
+//     process's at once: the Throttler replaced serves the calls it
+//     already has, sharing the key's quota with its successor as two
+//     replicas would.
 //
 // Learn makes key's Throttler first when the Group holds none (see For),
 // and takes two Redis round trips, each bounded as a Throttler's are. It
 // returns an error wrapping ErrInvalidArgument when the Group was made
 // without WithLearnedLimits, key is empty, limit is below 1 or ttl is not
 // positive; For's errors; and one wrapping ErrRedis when Redis fails (a
-// limit not recorded is not set either).
+// limit not recorded is not stated either).
 func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Duration) error {
 	switch {
 	case !g.opt.learned:
@@ -62,9 +68,7 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 	case limit < 1 || ttl <= 0:
 		return invalidf("Group.Learn(%d, %s): limit must be at least 1 and ttl positive", limit, ttl)
 	}
-	// The Throttler is made first, with what was known before: through it
-	// a lower limit reaches every replica's.
-	t, err := g.For(key)
+	t, err := g.For(key) // through it, the key states the limit
 	if err != nil {
 		return err
 	}
@@ -76,11 +80,25 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 	if err := g.rs.bounded(rctx, set); err != nil {
 		return redisError(err)
 	}
-	if err := t.SetLimit(ctx, limit, ttl); err != nil {
+	// The member SetLimit writes, whatever the limit: a Throttler made
+	// with a higher one is lowered, one made with a lower one finds the
+	// key states more (see outgrownLocked).
+	err = t.writeMeta(ctx, func(serverNow int64) metaWrite {
+		end := serverNow + ttl.Microseconds()
+		m := metaWrite{
+			set:   []entry{{score: -int64(limit), member: limitMember}, {score: -end, member: limitEndMember}},
+			apply: func() { t.lowerLocked(0, 0) },
+		}
+		if limit < t.Limit() {
+			m.apply = func() { t.lowerLocked(limit, end) }
+		}
+		return m
+	})
+	if err != nil {
 		return err
 	}
 	if limit > t.Limit() {
-		g.evictIdle(idOf(key), t)
+		g.retire(idOf(key), t)
 	}
 	return nil
 }
@@ -113,14 +131,13 @@ func (g *Group) learnedLimit(base string) (int, bool) {
 	return n, true
 }
 
-// evictIdle evicts t, when it is still the Group's for id and idle.
-func (g *Group) evictIdle(id keyID, t *Throttler) {
+// retire drops t, when it is still the Group's for id: For makes the key's
+// Throttler anew.
+func (g *Group) retire(id keyID, t *Throttler) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.byID[id]; e != nil && e.t == t {
-		if idle, _ := t.dormant(); idle {
-			g.removeLocked(e)
-		}
+		g.removeLocked(e)
 	}
 }
 

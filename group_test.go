@@ -395,7 +395,7 @@ func TestGroupKeysExpire(t *testing.T) {
 
 // TestGroupLearn: a limit learned in one replica is the one every replica
 // makes the key's Throttler with; a lower one lowers the Throttlers
-// already made, a higher one replaces this process's idle one.
+// already made, a higher one has them made anew, in every replica.
 func TestGroupLearn(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		ctx := context.Background()
@@ -429,18 +429,29 @@ func TestGroupLearn(t *testing.T) {
 			t.Fatalf("a Group made without WithLearnedLimits read a learned limit (%d)", th.Limit())
 		}
 
-		// Higher: this process's idle Throttler goes, and the lowering ends.
-		waitIdle(t, old)
-		time.Sleep(60 * time.Millisecond)
-		if err := b.Learn(ctx, "installation-1", 50, time.Minute); err != nil {
+		// Higher, learned in a: a's Throttler is made anew at once, b's
+		// once its round trip has read what the key states.
+		if err := a.Learn(ctx, "installation-1", 50, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if th := mustFor(t, a, "installation-1"); th.Limit() != 50 {
+			t.Fatalf("a's Throttler after a higher limit was learned: limit %d, want 50", th.Limit())
+		}
+		if th := mustFor(t, b, "installation-1"); th != old {
+			t.Fatal("b made its Throttler anew before reading the key")
+		}
+		if _, err := old.Allow(ctx); err != nil {
 			t.Fatal(err)
 		}
 		th := mustFor(t, b, "installation-1")
 		if th == old || th.Limit() != 50 {
-			t.Fatalf("after a higher limit was learned: same Throttler %v, limit %d; want a new one with 50", th == old, th.Limit())
+			t.Fatalf("b's Throttler after reading a higher limit: the same %v, limit %d; want a new one with 50", th == old, th.Limit())
 		}
 		if res, err := th.Allow(ctx); err != nil || !res.Allowed || th.Stats().Limit != 50 {
 			t.Fatalf("Allow under the higher learned limit: %+v, %v (limit in force %d)", res, err, th.Stats().Limit)
+		}
+		if again := mustFor(t, b, "installation-1"); again != th {
+			t.Fatal("b made its Throttler anew twice for one learned limit")
 		}
 	})
 }
