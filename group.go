@@ -64,7 +64,10 @@ type Group struct {
 	prefix string
 	limits func(key string) (Quota, error)
 	opt    groupOptions
-	rs     *redisStore  // for the Group's own Redis calls (learned limits), bounded as a Throttler's are
+	rs     *redisStore // for the Group's own Redis calls (learned limits), bounded as a Throttler's are
+	// The estimate of the server's clock its Throttlers share, on a client
+	// of one server (a cluster's or a ring's servers each have their own).
+	clock  *clockSync
 	logged atomic.Int64 // when logOnce last logged, in Unix nanoseconds
 
 	mu   sync.Mutex // guards what follows
@@ -157,14 +160,19 @@ func NewGroup(client redis.UniversalClient, prefix string, limits func(key strin
 			return nil, err
 		}
 	}
-	return &Group{
+	g := &Group{
 		client: client,
 		prefix: prefix,
 		limits: limits,
 		opt:    o,
 		rs:     &redisStore{rdb: client, ctxTimeouts: honoursContext(client), ioTimeout: socketTimeout(client)},
 		byID:   map[keyID]*groupEntry{},
-	}, nil
+	}
+	if _, ok := client.(*redis.Client); ok {
+		c := newClockSync(time.Now())
+		g.clock = &c
+	}
+	return g, nil
 }
 
 // keyID is what the Group knows of a key: the first 16 bytes of its
@@ -285,8 +293,11 @@ func (g *Group) make(key string, id keyID) (*Throttler, error) {
 	if q.InFlight < 0 {
 		return nil, invalidf("Group.For(%s): Quota.InFlight %d is negative", base, q.InFlight)
 	}
-	opts := make([]Option, 0, len(q.Options)+len(q.More)+1)
+	opts := make([]Option, 0, len(q.Options)+len(q.More)+2)
 	opts = append(opts, q.Options...)
+	if g.clock != nil {
+		opts = append(opts, withClockSync(g.clock))
+	}
 	for i, r := range q.More {
 		opts = append(opts, WithLimit(base+":"+strconv.Itoa(i+2), r.Limit, r.Interval))
 	}

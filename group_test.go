@@ -455,3 +455,37 @@ func TestGroupLearn(t *testing.T) {
 		}
 	})
 }
+
+// TestGroupSharesClock: a Group's Throttlers on one server share one
+// estimate of its clock, so a new one takes no round trip to read it;
+// one given its own clock (WithClock), or on a cluster client, keeps its
+// own.
+func TestGroupSharesClock(t *testing.T) {
+	mr, c := miniClient(t)
+	g, err := NewGroup(c, "p", func(key string) (Quota, error) {
+		q := Quota{Limit: 10, Interval: time.Second}
+		if key == "own" {
+			q.Options = []Option{WithClock(time.Now)}
+		}
+		return q, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustFor(t, g, "a")
+	if err := a.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := mustFor(t, g, "b")
+	if b.clock != a.clock || !b.clock.synced() {
+		t.Fatal("a second key's Throttler does not share the first's synced clock estimate")
+	}
+	if own := mustFor(t, g, "own"); own.clock == a.clock {
+		t.Fatal("a Throttler given WithClock shares the Group's clock estimate")
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{mr.Addr()}})
+	defer cc.Close()
+	if mustGroup(t, cc, "p", Quota{Limit: 1, Interval: time.Second}).clock != nil {
+		t.Fatal("a Group on a cluster client shares one clock estimate across servers")
+	}
+}
