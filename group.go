@@ -135,8 +135,8 @@ func WithGroupLogger(l *slog.Logger) GroupOption {
 }
 
 // NewGroup returns a Group whose Throttlers keep their windows in client,
-// under Redis keys that begin with prefix, with the Quota limits returns
-// for each key. It returns an error wrapping ErrInvalidArgument when client
+// under Redis keys named by prefix and each key's digest (see Group), with
+// the Quota limits returns for each key. It returns an error wrapping ErrInvalidArgument when client
 // or limits is nil, when prefix is empty or holds a brace (the braces are
 // the Group's: a {tag} in prefix would put every key in one Redis Cluster
 // slot), or when an option is bad. It does no network I/O.
