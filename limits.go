@@ -136,6 +136,11 @@ func (t *Throttler) learnMetaLocked(r reply) {
 	if lowered != t.shared.lowered || till != t.shared.lowerTill {
 		t.lowerLocked(lowered, till)
 	}
+	above := int64(0)
+	if r.limit > int64(t.wins[0].limit) && r.limitEnd > t.clock.server(t.now()) {
+		above = r.limit
+	}
+	t.shared.above.Store(above)
 }
 
 // pauseLocked extends the shared pause to end (server µs), and tells the

@@ -24,6 +24,8 @@ type options struct {
 	maxWait      time.Duration   // WithMaxWait, 0 = none
 	maxQueue     int             // WithMaxQueue, 0 = none
 	shares       [levels]int     // WithPriorityShare, in thousandths, by level
+	clockSet     bool            // WithClock
+	clock        *clockSync      // withClockSync: an estimate shared with other Throttlers
 }
 
 func defaultOptions() options {
@@ -62,9 +64,31 @@ func WithClock(now func() time.Time) Option {
 		if now == nil {
 			return invalidf("WithClock(nil)")
 		}
-		o.now = now
+		o.now, o.clockSet = now, true
 		return nil
 	}
+}
+
+// withClockSync makes the Throttler share c, its Group's estimate of the
+// server's clock, with the Group's other Throttlers, unless WithClock gives
+// it a clock of its own: they reach one server, and each one's round trips
+// sharpen the estimate for all, so a new Throttler takes no round trip of
+// its own to read the clock first.
+func withClockSync(c *clockSync) Option {
+	return func(o *options) error {
+		o.clock = c
+		return nil
+	}
+}
+
+// clockSync returns the Throttler's estimate of the server's clock: the
+// one shared by withClockSync, or a new one.
+func (o *options) clockSync() *clockSync {
+	if o.clock != nil && !o.clockSet {
+		return o.clock
+	}
+	c := newClockSync(o.now())
+	return &c
 }
 
 // WithFailurePolicy sets what calls do when Redis fails (an error or a

@@ -1,5 +1,7 @@
 package throttler
 
+import "sync/atomic"
+
 // sharedState is what every process on the key agrees on through members
 // of the first limit's key that are not calls (see limits.go): a shared
 // pause and a lowered first limit, as this process last learned or set
@@ -9,6 +11,10 @@ type sharedState struct {
 	lowered    int   // the first limit as lowered through Redis (SetLimit); 0 = not lowered
 	lowerTill  int64 // server µs at which the lowering ends
 	epoch      int   // grows each time the limit is lowered: reservations made before must be made again
+	// A first limit above New's that the key states, in force when the
+	// last round trip read it (0 = none): another process's Throttler was
+	// made with it (see Group.Learn). Written under mu, read without it.
+	above atomic.Int64
 }
 
 // pauseUntil extends the pause to end (server µs), and reports whether it

@@ -32,7 +32,7 @@ type Throttler struct {
 	config
 	st    store // Redis, behind the seam
 	ids   *memberSource
-	clock clockSync
+	clock *clockSync // its own, or its Group's (see withClockSync)
 	stats counters
 
 	mu      sync.Mutex // guards what follows
@@ -118,7 +118,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		ids:    ids,
 		kick:   make(chan struct{}, 1),
 		known:  known{near: true},
-		clock:  newClockSync(o.now()),
+		clock:  o.clockSync(),
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	t.minLimit = limit

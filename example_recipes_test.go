@@ -1,0 +1,363 @@
+package throttler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-throttler/throttler"
+)
+
+// Recipes: a quota per credential for three APIs that meter each of an
+// app's customers apart. Each runs against a stand-in for the API on this
+// machine (see toServer).
+
+// Shopify's REST Admin API meters each app on each store apart, with a
+// leaky bucket: a store's bucket holds 40 requests and leaks 2 a second on
+// the Standard plan, 4 on Advanced and 20 on Plus (Shopify's figures for
+// the leak; the bucket's size other than 40 is not stated for every plan,
+// and each response says it in X-Shopify-Shop-Api-Call-Limit, such as
+// "32/40"). A request that finds the bucket full gets a 429.
+//
+// A sliding window of B requests per B/r seconds never overfills a bucket
+// of B leaking r a second: a span of any length d is covered by
+// ceil(d/(B/r)) windows, so it holds at most B + r*d requests, which is
+// what the bucket takes over d from empty. The window reaches both the
+// bucket's burst and its rate (B per B/r = r a second) but not its
+// smoothness: after a burst of 40 it admits the next 40 a window later,
+// where the bucket would take r a second at once. A smaller window (B'
+// requests per B'/r seconds, B' < 40) trades burst for smoothness, as
+// safely. The Throttler's buffer covers the time from admission to arrival.
+//
+// Here every plan gets the 40 the bucket holds at least, per 40/r seconds:
+// 40 per 20s on Standard, 40 per 2s on Plus. The key is the store, from
+// the request's host: the limits function looks up its plan, and every
+// replica of the app shares each store's bucket.
+func ExampleGroup_shopify() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	plans := map[string]string{ // the app's own record of its stores' plans
+		"standard-store.myshopify.com": "standard",
+		"plus-store.myshopify.com":     "plus",
+	}
+	api := newFakeShopify(plans)
+	defer api.Close()
+
+	g, err := throttler.NewGroup(rdb, "shopify-admin:", func(store string) (throttler.KeyQuota, error) {
+		return shopifyQuota(plans[store]), nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &throttler.Transport{
+		Base: toServer(api.Server), // in production: nil, the default transport
+		Route: g.Route(func(req *http.Request) (string, bool) {
+			return req.URL.Host, true // the store
+		}),
+	}}
+	get := func(store string, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+store+"/admin/api/2024-01/shop.json", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+
+	for _, store := range []string{"standard-store.myshopify.com", "plus-store.myshopify.com"} {
+		start := time.Now()
+		for range 40 {
+			if err := get(store, 5*time.Second); err != nil {
+				panic(err)
+			}
+		}
+		fmt.Printf("%s: 40 requests at once: %v\n", store, time.Since(start) < time.Second)
+	}
+	// The 41st: a window after the first, 20s on Standard, 2s on Plus.
+	start := time.Now()
+	err = get("standard-store.myshopify.com", time.Second)
+	fmt.Println("standard, 41st within a second:", errors.Is(err, context.DeadlineExceeded), time.Since(start) < 500*time.Millisecond)
+	start = time.Now()
+	err = get("plus-store.myshopify.com", 10*time.Second)
+	fmt.Println("plus, 41st after about 2s:", err, time.Since(start) > time.Second)
+	fmt.Println("429s:", api.refused())
+	// Output:
+	// standard-store.myshopify.com: 40 requests at once: true
+	// plus-store.myshopify.com: 40 requests at once: true
+	// standard, 41st within a second: true true
+	// plus, 41st after about 2s: <nil> true
+	// 429s: 0
+}
+
+// shopifyLeak is the REST Admin API's leak by plan, in requests a second.
+var shopifyLeak = map[string]float64{"standard": 2, "advanced": 4, "plus": 20}
+
+// shopifyQuota models a store's bucket of 40 requests, leaking as its plan
+// says (an unknown plan as Standard), as a sliding window of 40 requests
+// per 40/leak seconds.
+func shopifyQuota(plan string) throttler.KeyQuota {
+	const bucket = 40
+	leak, ok := shopifyLeak[plan]
+	if !ok {
+		leak = shopifyLeak["standard"]
+	}
+	return throttler.KeyQuota{Limit: bucket, Interval: time.Duration(bucket / leak * float64(time.Second))}
+}
+
+// fakeShopify answers like the REST Admin API's buckets: one per store
+// (the request's host), 40 deep, leaking as the store's plan says; a
+// request that finds it full gets a 429.
+type fakeShopify struct {
+	*httptest.Server
+	mu     sync.Mutex
+	level  map[string]float64
+	last   map[string]time.Time
+	plans  map[string]string
+	refuse int
+}
+
+func newFakeShopify(plans map[string]string) *fakeShopify {
+	f := &fakeShopify{level: map[string]float64{}, last: map[string]time.Time{}, plans: plans}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		now, store := time.Now(), r.Host
+		level := max(0, f.level[store]-now.Sub(f.last[store]).Seconds()*shopifyLeak[f.plans[store]])
+		f.last[store] = now
+		if level+1 > 40 {
+			f.level[store] = level
+			f.refuse++
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		f.level[store] = level + 1
+		w.Header().Set("X-Shopify-Shop-Api-Call-Limit", fmt.Sprintf("%d/40", int(level+1)))
+	}))
+	return f
+}
+
+func (f *fakeShopify) refused() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refuse
+}
+
+// toServer returns a transport that sends every request to srv, keeping
+// its host in the Host header: the examples' stand-in for the Internet.
+func toServer(srv *httptest.Server) http.RoundTripper {
+	to, _ := url.Parse(srv.URL)
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		r := req.Clone(req.Context())
+		r.Host = req.URL.Host
+		r.URL.Scheme, r.URL.Host = to.Scheme, to.Host
+		return srv.Client().Transport.RoundTrip(r)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// A GitHub App calls the API as each of its installations, and GitHub
+// meters each installation apart: 5,000 requests an hour at least, 50 more
+// per user past 20 and per repository past 20, up to 12,500. The key is
+// the installation, which the code that picked the installation's token
+// puts on the request's context: the token itself changes every hour, and
+// is no key. The limits function gives every installation the floor;
+// the limit GitHub states for an installation (X-RateLimit-Limit) is
+// recorded for every replica with Learn.
+//
+// GitHub's window is fixed (it resets at X-RateLimit-Reset); a sliding
+// window of the same limit and an hour never lets a fixed hour hold more.
+func ExampleGroup_githubApp() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Limit", "12500") // a large organization's installation
+	}))
+	defer api.Close()
+	defer api.Client().CloseIdleConnections()
+
+	g, err := throttler.NewGroup(rdb, "github:", func(installation string) (throttler.KeyQuota, error) {
+		return throttler.KeyQuota{Limit: 5000, Interval: time.Hour}, nil
+	}, throttler.WithLearnedLimits())
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &throttler.Transport{
+		Base:  toServer(api),
+		Route: g.Route(installationOf),
+		// ---- HEADER PRESET: the GitHub preset plugs in here. ----
+		// Once the Transport reads rate-limit headers, it shares
+		// X-RateLimit-Remaining and X-RateLimit-Reset with every
+		// replica, and records X-RateLimit-Limit per installation
+		// (g.Learn). Until then, the app records the limit itself,
+		// below.
+	}}
+
+	ctx := withInstallation(context.Background(), 42)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.github.com/repos/o/r/issues", nil)
+	req.Header.Set("Authorization", "Bearer ghs_installation-token")
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	t, _ := g.For("42")
+	fmt.Println("installation 42 before:", t.Limit())
+
+	// ---- HEADER PRESET: this is what the preset will do. ----
+	if n, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Limit")); err == nil {
+		if err := g.Learn(ctx, "42", n, 24*time.Hour); err != nil {
+			panic(err)
+		}
+	}
+	t, _ = g.For("42") // made anew, here and in every replica
+	fmt.Println("installation 42 after:", t.Limit())
+	t, _ = g.For("7")
+	fmt.Println("installation 7:", t.Limit())
+	// Output:
+	// installation 42 before: 5000
+	// installation 42 after: 12500
+	// installation 7: 5000
+}
+
+type installationKey struct{}
+
+// withInstallation returns ctx for requests made as installation id.
+func withInstallation(ctx context.Context, id int64) context.Context {
+	return context.WithValue(ctx, installationKey{}, id)
+}
+
+// installationOf keys a request by the installation it is made as.
+func installationOf(req *http.Request) (string, bool) {
+	id, ok := req.Context().Value(installationKey{}).(int64)
+	return strconv.FormatInt(id, 10), ok
+}
+
+// A service calls OpenAI with each customer's own API key, and OpenAI
+// meters each organization or project apart, per model, in requests and
+// tokens a minute. Two Groups, one per limit, key each request by a digest
+// of its key, so the key itself is never kept, logged or sent to Redis:
+// tokens first (reserved at an estimate, settled from the response's
+// usage, see Cost), then the request. Key by the OpenAI-Project header
+// instead when customers send it, and add the model to the key when they
+// use several.
+//
+// The limits function gives every key the lowest limits a customer's key
+// may have (placeholders here: check the tiers you serve); the limits
+// OpenAI states for a key are recorded for every replica with Learn.
+func ExampleGroup_openAI() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"..."}}],"usage":{"prompt_tokens":40,"completion_tokens":700,"total_tokens":740}}`)
+	}))
+	defer api.Close()
+	defer api.Client().CloseIdleConnections()
+
+	floor := func(limit int) func(string) (throttler.KeyQuota, error) {
+		return func(digest string) (throttler.KeyQuota, error) {
+			return throttler.KeyQuota{Limit: limit, Interval: time.Minute}, nil
+		}
+	}
+	tokens, err := throttler.NewGroup(rdb, "openai-tokens:", floor(30000), throttler.WithLearnedLimits())
+	if err != nil {
+		panic(err)
+	}
+	requests, err := throttler.NewGroup(rdb, "openai-requests:", floor(500), throttler.WithLearnedLimits())
+	if err != nil {
+		panic(err)
+	}
+	byKey := throttler.ByHeader("Authorization")
+	client := &http.Client{Transport: &throttler.Transport{
+		Route: tokens.Route(byKey),
+		Cost:  &throttler.Cost{Estimate: estimateTokens, Actual: usageTokens},
+		Base: &throttler.Transport{
+			Route: requests.Route(byKey),
+			Base:  toServer(api),
+			// ---- HEADER PRESET: the OpenAI preset plugs in here. ----
+			// Once the Transport reads rate-limit headers, it shares
+			// x-ratelimit-remaining-requests and -reset-requests with
+			// every replica, and records x-ratelimit-limit-requests per
+			// key (requests.Learn), as the outer Transport does with the
+			// -tokens headers (tokens.Learn).
+		},
+	}}
+
+	body := `{"model":"gpt-4o-mini","max_tokens":1000,"messages":[{"role":"user","content":"Summarize this ticket."}]}`
+	req, _ := http.NewRequest(http.MethodPost, "https://api.openai.com/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer sk-customer-A")
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	io.Copy(io.Discard, resp.Body) // read to the end: the call is settled
+	resp.Body.Close()
+
+	ctx := context.Background()
+	counted := func(g *throttler.Group, authorization string) int {
+		digest, _ := byKey(&http.Request{Header: http.Header{"Authorization": {authorization}}})
+		t, err := g.For(digest)
+		if err != nil {
+			panic(err)
+		}
+		u, err := t.Usage(ctx)
+		if err != nil {
+			panic(err)
+		}
+		return u[0].Used + u[0].Reserved
+	}
+	fmt.Println("customer A:", counted(tokens, "Bearer sk-customer-A"), "tokens,", counted(requests, "Bearer sk-customer-A"), "request")
+	fmt.Println("customer B:", counted(tokens, "Bearer sk-customer-B"), "tokens,", counted(requests, "Bearer sk-customer-B"), "requests")
+	// Output:
+	// customer A: 740 tokens, 1 request
+	// customer B: 0 tokens, 0 requests
+}
+
+// estimateTokens prices a chat completion before it is sent: its prompt
+// at about 4 characters a token, plus the most it may write.
+func estimateTokens(req *http.Request) int {
+	var asked struct {
+		MaxTokens int `json:"max_tokens"`
+		Messages  []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if req.GetBody != nil {
+		if b, err := req.GetBody(); err == nil {
+			json.NewDecoder(b).Decode(&asked)
+			b.Close()
+		}
+	}
+	n := asked.MaxTokens
+	for _, m := range asked.Messages {
+		n += len(m.Content)/4 + 4
+	}
+	return max(1, n)
+}
+
+// usageTokens reads what a chat completion cost from its usage.
+func usageTokens(resp *http.Response, tail []byte) (int, bool) {
+	var done struct {
+		Usage struct {
+			Total int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(tail, &done) != nil {
+		return 0, false
+	}
+	return done.Usage.Total, true
+}
