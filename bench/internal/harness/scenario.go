@@ -120,7 +120,8 @@ func (s Scenario) String() string {
 var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
-// minute or more for all its implementations.
+// minute or more for all its implementations, or measures one feature of
+// this library.
 var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
