@@ -230,12 +230,25 @@ func (p *planner) placeWait(r request) decision {
 		}
 	}
 	p.pos += r.n
+	ahead, horizon := p.c.opt.ahead.Microseconds(), p.horizon
+	if p.c.capped(r.prio) {
+		// A priority held to a share of the limit reserves little ahead:
+		// slots it reserved ahead would fill the windows in which the
+		// higher priorities are to find their room, for a call is counted
+		// against its neighbourhood both ways (see admit), and they could
+		// only go after them.
+		ahead = p.c.cappedAhead(r.prio)
+		horizon = p.soonest + ahead
+	}
 	// The share bounds what joins a batch, never its first claim: a
 	// weighted call larger than the share must still get through.
-	if p.full || g > p.horizon || (r.n > p.room && len(p.out.claims) > 0) {
-		if !p.full && len(p.out.claims) == 0 && g > p.horizon {
-			p.out.sleep = in.clock.local(g - p.c.opt.ahead.Microseconds()).Sub(in.now)
-			p.out.jitter = true
+	if p.full || g > horizon || (r.n > p.room && len(p.out.claims) > 0) {
+		if !p.full && len(p.out.claims) == 0 && g > horizon {
+			p.out.sleep = in.clock.local(g - ahead).Sub(in.now)
+			// Spread the wake-ups of processes waiting for slots to come
+			// within reach (over a span a quarter of reserve-ahead long,
+			// too long for a capped priority's short reach).
+			p.out.jitter = !p.c.capped(r.prio)
 		}
 		p.full = true
 		return decision{verdict: keep}

@@ -61,7 +61,10 @@ func PriorityFromContext(ctx context.Context) Priority {
 // may fill: such a call is admitted only while each window holding it, with
 // it, holds at most share × the limit (rounded down, at least one call), so
 // that calls of higher priorities always find the rest free, on every
-// replica. Calls of a priority whose share is 1 may fill the whole limit.
+// replica. Such calls reserve slots at most (1 - share) x interval ahead
+// (and no further than WithReserveAhead allows): a reservation ahead counts
+// against every call of a higher priority near it. Calls of a priority whose share
+// is 1 may fill the whole limit.
 // Default: 1 for PriorityHigh and PriorityNormal, 0.9 for PriorityLow.
 // share must be in (0, 1], and the shares must not grow from PriorityHigh
 // down to PriorityLow (New checks). Every Throttler on the key should use
@@ -153,4 +156,13 @@ func (c *config) lowCaps(mask uint8, lims []int, buf [levels][]int) [levels][]in
 		}
 	}
 	return buf
+}
+
+// cappedAhead is how far ahead (µs) a call of a priority held to a share of
+// the limit may reserve a slot: at most the time the first limit's
+// interval takes to pass through the room the share leaves to the higher
+// priorities ((1 - share) x interval), and at most WithReserveAhead's.
+func (c *config) cappedAhead(p Priority) int64 {
+	left := int64(1000 - c.opt.shares[p.level()])
+	return min(c.opt.ahead.Microseconds(), c.wins[0].interval.Microseconds()*left/1000)
 }

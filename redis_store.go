@@ -79,14 +79,6 @@ type attemptCmds struct {
 func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	s, a, ctx := c.s, c.a, c.ctx
 	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.checks))
-	if a.slots > 0 {
-		c.tails = make([]*redis.ZSliceCmd, len(s.wins))
-		for l, caps := range a.lowCaps {
-			if len(caps) > 0 {
-				c.lowTails[l] = make([]*redis.ZSliceCmd, len(s.wins))
-			}
-		}
-	}
 	zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
 	for i, e := range a.adds {
 		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
@@ -123,12 +115,10 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 			c.counts = append(c.counts, p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
 		}
 		if a.slots > 0 {
-			lim := a.lims[wi]
-			c.tails[wi] = p.ZRangeWithScores(ctx, x.key, int64(-(lim + len(a.adds))), int64(-(lim - a.slots + 1)))
+			c.tails = append(c.tails, c.tail(p, x.key, a.lims[wi]))
 			for l, caps := range a.lowCaps {
 				if len(caps) > 0 {
-					capped := caps[wi]
-					c.lowTails[l][wi] = p.ZRangeWithScores(ctx, x.key, int64(-(capped + len(a.adds))), int64(-(capped - min(a.slots, capped) + 1)))
+					c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.key, caps[wi]))
 				}
 			}
 		}
@@ -155,6 +145,15 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		c.clock = p.Time(ctx)
 	}
 	return nil
+}
+
+// tail queues the read of the members the next free slots under limit
+// (the limit in force, or a priority's cap) depend on: ranks limit-k to
+// limit-1+len(adds) from the top (see nextSlots).
+func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSliceCmd {
+	a := c.a
+	k := min(a.slots, limit)
+	return p.ZRangeWithScores(c.ctx, key, int64(-(limit + len(a.adds))), int64(-(limit - k + 1)))
 }
 
 // reply reads the commands' results.

@@ -39,15 +39,17 @@ func (t *Throttler) enqueue(w *waiter) (inline bool) {
 		i--
 	}
 	t.queue = slices.Insert(t.queue, i, w)
-	first := len(t.queue) == 1
+	first := i == 0
 	if !t.running {
 		t.running, first, inline = true, false, true
 	}
 	t.mu.Unlock()
 	if first || w.now {
 		// The worker may be sleeping with nobody queued (retrying Redis for
-		// its journal), or toward a slot: this caller should not wait that
-		// sleep out.
+		// its journal), toward a slot for the calls behind, or out a pause
+		// after a turn near the limit (see round): a caller now at the
+		// head, first or ahead of every call of a lower priority, should
+		// not wait that sleep out.
 		t.nudge()
 	}
 	return inline
