@@ -199,12 +199,11 @@ func ExampleGroup_githubApp() {
 	client := &http.Client{Transport: &throttler.Transport{
 		Base:  toServer(api),
 		Route: g.Route(installationOf),
-		// ---- HEADER PRESET: the GitHub preset plugs in here. ----
-		// Once the Transport reads rate-limit headers, it shares
-		// X-RateLimit-Remaining and X-RateLimit-Reset with every
-		// replica, and records X-RateLimit-Limit per installation
-		// (g.Learn). Until then, the app records the limit itself,
-		// below.
+		// Follow each installation's own counter (X-RateLimit-Remaining
+		// and -Reset, and the secondary limits' 403s) for every replica.
+		// The limit an installation is granted, X-RateLimit-Limit, the
+		// app records itself (g.Learn, below).
+		Counters: throttler.GitHub(),
 	}}
 
 	ctx := withInstallation(context.Background(), 42)
@@ -218,7 +217,8 @@ func ExampleGroup_githubApp() {
 	t, _ := g.For("42")
 	fmt.Println("installation 42 before:", t.Limit())
 
-	// ---- HEADER PRESET: this is what the preset will do. ----
+	// An installation granted more than the default: every replica's
+	// Group makes its Throttler anew with the limit learned.
 	if n, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Limit")); err == nil {
 		if err := g.Learn(ctx, "42", n, 24*time.Hour); err != nil {
 			panic(err)
@@ -288,12 +288,11 @@ func ExampleGroup_openAI() {
 		Base: &throttler.Transport{
 			Route: requests.Route(byKey),
 			Base:  toServer(api),
-			// ---- HEADER PRESET: the OpenAI preset plugs in here. ----
-			// Once the Transport reads rate-limit headers, it shares
-			// x-ratelimit-remaining-requests and -reset-requests with
-			// every replica, and records x-ratelimit-limit-requests per
-			// key (requests.Learn), as the outer Transport does with the
-			// -tokens headers (tokens.Learn).
+			// Follow each key's own request counter
+			// (x-ratelimit-remaining-requests, -reset-requests) for
+			// every replica. Token counters are not followed: a Cost
+			// holds estimates until they settle (see Transport.Counters).
+			Counters: throttler.OpenAI(),
 		},
 	}}
 
