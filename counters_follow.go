@@ -49,7 +49,7 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 		}
 	}
 	if tr.Counters != nil && q.stated() {
-		tr.follow(ctx, t, reading{q: q, sent: sent, recv: now, scored: scored})
+		tr.follow(ctx, req.Context(), t, reading{q: q, sent: sent, recv: now, scored: scored})
 	}
 	tr.followLimitHeader(ctx, t, resp)
 	return q.Verdict
@@ -64,8 +64,10 @@ func (tr *Transport) maxPause() time.Duration {
 
 // follow holds every replica to what the API's counter leaves: no call
 // before Reset when Remaining is 0, and otherwise a lowered limit (see
-// apply).
-func (tr *Transport) follow(ctx context.Context, t *Throttler, rd reading) {
+// apply). ctx bounds the writes; caller is the request's own context:
+// once it has ended, readings other requests left pending are not applied
+// on its goroutine.
+func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd reading) {
 	if !rd.q.Reset.After(rd.recv) {
 		return // the counter has started afresh: our window rules
 	}
@@ -93,10 +95,14 @@ func (tr *Transport) follow(ctx context.Context, t *Throttler, rd reading) {
 	for round := 1; ; round++ {
 		tr.apply(ctx, t, rd)
 		f.mu.Lock()
-		if f.pending == nil || round == maxFollowRounds {
-			// Past the bound, the pending reading is dropped: the next
-			// response brings a fresher one.
+		if f.pending == nil || round == maxFollowRounds || caller.Err() != nil {
+			// Past the bound, or once the caller's context has ended
+			// (the response is its own, the readings of others are not),
+			// the pending reading is dropped: the next response brings a
+			// fresher one. The entry goes with the last reading, so that
+			// a Throttler a Group evicted is not kept alive by it.
 			f.pending, f.busy = nil, false
+			tr.followers.CompareAndDelete(t, f)
 			f.mu.Unlock()
 			return
 		}

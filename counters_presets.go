@@ -3,6 +3,7 @@ package throttler
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -216,7 +217,15 @@ func (c ietfCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 	} else {
 		r, okR := headerInt(resp.Header, "RateLimit-Remaining")
 		t, okT := headerInt(resp.Header, "RateLimit-Reset")
-		if okR && okT && t >= 0 {
+		switch {
+		case !okR || !okT || t < 0:
+		case t > 1e9:
+			// The drafts say delta-seconds; many servers send the epoch
+			// second of the reset instead: no delta is that long.
+			if at := time.Unix(int64(t), 0); at.After(now) {
+				q.Remaining, q.Reset = r, minTime(at, now.Add(24*time.Hour))
+			}
+		default:
 			q.Remaining, q.Reset = r, now.Add(time.Duration(min(t, 24*3600))*time.Second)
 		}
 	}
@@ -299,7 +308,7 @@ func parseResetDuration(v string, now time.Time) (time.Time, bool) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		secs, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil {
+		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
 			return time.Time{}, false
 		}
 		d = time.Duration(secs * float64(time.Second))

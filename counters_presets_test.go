@@ -217,3 +217,22 @@ func TestStructuredFieldList(t *testing.T) {
 		}
 	}
 }
+
+// TestResetReadings: a reset stated as NaN or infinite seconds is no
+// reading, and the IETF drafts' RateLimit-Reset sent as an epoch second
+// (as many servers do) is read as that time, not as a delta.
+func TestResetReadings(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, v := range []string{"NaN", "Inf", "-Inf"} {
+		if _, ok := parseResetDuration(v, now); ok {
+			t.Errorf("parseResetDuration(%q) read a reset", v)
+		}
+	}
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}}
+	resp.Header.Set("RateLimit-Remaining", "7")
+	resp.Header.Set("RateLimit-Reset", "1700000060")
+	q := IETF().Read(resp, nil, now)
+	if !q.Reset.Equal(now.Add(time.Minute)) || q.Remaining != 7 {
+		t.Fatalf("epoch RateLimit-Reset read as reset %s remaining %d, want a minute on and 7", q.Reset.Sub(now), q.Remaining)
+	}
+}

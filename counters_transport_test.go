@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -109,7 +110,7 @@ func TestCountersGradualZeroHoldsToOurCalls(t *testing.T) {
 	// Read as though by a request sent after the three (a call is scored
 	// for when its reply comes back, a little after Wait returns).
 	now := time.Now().Add(20 * time.Millisecond)
-	tr.follow(t.Context(), th, reading{q: Quota{Remaining: 0, Reset: now.Add(9 * time.Second), Gradual: true}, sent: now, recv: now})
+	tr.follow(t.Context(), t.Context(), th, reading{q: Quota{Remaining: 0, Reset: now.Add(9 * time.Second), Gradual: true}, sent: now, recv: now})
 	if st := th.Stats(); st.Limit != 3 || st.Pauses != 0 {
 		t.Fatalf("after a gradual counter at zero with 3 calls of ours: limit %d, %d pauses; want 3, none", st.Limit, st.Pauses)
 	}
@@ -297,4 +298,43 @@ func TestCountersPeekKeepsTheBody(t *testing.T) {
 		t.Errorf("a 403 that is no quota paused the Throttler")
 	}
 	waitIdle(t, th)
+}
+
+// TestCountersKeepNoThrottlerAlive: a Transport following counters for
+// many Throttlers (a Group's, one per credential) keeps no entry for any of
+// them once their readings are applied, so that an evicted Throttler can be
+// collected.
+func TestCountersKeepNoThrottlerAlive(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		reset := time.Now().Add(time.Minute).Unix()
+		api := httptest.NewServer(&scriptedAPI{answers: []scripted{{status: 200, headers: map[string]string{
+			"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "10", "X-RateLimit-Reset": strconv.FormatInt(reset, 10)}}}})
+		defer api.Close()
+		ths := map[string]*Throttler{}
+		for i := range 5 {
+			ths[strconv.Itoa(i)] = mustNew(t, dial(), key+":"+strconv.Itoa(i), 100, time.Minute)
+		}
+		tr := &Transport{Counters: GitHub(), Route: func(r *http.Request) *Throttler { return ths[r.Header.Get("X-Key")] }}
+		c := &http.Client{Transport: tr}
+		for k := range ths {
+			req, _ := http.NewRequest(http.MethodGet, api.URL, nil)
+			req.Header.Set("X-Key", k)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		n := 0
+		tr.followers.Range(func(any, any) bool { n++; return true })
+		if n != 0 {
+			t.Fatalf("the Transport keeps %d Throttlers after their readings were applied", n)
+		}
+		for _, th := range ths {
+			if got := th.Stats().Limit; got >= 100 {
+				t.Fatalf("limit in force %d: the reading (10 remaining) was not followed", got)
+			}
+		}
+	})
 }

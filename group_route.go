@@ -41,6 +41,9 @@ func (g *Group) Route(keyOf func(*http.Request) (key string, ok bool)) func(*htt
 // with an empty one, has no key. Use it for a secret, such as an API key
 // or an Authorization header's token: the value itself is never kept,
 // logged or sent to Redis, and the limits function sees only its digest.
+// The digest is not keyed: a value that can be guessed (a shop's domain, a
+// customer number) can be found again from it by anyone who reads Redis;
+// a high-entropy token cannot.
 func ByHeader(name string) func(*http.Request) (key string, ok bool) {
 	return func(req *http.Request) (string, bool) {
 		v := req.Header.Get(name)

@@ -186,12 +186,14 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if attempt >= tr.Retries || verdict == Proceed || !replayable(req) {
 			return resp, nil
 		}
+		if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(attempt)) {
+			return resp, nil
+		}
+		// The fresh body only once the request is sure to go again: one
+		// made and dropped might hold a file open.
 		next, err := retryRequest(req)
 		if err != nil {
 			return resp, nil // no fresh body: the caller gets the refusal itself
-		}
-		if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(attempt)) {
-			return resp, nil
 		}
 		drain(resp)
 		send = next

@@ -10,12 +10,17 @@ import (
 )
 
 // TestStyles runs each style briefly, a window lasting 2s, and checks the
-// property the example is about, not its figures (how much of the
-// remaining quota is used depends on the machine: run the example for
-// them): a response revealed the foreign consumer's use; against the
-// fixed window (GitHub's style), no call of ours was refused after it,
-// neither by the quota nor by the secondary limit; ours still used a good
-// part of what the foreign consumer left. Against the sliding window
+// property the example is about, not its figures (how many calls are
+// refused after the reveal and how much of the remaining quota is used
+// depend on the machine: run the example for them): a response revealed
+// the foreign consumer's use; against the fixed window (GitHub's style),
+// fewer of our calls were refused after it than the foreign consumer
+// spends in one window, which is what ignoring the counters costs every
+// window (a loaded machine delays calls between their admission and the
+// API, and a call admitted before a replica learned of the lowering may
+// still be refused: in CI under the race detector, 3 were), and none by
+// the secondary limit; ours still used a good part of what the foreign
+// consumer left. Against the sliding window
 // (OpenAI's style) refusals are not checked: there, slots free one at a
 // time, and ours and the foreign consumer's race for them (see the
 // README's figures).
@@ -45,7 +50,7 @@ func TestStyles(t *testing.T) {
 			if !r.revealed {
 				t.Fatalf("no response revealed the foreign use")
 			}
-			if r.secondary > 0 || (style == "github" && r.refusedAfter > 0) {
+			if r.secondary > 0 || (style == "github" && r.refusedAfter >= c.foreign) {
 				t.Errorf("%d of our calls refused after the reveal (%d by the secondary limit)", r.refusedAfter, r.secondary)
 			}
 			if r.share < 0.5 {
