@@ -141,16 +141,16 @@ func (c *config) smallestCap(mask uint8, lim int) int {
 	return low
 }
 
-// lowCaps returns, for each priority in mask (a bit per level) that may
-// fill less than the whole limit, its cap under each limit in lims: the round
-// trip learns its free slots too. The slices of buf are reused.
-func (c *config) lowCaps(mask uint8, lims []int, buf [levels][]int) [levels][]int {
+// lowCaps returns, for a round trip learning k free slots (none when k is
+// 0), for each priority in mask (a bit per level) that may fill less than
+// the whole limit, its cap under each limit in lims: the round trip learns
+// its free slots too. The slices of buf are reused.
+func (c *config) lowCaps(mask uint8, k int, lims []int, buf [levels][]int) [levels][]int {
 	for l := range levels {
-		if mask&(1<<l) == 0 || !c.capped(Priority(l)+PriorityLow) {
-			buf[l] = buf[l][:0]
+		buf[l] = buf[l][:0]
+		if k == 0 || mask&(1<<l) == 0 || !c.capped(Priority(l)+PriorityLow) {
 			continue
 		}
-		buf[l] = buf[l][:0]
 		for _, lim := range lims {
 			buf[l] = append(buf[l], c.caps(lim)[l])
 		}

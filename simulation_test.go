@@ -402,7 +402,7 @@ func (w *simWorld) caller(r *simReplica, rng *rand.Rand) {
 		n := 1 + rng.IntN(sc.MaxN)
 		ctx := w.ctx
 		if sc.Priorities {
-			ctx = ContextWithPriority(ctx, w.priority(n, rng))
+			ctx = ContextWithPriority(ctx, w.priority(r, n, rng))
 		}
 		admitted, end := false, func() {}
 		if rng.Float64() < sc.Allow {
@@ -429,13 +429,11 @@ func (w *simWorld) budget() int {
 }
 
 // priority draws a call's priority: low only when n fits low's share of
-// every limit.
-func (w *simWorld) priority(n int, rng *rand.Rand) Priority {
+// every limit, as r's Throttler checks it.
+func (w *simWorld) priority(r *simReplica, n int, rng *rand.Rand) Priority {
 	p := Priority(rng.IntN(3) - 1)
-	for _, l := range w.sc.Limits {
-		if p == PriorityLow && n > max(1, l.Limit*int(w.sc.LowShare*1000+0.5)/1000) {
-			return PriorityNormal
-		}
+	if p == PriorityLow && r.th.checkN("WaitN", n, p) != nil {
+		return PriorityNormal
 	}
 	return p
 }

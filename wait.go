@@ -17,18 +17,20 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // window that holds it.
 //
 // WaitN returns an error, and counts nothing, when:
-//   - n is below 1 or above the smallest of the Throttler's limits (the
-//     error wraps ErrInvalidArgument), or above the first limit as lowered
-//     by SetLimit;
+//   - n is below 1 or above the smallest of the Throttler's limits, or of
+//     its priority's caps under them (see WithPriorityShare; the error
+//     wraps ErrInvalidArgument), or above the first limit as lowered by
+//     SetLimit;
 //   - ctx ends first, or by the time the call's slot comes (its deadline
 //     passed counts, even before ctx.Err says so): the error wraps ctx.Err()
 //     (errors.Is(err, ctx.Err()) holds; context.DeadlineExceeded for a
 //     deadline ctx has not noticed yet) and whatever was reserved for the
-//     call is removed from Redis before WaitN returns. That takes at most two Redis calls, each bounded
-//     by 250ms or the Redis timeout if smaller: waiting out the round trip
-//     that may be adding the call's members, then removing them. What a
-//     hung Redis does not let it remove is removed by a later round trip,
-//     and stops counting on its own within the window;
+//     call is removed from Redis before WaitN returns. That takes at most
+//     two Redis calls, each bounded by 250ms or the Redis timeout if
+//     smaller: waiting out the round trip that may be adding the call's
+//     members, then removing them. What a hung Redis does not let it
+//     remove is removed by a later round trip, and stops counting on its
+//     own within the window;
 //   - the earliest slot the call can get is after ctx's deadline, or less
 //     than a millisecond before it: WaitN returns at once, without
 //     sleeping, with an error wrapping context.DeadlineExceeded;
@@ -276,13 +278,13 @@ func (t *Throttler) forgetLocked(members []string) {
 type known struct {
 	slots []int64 // next free slots (server µs, 0 = now), when near
 	near  bool    // little room was left: reserve exactly (MULTI), learning slots
-	// By level: the next free slots of a priority that may fill less of
-	// the limit than the highest (see WithPriorityShare), when learned.
+	// By level: the next free slots of a priority that may fill less than
+	// the whole limit (see WithPriorityShare), when learned.
 	capped [levels][]int64
 }
 
 // at returns the free slots known for calls of priority p: its own when
-// learned, else the highest priority's, which are no later.
+// learned, else those under the whole limit, which are no later.
 func (k known) at(p Priority) []int64 {
 	if s := k.capped[p.level()]; s != nil {
 		return s

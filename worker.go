@@ -265,11 +265,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	sc.batch = batch
 	a.checks = append(a.checks, p.checks...)
 	a.exact, a.slots, a.soonest, a.room, a.levels = p.exact, p.slots, p.soonest, p.room, p.levels
-	learn := a.levels
-	if a.slots == 0 {
-		learn = 0
-	}
-	a.lowCaps = t.lowCaps(learn, a.lims, a.lowCaps)
+	a.lowCaps = t.lowCaps(a.levels, a.slots, a.lims, a.lowCaps)
 	sleep = p.sleep
 	if p.jitter {
 		sleep += t.jitter(t.rng)
