@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // A Permit is quota that Reserve admitted for one call whose cost is known
@@ -38,6 +39,19 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 
 // Estimate returns the units Reserve admitted.
 func (p *Permit) Estimate() int { return p.estimate }
+
+// At returns the time the call was counted at, on the Redis server's clock:
+// its place in the shared window, which the call is meant to reach the API
+// within half the buffer of (see WithBuffer). It is the zero Time for a
+// permit admitted without Redis (FailOpen, or FallbackLocal while Redis
+// failed). Compare it with the API's own timestamps to see how far a call
+// strayed from its slot.
+func (p *Permit) At() time.Time {
+	if p.score == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(p.score)
+}
 
 // Settle corrects the permit to actual units, for every replica, in every
 // window that holds the call's admission time (every limit's, with

@@ -256,3 +256,30 @@ func TestProbeGivenBackMidFlightIsNoLoss(t *testing.T) {
 		waitIdle(t, th)
 	})
 }
+
+func TestPermitAtIsTheServerTimeCounted(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	th, err := New(rdb, "permit-at", 10, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := th.Reserve(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members, err := rdb.ZRangeWithScores(context.Background(), "permit-at", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, z := range members {
+		if z.Score > 0 {
+			got = append(got, int64(z.Score))
+		}
+	}
+	if len(got) != 1 || got[0] != p.At().UnixMicro() {
+		t.Fatalf("Permit.At() = %d µs, members' scores %v: want the one score", p.At().UnixMicro(), got)
+	}
+}
