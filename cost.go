@@ -35,20 +35,16 @@ type Cost struct {
 }
 
 // admit waits for req's quota: one call, or with Cost its estimate, and
-// with WithInFlight a place in flight. It returns the permit that ends the
-// call (nil when there is nothing to end).
+// with WithInFlight a place in flight, checked on time right before it
+// returns (see reserveToSend). It returns the permit that ends the call.
 func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if tr.Cost == nil {
-		// A permit knows its call's score, which following Counters needs.
-		if t.lease != nil || tr.Counters != nil {
-			return t.Reserve(req.Context(), 1)
-		}
-		return nil, t.Wait(req.Context())
+		return t.reserveToSend(req.Context(), "Transport", 1)
 	}
 	if tr.Cost.Estimate == nil {
 		return nil, invalidf("Transport.Cost: Estimate must be set")
 	}
-	return t.Reserve(req.Context(), tr.Cost.Estimate(req))
+	return t.reserveToSend(req.Context(), "Transport", tr.Cost.Estimate(req))
 }
 
 // endOnRead makes resp's body end p's call once the caller has read it to

@@ -235,6 +235,7 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
 			pause: end,
 			set:   []entry{{score: -d.Microseconds(), member: backoffMember}, {score: -end, member: backoffEndMember}},
 			apply: func() { t.pauseLocked(end) },
+			news:  &news{pause: end},
 		}
 	})
 }

@@ -4,16 +4,14 @@ import "context"
 
 // Do waits for one call's worth of quota (as Wait does) and then calls fn
 // with ctx. With WithInFlight it also takes a place in flight, given back
-// when fn returns. If the wait fails, fn is not called and Do returns the
-// wait's error; otherwise it returns what fn returns.
+// when fn returns. Right before it calls fn, Do checks that the call's slot
+// has not passed by more than its allowance (half the buffer, see
+// WithBuffer): a goroutine that ran late after its admission gives the
+// slot back and waits again rather than call late. If the wait fails, fn is
+// not called and Do returns the wait's error; otherwise it returns what fn
+// returns.
 func (t *Throttler) Do(ctx context.Context, fn func(context.Context) error) error {
-	if t.lease == nil {
-		if err := t.Wait(ctx); err != nil {
-			return err
-		}
-		return fn(ctx)
-	}
-	p, err := t.Reserve(ctx, 1)
+	p, err := t.reserveToSend(ctx, "Do", 1)
 	if err != nil {
 		return err
 	}
@@ -44,7 +42,7 @@ func Wrap[In, Out any](t *Throttler, fn func(context.Context, In) (Out, error)) 
 // that never reached the API, the estimate to keep it, or a negative cost
 // to keep it too. DoCost returns fn's error, or else the settle's.
 func (t *Throttler) DoCost(ctx context.Context, estimate int, fn func(context.Context) (cost int, err error)) error {
-	p, err := t.Reserve(ctx, estimate)
+	p, err := t.reserveToSend(ctx, "DoCost", estimate)
 	if err != nil {
 		return err
 	}

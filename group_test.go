@@ -254,7 +254,9 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 			if ahead < 50_000 {
 				t.Skipf("the slot came only %dµs ahead: the machine is too slow for this test", ahead)
 			}
-			waitIdle(t, th) // the worker exits: only the sleeping call holds the key
+			// The worker exits: only the sleeping call holds the key (and
+			// the listener for news its sleep keeps).
+			waitLocked(t, th, 10*time.Second, "worker still running", func() bool { return !th.running })
 			busy(t, g, th, "a slot reserved ahead")
 			if err := <-done; err != nil {
 				t.Fatal(err)

@@ -81,7 +81,8 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 // healLocked pauses every process on the key until the calls a lost window
 // held have all stopped counting: the newest of them was reserved at most
 // reserve-ahead from serverNow and counts for the longest window after
-// that. serverNow is the server's own reading of its clock when the round
+// that, or, counted with margins (see margin.go), for as much again as the
+// widest spread a round may count with. serverNow is the server's own reading of its clock when the round
 // trip that saw the loss carried one: an estimate may be off by a local
 // clock step the same round trip straddled (simulation seed 153: a pause
 // computed 114ms short ended before it began, and 1,860 calls went in a
@@ -89,6 +90,9 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 // with the next round trip, together with the marker.
 func (t *Throttler) healLocked(serverNow int64) {
 	end := serverNow + t.longestW() + t.opt.ahead.Microseconds()
+	if t.opt.buffer > 0 {
+		end += maxSpread
+	}
 	t.owed.healPause = max(t.owed.healPause, end)
 	t.owed.mark = true
 	// Until the marker is back, a missing one says nothing new.

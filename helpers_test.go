@@ -132,7 +132,8 @@ func mustNew(t testing.TB, c redis.UniversalClient, key string, limit int, inter
 // to give back is in flight.
 func waitIdle(t testing.TB, th *Throttler) {
 	t.Helper()
-	waitLocked(t, th, 10*time.Second, "worker still running 10s after the last call returned", func() bool { return !th.running })
+	waitLocked(t, th, 10*time.Second, "worker or news listener still running 10s after the last call returned",
+		func() bool { return !th.running && !th.news.running })
 }
 
 // waitLocked waits up to within until cond, read under th's mutex, holds,
@@ -166,6 +167,17 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 		if z.Member.(string) != marker {
 			m[z.Member.(string)] = int64(z.Score)
 		}
+	}
+	return m
+}
+
+// calls returns the members of key that are calls (no marker, pause,
+// limit, back-off or margin member) and their scores.
+func calls(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
+	t.Helper()
+	m := keyMembers(t, c, key)
+	for _, meta := range []string{pauseMember, limitMember, limitEndMember, backoffMember, backoffEndMember, wideMember, wideEndMember} {
+		delete(m, meta)
 	}
 	return m
 }

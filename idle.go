@@ -15,7 +15,7 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lastRound = t.upkeep.round
-	if t.running || len(t.queue) > 0 || t.waiting > 0 || t.pendingLocked() {
+	if t.running || len(t.queue) > 0 || t.waiting > 0 || t.pendingLocked() || t.news.running {
 		return false, lastRound
 	}
 	if l := t.lease; l != nil && (l.keeper || l.wanted()) {

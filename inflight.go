@@ -254,7 +254,7 @@ type keeper struct {
 	t           *Throttler
 	l           *leases
 	nextRenew   time.Time
-	watch       *leaseWatch
+	watch       *subscription
 	subscribeAt time.Time // after a failed subscription: when to try again
 }
 
@@ -322,15 +322,15 @@ func (k *keeper) wait(until time.Time) {
 	case <-l.kick:
 	case <-timer.C:
 	case <-ready:
-		k.watch.ready = nil
 		t.mu.Lock()
-		// Waiters refused before the subscription took may have missed
-		// their wake: they try again.
+		// Waiters refused before the subscription took (or while
+		// go-redis reconnected it) may have missed their wake: they try
+		// again.
 		l.ready = true
 		t.unparkLocked(-1)
 		t.mu.Unlock()
 	case <-heard:
-		n := k.watch.take()
+		n := len(k.watch.take())
 		t.mu.Lock()
 		// One place each: as many waiters try as wakes came; wakes
 		// nobody here waits for any more go on to the next process.

@@ -3,7 +3,6 @@ package throttler
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -168,52 +167,8 @@ func (s *redisStore) liveLeases(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// leaseWatch is a subscription to the wakes of processes waiting for a
-// place in flight: ready is closed once Redis confirmed it (every later
-// wake is heard), heard receives a value when wakes for this process came
-// (take counts them), and done is closed when the subscription failed or
-// was closed.
-type leaseWatch struct {
-	ps    *redis.PubSub
-	ready chan struct{}
-	heard chan struct{}
-	done  chan struct{}
-	wakes atomic.Int64
-}
-
-// take returns how many wakes came since it was last called.
-func (w *leaseWatch) take() int { return int(w.wakes.Swap(0)) }
-
-func (s *redisStore) watchLeases() *leaseWatch {
-	w := &leaseWatch{ready: make(chan struct{}), heard: make(chan struct{}, 1), done: make(chan struct{})}
-	ctx := context.Background()
-	w.ps = s.rdb.Subscribe(ctx, s.lease.key)
-	go func() {
-		defer close(w.done)
-		if _, err := w.ps.Receive(ctx); err != nil {
-			return
-		}
-		close(w.ready)
-		for {
-			m, err := w.ps.ReceiveMessage(ctx)
-			if err != nil {
-				return
-			}
-			if m.Payload != s.self {
-				continue // another process's wake
-			}
-			w.wakes.Add(1)
-			select {
-			case w.heard <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return w
-}
-
-// close ends the subscription and waits for its goroutine.
-func (w *leaseWatch) close() {
-	w.ps.Close()
-	<-w.done
+// watchLeases subscribes to the wakes of processes waiting for a place in
+// flight, keeping those for this process.
+func (s *redisStore) watchLeases() *subscription {
+	return s.subscribe(s.lease.key, func(payload string) bool { return payload == s.self })
 }

@@ -101,10 +101,10 @@ const (
 // WaitN with more than n calls at once fail while it lasts.
 //
 // Calls of this process holding slots reserved ahead under the higher limit
-// give them back and reserve again. Other Throttlers learn of the change
-// with their next round trip: within a round trip for one that is busy,
-// within 500ms (or a hundredth of the window, if longer) for one with callers
-// waiting. It returns an error wrapping
+// give them back and reserve again, and so do those of every process that
+// hears of it: the change is published as a pause is (see PauseUntil).
+// Other Throttlers learn of it with their next round trip. It returns an
+// error wrapping
 // ErrInvalidArgument when n < 1 or d <= 0, and one wrapping ErrRedis when
 // Redis fails (the change then holds in this process only).
 func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {
@@ -116,12 +116,14 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
 		if n >= t.wins[0].limit {
-			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowerLocked(0, 0) }}
+			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowerLocked(0, 0) },
+				news: &news{limitSet: true}}
 		}
 		end := serverNow + d.Microseconds()
 		return metaWrite{
 			set:   []entry{{score: int64(-n), member: limitMember}, {score: -end, member: limitEndMember}},
 			apply: func() { t.lowerLocked(n, end) },
+			news:  &news{limit: int64(n), limitEnd: end, limitSet: true},
 		}
 	})
 }
@@ -129,6 +131,7 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 // learnMetaLocked takes the pause and the lowered limit a round trip read.
 func (t *Throttler) learnMetaLocked(r reply) {
 	t.pauseLocked(r.pause)
+	t.shared.learnWide(r.wide, r.wideEnd)
 	lowered, till := 0, int64(0)
 	if r.limit > 0 && r.limitEnd > 0 && r.limit < int64(t.wins[0].limit) {
 		lowered, till = int(r.limit), r.limitEnd

@@ -42,9 +42,19 @@ func defaultOptions() options {
 
 // WithBuffer sets the margin between a call's admission and its arrival at
 // the third-party API. Every admitted call holds its slot for interval plus
-// the buffer, so network jitter of up to the buffer between admission and
-// arrival cannot push two calls that were interval apart into one window of
-// the API. Default 50ms. Zero is allowed; negative is an error.
+// the buffer, so calls that reach the API within half the buffer of their
+// slots, early or late, cannot put more than limit calls into one window
+// of the API. The Throttler keeps its own part of that: a call is released
+// within half the buffer of its slot, less the error bound of the
+// process's estimate of the server's clock (half its shortest recent round
+// trip), or reserves again. While that error bound exceeds a quarter of
+// the buffer (a lopsided or slow link to Redis, a process just started on
+// a busy machine), or calls keep being woken late, the Throttler counts
+// with a margin instead: its calls' neighbourhoods are counted wider by
+// the excess, on every replica (see Stats.Margin), which costs that much
+// of the window's capacity while it lasts and keeps the promise. Default
+// 50ms. Zero is allowed (no margin is kept: calls go at their slots as
+// closely as the machine lets them); negative is an error.
 func WithBuffer(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {

@@ -132,7 +132,9 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 	if t.known.near {
 		slots = t.known.at(w.prio)
 	}
-	if at := view.local(earliest(t.wins, lims, slots, floor, ahead, w.n)); tooLate(at, w.deadline) {
+	e := view.errBound()
+	widen, _ := spread(e, t.margin(e, w.slack), t.shared.wideAt(view.server(now)-e))
+	if at := view.local(earliest(t.wins, lims, slots, floor, ahead, w.n, widen)); tooLate(at, w.deadline) {
 		return deadlineError(at, w.deadline, w.cause)
 	}
 	return nil
@@ -140,13 +142,13 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 
 // earliest is a lower bound on the slot (server µs) a call of n units can
 // get with ahead units of this process's calls served before it, none
-// before floor: its last unit is the (ahead+n)-th of the process's calls to
+// before floor, each counted widen wider each way (see margin.go): its last unit is the (ahead+n)-th of the process's calls to
 // come. Each comes no sooner than the free slot of its rank the last reply
 // told of (slots, nil far from the limit; the last one told, past those), and any limit+1 calls lie a
 // window apart, so the k-th comes at least a window per limit calls after
 // the (k mod limit)-th. Slots others give back can only make it sooner;
 // that is what a round trip is for.
-func earliest(wins []window, lims []int, slots []int64, floor int64, ahead, n int) int64 {
+func earliest(wins []window, lims []int, slots []int64, floor int64, ahead, n int, widen int64) int64 {
 	last := ahead + n - 1
 	bound := floor
 	for i, x := range wins {
@@ -155,7 +157,7 @@ func earliest(wins []window, lims []int, slots []int64, floor int64, ahead, n in
 		if len(slots) > 0 {
 			base = max(base, slots[min(j, len(slots)-1)])
 		}
-		bound = max(bound, base+laps*x.w)
+		bound = max(bound, base+laps*(x.w+widen))
 	}
 	return bound
 }

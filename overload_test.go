@@ -36,7 +36,7 @@ func TestEarliestBound(t *testing.T) {
 		if tc.k.near {
 			slots = tc.k.slots
 		}
-		if got := earliest(wins, []int{3}, slots, tc.floor, tc.ahead, tc.n); got != tc.want {
+		if got := earliest(wins, []int{3}, slots, tc.floor, tc.ahead, tc.n, 0); got != tc.want {
 			t.Errorf("%s: earliest = %d, want %d", tc.name, got, tc.want)
 		}
 	}

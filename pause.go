@@ -13,10 +13,14 @@ import (
 // Pauses only extend: a pause that ends before one already in force changes
 // nothing, and one in the past is a no-op. Calls waiting in this process
 // whose slot falls inside the pause give the slot back and wait for one
-// after it; calls already on their way are not recalled. Other processes
-// learn of the pause with their next round trip: within a round trip for a
-// busy one, within 500ms (or a hundredth of the window, if longer) for one with
-// callers waiting.
+// after it; calls already on their way are not recalled. The pause is also
+// published (Redis Pub/Sub, in the round trip that writes it): every
+// process with calls sleeping toward their slots hears of it within a
+// Redis round trip of the write, and its calls whose slot falls inside the
+// pause give it back too. Other processes learn of it with their next
+// round trip: the one that reserves their next call, or, for one whose
+// worker waits for slots to come within reach, within 500ms (or a
+// hundredth of the window, if longer).
 //
 // While a pause lasts, WaitN waits for it to end (or fails at once if it
 // ends after the context's deadline), and AllowN refuses with RetryAfter
@@ -33,7 +37,7 @@ func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 		if end <= serverNow {
 			return metaWrite{}
 		}
-		return metaWrite{pause: end, apply: func() { t.pauseLocked(end) }}
+		return metaWrite{pause: end, apply: func() { t.pauseLocked(end) }, news: &news{pause: end}}
 	})
 }
 
@@ -43,6 +47,7 @@ type metaWrite struct {
 	set    []entry  // members to set
 	remove []string // members to remove
 	apply  func()   // what the change means for this Throttler, under t.mu (applied even if the write fails)
+	news   *news    // published to every replica listening (see news.go), when set
 }
 
 // writeMeta writes what plan returns for the server's now to the first

@@ -13,6 +13,7 @@ type Permit struct {
 	t        *Throttler
 	estimate int
 	score    int64    // server µs the call was counted at (0: admitted without Redis)
+	margin   int64    // the margin it was counted with (µs; see margin.go)
 	members  []string // its members in every key (nil: admitted without Redis)
 	lease    string   // its place in flight (WithInFlight; "" = none)
 
@@ -34,7 +35,34 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Permit{t: t, estimate: estimate, score: res.score, members: res.members, lease: lease}, nil
+	return &Permit{t: t, estimate: estimate, score: res.score, margin: res.margin, members: res.members, lease: lease}, nil
+}
+
+// reserveToSend is Reserve for a call the library makes itself right
+// after (Do, DoCost, the Transport): just before it returns, the slot is
+// checked against the clock once more, and a permit whose call would now
+// go later than its allowance (its goroutine ran late after it was
+// admitted) is given back, and the call waits again, as a late sleeper
+// does (see WaitN).
+func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (*Permit, error) {
+	for {
+		res, lease, err := t.wait(ctx, where, n, true)
+		if err != nil {
+			return nil, err
+		}
+		p := &Permit{t: t, estimate: n, score: res.score, margin: res.margin, members: res.members, lease: lease}
+		t.mu.Lock()
+		_, late := t.offScoreLocked(reservation{score: p.score, margin: p.margin})
+		if late <= 0 {
+			t.mu.Unlock()
+			return p, nil
+		}
+		t.stats.lateWakes.Add(1)
+		t.forgetLocked(p.members)
+		t.mu.Unlock()
+		t.release(ctx, p.members)
+		p.Done()
+	}
 }
 
 // Estimate returns the units Reserve admitted.

@@ -34,6 +34,11 @@ type planIn struct {
 	shareUntil time.Time
 	probe      bool // the round trip carries a probe (see lossChecksLocked)
 	quietDue   bool // no round trip reached Redis for quiet()
+	// How much wider than its windows the round counts each claim's
+	// neighbourhood, each way (µs), and whether it must claim nothing
+	// until the clock estimate is tighter (see margin.go).
+	widen int64
+	hold  bool
 }
 
 // verdict is what a round does with one request.
@@ -136,6 +141,8 @@ func (p *planner) place(i int, r request) {
 		// against the caps under the configured limits.
 		*d = decision{verdict: fail, err: invalidf("%s(%d): more calls at once than priority %s may take (%d) under the limit, lowered to %d (see WithPriorityShare)",
 			r.name(), r.n, r.prio, p.capOf(r.prio), p.in.lims[0])}
+	case p.in.hold:
+		*d = p.placeHeld(r)
 	case r.now:
 		*d = p.placeNow(r)
 	default:
@@ -156,6 +163,23 @@ func (p *planner) place(i int, r request) {
 		p.out.checks = addCheck(p.out.checks, d.score)
 	}
 }
+
+// placeHeld decides a request while the round may claim nothing (see
+// margin.go): an AllowN is refused, a WaitN waits for the next round,
+// which a clock sample precedes.
+func (p *planner) placeHeld(r request) decision {
+	if r.now {
+		return decision{verdict: refuse}
+	}
+	if p.out.sleep == 0 || p.out.sleep > holdRetry {
+		p.out.sleep = holdRetry
+	}
+	return decision{verdict: keep}
+}
+
+// holdRetry is how soon a round held for a tighter clock estimate tries
+// again, after a clock sample.
+const holdRetry = 10 * time.Millisecond
 
 // placeNow decides an AllowN's request: a claim for the slot a call made
 // when the reply is back would take, or a refusal without a round trip
@@ -199,7 +223,7 @@ func (p *planner) placeWait(r request) decision {
 	if !r.deadline.IsZero() {
 		// What the last reply told may already rule its deadline out,
 		// however many round trips it waits for (see earliest).
-		if at := in.clock.local(earliest(p.c.wins, in.lims, slots, p.floor, p.units, r.n)); tooLate(at, r.deadline) {
+		if at := in.clock.local(earliest(p.c.wins, in.lims, slots, p.floor, p.units, r.n, in.widen)); tooLate(at, r.deadline) {
 			return decision{verdict: fail, err: deadlineError(at, r.deadline, r.cause)}
 		}
 	}

@@ -132,7 +132,15 @@ func TestResolve(t *testing.T) {
 	if out := resolve(c, in, resolveOut{}); out.ok[0] {
 		t.Fatalf("a claim inside a pause learned from the reply was admitted: %+v", out)
 	}
-	in.pausedTill, in.arrived = 0, 900_000 // the reply came back 101ms sooner than planned
+	in.pausedTill, in.wide = 0, 5_000
+	if out := resolve(c, in, resolveOut{}); out.ok[0] {
+		t.Fatalf("counts taken 0 wider than a margin of 5ms in force admitted a claim: %+v", out)
+	}
+	a.wideUsed = 5_000
+	if out := resolve(c, in, resolveOut{}); !out.ok[0] {
+		t.Fatalf("counts taken with the margin in force refused the claim that fits: %+v", out)
+	}
+	in.wide, in.arrived = 0, 900_000 // the reply came back 101ms sooner than planned
 	if out := resolve(c, in, resolveOut{}); !out.ok[0] || out.immediate[0] {
 		t.Fatalf("a reply back early: %+v, want admitted on a timer, not at once", out)
 	}

@@ -15,7 +15,7 @@ import (
 type redisStore struct {
 	rdb      redis.UniversalClient
 	wins     []window
-	metaArgs []any           // ZMSCORE key marker pause limit limit-end, boxed once
+	metaArgs []any           // ZMSCORE key marker pause limit limit-end wide wide-end, boxed once
 	probeIn  int             // the index of the key the probe is looked up in
 	lease    *inflightOption // WithInFlight's, or nil
 	self     string          // this Throttler's name in the line for places in flight
@@ -36,7 +36,7 @@ func newRedisStore(c redis.UniversalClient, wins []window, probeIn int, lease *i
 		wins:        wins,
 		probeIn:     probeIn,
 		lease:       lease,
-		metaArgs:    []any{"zmscore", wins[0].key, marker, pauseMember, limitMember, limitEndMember},
+		metaArgs:    []any{"zmscore", wins[0].key, marker, pauseMember, limitMember, limitEndMember, wideMember, wideEndMember},
 		ctxTimeouts: honoursContext(c),
 		ioTimeout:   socketTimeout(c),
 	}
@@ -87,6 +87,11 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		zs = append(zs, redis.Z{Score: -1, Member: marker})
 	}
 	c.queueLeases(p)
+	if a.margin > 0 && len(a.adds) > 0 {
+		// Before any member is added: a round that counts after them
+		// reads the margin it must count with (see margin.go).
+		wideScript.Eval(ctx, p, []string{s.wins[0].key}, a.margin, a.wideFor, wideMember, wideEndMember)
+	}
 	var remove []any
 	if len(a.remove) > 0 {
 		remove = toAny(a.remove)
@@ -101,8 +106,9 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		}
 		if wi == 0 && a.pause > 0 {
 			// Before the marker: a marker present means the pause written
-			// with it is there too.
+			// with it is there too. Every replica listening hears of it.
 			p.ZAddLT(ctx, x.key, redis.Z{Score: float64(-a.pause), Member: pauseMember})
+			p.Publish(ctx, newsChannel(x.key), news{pause: a.pause}.String())
 		}
 		add := zs
 		if wi > 0 {
@@ -112,7 +118,8 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 			p.ZAdd(ctx, x.key, add...)
 		}
 		for _, g := range a.checks {
-			c.counts = append(c.counts, p.ZCount(ctx, x.key, exclusive(g-x.w), exclusive(g+x.w)))
+			w := x.w + a.widen
+			c.counts = append(c.counts, p.ZCount(ctx, x.key, exclusive(g-w), exclusive(g+w)))
 		}
 		if a.slots > 0 {
 			c.tails = append(c.tails, c.tail(p, x.key, a.lims[wi]))
@@ -174,7 +181,9 @@ func (c *attemptCmds) reply() reply {
 		pause:    max(0, meta(1)),
 		limit:    max(0, meta(2)),
 		limitEnd: max(0, meta(3)),
-		lost:     a.probe != "" && s.probeIn == 0 && meta(4) == 0,
+		wide:     max(0, meta(4)),
+		wideEnd:  max(0, meta(5)),
+		lost:     a.probe != "" && s.probeIn == 0 && meta(6) == 0,
 	}
 	if c.probe != nil {
 		r.lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
@@ -271,6 +280,11 @@ func (s *redisStore) writeMeta(ctx context.Context, m metaWrite, ttl time.Durati
 			secs := ttl.Round(time.Second) + time.Second
 			p.ExpireNX(ctx, key, secs)
 			p.ExpireGT(ctx, key, secs)
+			if m.news != nil {
+				// After the write: a listener that reads the members on
+				// hearing it finds them.
+				p.Publish(ctx, newsChannel(key), m.news.String())
+			}
 			return nil
 		})
 		return err
@@ -437,4 +451,25 @@ func zEntries(zs []redis.Z) []entry {
 		out[i] = entry{score: int64(z.Score), member: m}
 	}
 	return out
+}
+
+// readMeta reads the pause and the lowered limit, as a round trip does.
+func (s *redisStore) readMeta(ctx context.Context) (reply, error) {
+	var v []float64
+	err := s.bounded(ctx, func(ctx context.Context) (err error) {
+		v, err = s.rdb.ZMScore(ctx, s.wins[0].key, pauseMember, limitMember, limitEndMember).Result()
+		return err
+	})
+	if err != nil {
+		return reply{}, err
+	}
+	if len(v) != 3 {
+		return reply{}, errors.New("throttler: short ZMSCORE reply")
+	}
+	return reply{pause: max(0, -int64(v[0])), limit: max(0, -int64(v[1])), limitEnd: max(0, -int64(v[2]))}, nil
+}
+
+// watchNews subscribes to the news published on channel (see news.go).
+func (s *redisStore) watchNews(channel string) *subscription {
+	return s.subscribe(channel, func(string) bool { return true })
 }

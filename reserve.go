@@ -91,18 +91,40 @@ func sane(tail []entry, limit int64) []entry {
 	return tail
 }
 
-// syncClock takes a first sample of the server clock.
+// syncClock takes a first sample of the server clock: up to
+// firstSamples of them, until one comes from a round trip short enough
+// (see tightSample). The first round trip of a new client often dials its
+// connection, and a process just started is often slow: a second sample,
+// on a warm connection, is usually far tighter than the first, and every
+// replica's calls are placed by their estimates.
 func (t *Throttler) syncClock(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-	defer cancel()
-	sent := t.now()
-	server, err := t.st.now(ctx)
-	if err != nil {
-		return err
+	for i := 0; ; i++ {
+		sctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+		sent := t.now()
+		server, err := t.st.now(sctx)
+		cancel()
+		if err != nil {
+			if i > 0 {
+				return nil // the samples taken stand
+			}
+			return err
+		}
+		t.clock.observe(sent, t.now(), server)
+		e := t.clock.view().errBound()
+		if i+1 == firstSamples || e <= tightSample || t.margin(e, 0) == 0 && i > 0 {
+			return nil
+		}
 	}
-	t.clock.observe(sent, t.now(), server)
-	return nil
 }
+
+// firstSamples bounds the round trips syncClock makes, and tightSample is
+// an error bound it stops at at once (µs): a round trip of a millisecond.
+// Past the first sample it stops, too, once the estimate needs no margin
+// (see margin.go).
+const (
+	firstSamples = 3
+	tightSample  = 500
+)
 
 // release removes members synchronously, and returns the Redis error if it
 // could not; what it cannot remove is given

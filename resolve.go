@@ -19,6 +19,9 @@ type resolveIn struct {
 	// The counts prove nothing: scored with a clock estimate a step made
 	// wrong, or Redis lost the window (see noticeLossLocked).
 	distrust bool
+	// The largest margin in force as the reply read it (µs; see
+	// margin.go).
+	wide int64
 }
 
 // resolveOut is a resolved reply.
@@ -38,9 +41,13 @@ type resolveOut struct {
 func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	a, r := in.a, in.r
 	out := resolveOut{ok: decide(c, a, in.lims, r, in.claims, buf.ok)}
+	// A margin another process published while this attempt was on its
+	// way, larger than the one the counts were taken with: they may have
+	// missed its calls (see margin.go).
+	narrow := in.wide > a.wideUsed
 	for i, cl := range in.claims {
 		// A pause another process set while this attempt was on its way.
-		if cl.score < in.pausedTill || in.distrust {
+		if cl.score < in.pausedTill || in.distrust || narrow {
 			out.ok[i] = false
 		}
 	}
@@ -62,9 +69,9 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 		// reply came back much sooner than the round trip it was planned
 		// with (an estimate taken during a stall): then the call would go
 		// early by the difference (seed 803: a second early). Early by up
-		// to half the buffer, as late by up to half (see await), keeps two
-		// calls a limit apart an interval apart.
-		out.immediate[i] = cl.score <= a.soonest && cl.score <= in.arrived+c.opt.buffer.Microseconds()/2
+		// to its early tolerance, and late by up to its allowance (see
+		// await), keeps two calls a limit apart an interval apart.
+		out.immediate[i] = cl.score <= a.soonest && cl.score <= in.arrived+c.earlyTolerance()
 		out.remaining[i] = remaining(c, a, in.lims, r, cl, out.ok[i])
 	}
 	if a.slots > 0 {
@@ -110,9 +117,9 @@ func remaining(c *config, a *attempt, lims []int, r reply, cl claim, ok bool) in
 // attempt, which can only refuse more, never admit more.
 func decide(c *config, a *attempt, lims []int, r reply, claims []claim, ok []bool) []bool {
 	wins := c.wins
-	ok = admit(claims, a.checks, r.counts[0], c.caps(lims[0]), wins[0].w, ok)
+	ok = admit(claims, a.checks, r.counts[0], c.caps(lims[0]), wins[0].w+a.widen, ok)
 	for wi := 1; wi < len(wins); wi++ {
-		more := admit(claims, a.checks, r.counts[wi], c.caps(lims[wi]), wins[wi].w, nil)
+		more := admit(claims, a.checks, r.counts[wi], c.caps(lims[wi]), wins[wi].w+a.widen, nil)
 		for i := range ok {
 			ok[i] = ok[i] && more[i]
 		}
@@ -129,7 +136,7 @@ func decide(c *config, a *attempt, lims []int, r reply, claims []claim, ok []boo
 func upcoming(wins []window, tails [][]entry, lims []int, a *attempt, dropped []entry, limit int64) []int64 {
 	var slots []int64
 	for wi, x := range wins {
-		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.slots, lims[wi]), len(a.adds), x.w)
+		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.slots, lims[wi]), len(a.adds), x.w+a.widen)
 		if wi == 0 {
 			slots = s
 			continue

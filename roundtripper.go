@@ -166,23 +166,19 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		sent := t.now()
 		resp, err := tr.base().RoundTrip(send)
 		if err != nil {
-			if permit != nil {
-				permit.Done() // it keeps its estimate: the request may have reached the API
-			}
+			permit.Done() // it keeps its estimate: the request may have reached the API
 			return nil, err
 		}
 		var body []byte
 		if tr.Counters != nil && tr.Counters.Peek(resp) {
 			body = peekBody(resp) // before endOnRead: the caller's reads settle, not ours
 		}
-		if permit != nil {
+		if tr.Cost != nil || t.lease != nil {
+			// The call ends once its body is read: a place in flight goes
+			// back, a cost is settled.
 			endOnRead(req, resp, permit, tr.Cost)
 		}
-		var scored int64
-		if permit != nil {
-			scored = permit.score
-		}
-		verdict := tr.learn(t, req, resp, body, sent, scored)
+		verdict := tr.learn(t, req, resp, body, sent, permit.score)
 		if attempt >= tr.Retries || verdict == Proceed || !replayable(req) {
 			return resp, nil
 		}

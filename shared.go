@@ -11,6 +11,9 @@ type sharedState struct {
 	lowered    int   // the first limit as lowered through Redis (SetLimit); 0 = not lowered
 	lowerTill  int64 // server µs at which the lowering ends
 	epoch      int   // grows each time the limit is lowered: reservations made before must be made again
+	// The largest margin any replica published (µs) and when it ends
+	// (server µs): see margin.go.
+	wide, wideTill int64
 	// A first limit above New's that the key states, in force when the
 	// last round trip read it (0 = none): another process's Throttler was
 	// made with it (see Group.Learn). Written under mu, read without it.

@@ -62,6 +62,13 @@ type Stats struct {
 	// Degraded reports that Redis failed recently and calls follow the
 	// failure policy (FailOpen or FallbackLocal) instead of Redis.
 	Degraded bool
+	// ClockError bounds the error of this process's estimate of the Redis
+	// server's clock: half the shortest of its recent round trips.
+	// Margin is how much wider than interval + buffer, each way, the last
+	// round trip counted its calls' neighbourhoods: zero unless a clock
+	// error past a quarter of the buffer, here or on another replica, or
+	// calls woken late, asked for a margin (see WithBuffer).
+	ClockError, Margin time.Duration
 }
 
 // counters are the Stats counters that are not state.
@@ -110,6 +117,8 @@ func (t *Throttler) Stats() Stats {
 	var lims [1]int
 	s.Limit = t.shared.limits(t.wins, serverNow, lims[:0])[0]
 	s.Degraded = now.Before(t.health.degraded)
+	s.ClockError = time.Duration(t.clock.view().errBound()) * time.Microsecond
+	s.Margin = time.Duration(t.upkeep.widen) * time.Microsecond
 	return s
 }
 

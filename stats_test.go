@@ -44,9 +44,12 @@ func TestStatsAndObserver(t *testing.T) {
 		want := Stats{Admitted: 3, Waits: 1, Abandoned: 1, Refused: 1, Pauses: 1, Limit: 3}
 		want.Rejected[RejectedDeadline] = 1 // the Wait whose slot lay past its deadline
 		got := s
-		got.Waited, got.RoundTrips, got.PausedUntil = 0, 0, time.Time{}
+		got.Waited, got.RoundTrips, got.PausedUntil, got.ClockError = 0, 0, time.Time{}, 0
 		if got != want {
-			t.Fatalf("Stats = %+v, want %+v (ignoring Waited, RoundTrips, PausedUntil)", got, want)
+			t.Fatalf("Stats = %+v, want %+v (ignoring Waited, RoundTrips, PausedUntil, ClockError)", got, want)
+		}
+		if s.ClockError <= 0 || s.ClockError > time.Second {
+			t.Errorf("ClockError = %s, want half a round trip on loopback", s.ClockError)
 		}
 		if s.RoundTrips < 3 {
 			t.Errorf("RoundTrips = %d, want at least one per call that reached Redis (3)", s.RoundTrips)

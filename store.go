@@ -41,7 +41,11 @@ type store interface {
 	// µs).
 	renewLeases(ctx context.Context, ids []string, expiry int64) error
 	// watchLeases subscribes to the releases of places in flight.
-	watchLeases() *leaseWatch
+	watchLeases() *subscription
+	// watchNews subscribes to the news published on channel (see news.go).
+	watchNews(channel string) *subscription
+	// readMeta reads the pause and the lowered limit.
+	readMeta(ctx context.Context) (reply, error)
 	// liveLeases counts the places in flight taken now, by the server's
 	// clock.
 	liveLeases(ctx context.Context) (int, error)
@@ -56,6 +60,7 @@ type store interface {
 // window (see journal and marker). redisStore sends it as:
 //
 //	MULTI                                       (exact attempts only)
+//	EVAL <wideScript> key <margin> <how long>   (a round with a margin: see margin.go)
 //	ZREM key <given back>...                    (when there are any)
 //	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (every 100ms, or a twentieth
 //	ZREMRANGEBYSCORE key (<now+1h> +inf          of the shortest window; see trimEvery)
@@ -64,7 +69,7 @@ type store interface {
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
 //	PEXPIRE key <ttl>                           (at most every second, and on a new key)
 //	... the same for the key of every other limit (WithLimit) ...
-//	ZMSCORE key <marker> <pause> <limit> <limit-end> <our newest member>
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <our newest member>
 //	TIME                                        (at most every 250ms)
 //	EXEC                                        (exact attempts only)
 //
@@ -109,6 +114,15 @@ type attempt struct {
 	// (see clockView and clockSync.since).
 	clockGen uint64
 
+	// The margin (see margin.go): the round's own, published before its
+	// members are added when it is positive and the round adds any; how
+	// much wider than each window its counts reach, each way; the largest
+	// margin in force it counted with (its own or one published); and how
+	// long its own stays in force (µs). hold: the round claims nothing
+	// until the clock estimate is tighter.
+	margin, widen, wideUsed, wideFor int64
+	hold                             bool
+
 	// Places in flight asked for (WithInFlight), in batch order: the
 	// round trip grants the first ones that fit (see leaseScript).
 	leases     []string
@@ -130,8 +144,11 @@ type reply struct {
 	noMark  bool // the marker member was missing before this attempt wrote it
 	// The server's clock as the round trip read it (zero = not read).
 	serverTime time.Time
-	// The members that are not calls, in server µs (0 = absent).
+	// The members that are not calls, in server µs (0 = absent): the
+	// pause, the lowered limit and its end, the largest margin published
+	// and its end.
 	pause, limit, limitEnd int64
+	wide, wideEnd          int64
 	// How many of the places asked for were granted (the first ones), and
 	// when the earliest live lease expires (server µs, 0 = none).
 	leaseGranted  int

@@ -47,6 +47,7 @@ type Throttler struct {
 	upkeep  upkeep       // when each kind of upkeep last rode on a round trip
 	local   *localWindow // the fallback's in-process window, when configured
 	lease   *leases      // places in flight (WithInFlight), or nil
+	news    newsState    // listening for pauses and lowered limits (see news.go)
 	rng     *rand.Rand   // spreads wake-ups (see jitter, sharePause)
 	scratch roundScratch
 

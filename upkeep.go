@@ -11,6 +11,7 @@ type upkeep struct {
 	trim, clock, expire time.Time
 	round               time.Time // the last round trip that reached Redis
 	log                 time.Time // the last Redis failure logged
+	widen               int64     // how much wider the last round trip counted (µs; see margin.go)
 }
 
 // due sets what attempt a planned at now carries: a trim, a clock sample
@@ -24,6 +25,7 @@ func (u *upkeep) due(a *attempt, c *config, now time.Time, clockSynced, monotoni
 // done notes the upkeep attempt a, planned at now, carried, once its round
 // trip succeeded.
 func (u *upkeep) done(a *attempt, now time.Time) {
+	u.widen = a.widen
 	if a.trim {
 		u.trim = now
 	}

@@ -37,9 +37,26 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //   - Redis fails and the policy is FailClosed: the error wraps ErrRedis and
 //     the Redis error, after at most the Redis timeout.
 //
-// Waiters on one Throttler are served in the order they called, and one
-// Redis round trip reserves for as many of them as fit. A waiter given a
-// slot in the future sleeps until then without further Redis traffic.
+// WaitN returns at the call's slot: the promise that no window of the API
+// holds more than the limit assumes the call reaches the API no earlier
+// than its slot and within half the buffer after it (see WithBuffer).
+// WaitN keeps its own part: a call it would return later than that (a
+// machine too loaded to wake it in time, the clock estimate corrected
+// since the slot was reserved) gives the slot back and reserves again, and
+// one it would return early sleeps on. What the caller does after WaitN
+// returns is the caller's: a call sent d after the slot, past half the
+// buffer, can share a window of the API with calls admitted up to
+// d - buffer/2 after that window would have closed for it, and each such
+// call can put a window one over the limit. Do, Wrap and the Transport
+// send right after their admission, and check the slot once more just
+// before they do.
+//
+// Waiters on one Throttler are served by priority and, within one, in the
+// order they called (an AllowN goes ahead of them; see ContextWithPriority),
+// and one Redis round trip reserves for as many of them as fit. A waiter
+// given a slot in the future sleeps until then without further Redis
+// traffic; a pause or a lowered limit set meanwhile, by any replica,
+// reaches it at once (see PauseUntil).
 func (t *Throttler) WaitN(ctx context.Context, n int) error {
 	_, _, err := t.wait(ctx, "WaitN", n, false)
 	return err
@@ -99,13 +116,11 @@ func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (
 			}
 		}()
 	}
-	for late := 0; ; {
+	for {
 		t.submit(w)
-		o, err := t.await(ctx, w, late < maxLateRetries)
+		o, err := t.await(ctx, w)
 		switch o {
-		case again:
-			late++
-		case againPaused:
+		case again, againPaused:
 		default:
 			if err != nil {
 				return reservation{}, "", err
@@ -116,11 +131,6 @@ func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (
 		}
 	}
 }
-
-// maxLateRetries bounds how often one call re-reserves because it was woken
-// too late; past it the call goes late rather than starve on a machine too
-// loaded to wake it in time.
-const maxLateRetries = 8
 
 // outcome is how a call's wait for its reservation ended.
 type outcome uint8
@@ -135,10 +145,12 @@ const (
 // await waits for w's reservation and then for its slot. A WaitN queues
 // anew (again, againPaused), its slot given back, when a shared pause
 // covers the slot or the limit was lowered after it was reserved, or when
-// it was woken more than half the buffer after its slot (and retry allows
-// another attempt), for going late would spend the margin the buffer keeps
-// for the network. An AllowN is refused in those cases instead.
-func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, error) {
+// it was woken later after its slot than its allowance (half the buffer,
+// less the clock estimate's error, plus any margin: see margin.go), for
+// going late would spend the margin the buffer keeps for the network. A
+// call that the estimate as it stands now puts early sleeps on. An AllowN
+// is refused where a WaitN queues anew.
+func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 	select {
 	case <-w.wake:
 	case <-ctx.Done():
@@ -164,33 +176,67 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, 
 		return proceed, res.err
 	}
 	t.mu.Unlock()
-	if d := res.at.Sub(t.now()); d > 0 && !res.immediate {
-		if !w.deadline.IsZero() && tooLate(res.at, w.deadline) {
-			t.abandon(ctx, w)
-			return proceed, deadlineError(res.at, w.deadline, w.cause)
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
+	at, immediate := res.at, res.immediate
+	for {
+		woken := false // by news, before at
+		if d := at.Sub(t.now()); d > 0 && !immediate {
+			if !w.deadline.IsZero() && tooLate(at, w.deadline) {
+				t.abandon(ctx, w)
+				return proceed, deadlineError(at, w.deadline, w.cause)
+			}
+			t.mu.Lock()
+			news := t.sleepLocked(d)
+			t.mu.Unlock()
+			timer := time.NewTimer(d)
+			select {
+			case <-timer.C:
+			case <-news: // a pause or a lowered limit: look again
+				woken = true
+			case <-ctx.Done():
+			}
 			timer.Stop()
-			return proceed, t.abandon(ctx, w)
+			t.mu.Lock()
+			t.wakeLocked()
+			t.mu.Unlock()
+			if ctx.Err() != nil {
+				return proceed, t.abandon(ctx, w)
+			}
 		}
+		immediate = false
+		t.mu.Lock()
+		if (t.shared.paused(t.clock.server(res.at)) && t.shared.paused(t.clock.server(t.now()))) ||
+			(res.epoch != t.shared.epoch && !res.immediate) {
+			// A shared pause began after this slot was reserved (wait it
+			// out), or the limit was lowered since: a slot reserved ahead
+			// under the higher limit may not fit the lower one.
+			return t.unreserveAndUnlock(ctx, w, againPaused)
+		}
+		target, late := t.offScoreLocked(res)
+		if now := t.now(); woken && now.Before(at) {
+			// Woken by news that did not concern this slot: sleep on.
+			t.mu.Unlock()
+			continue
+		} else if target.After(now) {
+			// Early, by the estimate as it stands now (it changed since
+			// the slot was reserved): sleep on.
+			t.mu.Unlock()
+			at = target
+			continue
+		}
+		if late > 0 {
+			// Not called yet, so the slot can go back. Late
+			// lateBeforeSlack times in a row, the call asks for a margin
+			// wide enough for such a wake (see margin.go) rather than be
+			// late for ever on a machine too loaded to wake it in time.
+			t.stats.lateWakes.Add(1)
+			if w.lates++; w.lates >= lateBeforeSlack {
+				w.slack = max(2*w.slack, 2*late.Microseconds())
+			}
+			return t.unreserveAndUnlock(ctx, w, again)
+		}
+		t.mu.Unlock()
+		break
 	}
-	t.mu.Lock()
-	if (t.shared.paused(t.clock.server(res.at)) && t.shared.paused(t.clock.server(t.now()))) ||
-		(res.epoch != t.shared.epoch && !res.immediate) {
-		// A shared pause began after this slot was reserved (wait it
-		// out), or the limit was lowered since: a slot reserved ahead
-		// under the higher limit may not fit the lower one.
-		return t.unreserveAndUnlock(ctx, w, againPaused)
-	}
-	if late := t.now().Sub(res.at); (retry || w.now) && t.opt.buffer > 0 && late > t.opt.buffer/2 {
-		// Not called yet, so the slot can go back.
-		t.stats.lateWakes.Add(1)
-		return t.unreserveAndUnlock(ctx, w, again)
-	}
-	t.mu.Unlock()
 	if ended(ctx) {
 		// The slot came as ctx ended (the select above took the timer, or
 		// ctx's own timer has yet to fire): the caller would spend the slot
@@ -198,6 +244,39 @@ func (t *Throttler) await(ctx context.Context, w *waiter, retry bool) (outcome, 
 		return proceed, t.abandon(ctx, w)
 	}
 	return proceed, nil
+}
+
+// lateBeforeSlack is how many times in a row a call is woken late before
+// its claims ask for a margin that covers such a wake (see margin.go): a
+// single late wake (a pause of the garbage collector) costs that call a
+// new slot; only a machine that keeps waking it late costs every replica
+// a wider window.
+const lateBeforeSlack = 3
+
+// offScoreLocked tells how far from its score the admitted res would go
+// now, by the clock estimate as it stands now (see margin.go): the local
+// time to go instead when it is early (in the future), and how late it is
+// (positive) when later than its allowance, including when the estimate
+// got so much worse since that the call cannot be placed within its margin
+// at all. A call admitted without Redis, or with a zero buffer, is never
+// early or late.
+func (t *Throttler) offScoreLocked(res reservation) (target time.Time, late time.Duration) {
+	if res.score == 0 || t.opt.buffer <= 0 {
+		return time.Time{}, 0
+	}
+	view := t.clock.view()
+	allow := t.allowance(res.margin, view.errBound())
+	target = view.local(res.score)
+	off := t.now().Sub(target).Microseconds() // > 0: late
+	switch {
+	case allow < 0:
+		return time.Time{}, time.Duration(abs64(off)-allow) * time.Microsecond
+	case off < -t.earlyTolerance():
+		return target, 0
+	case off > allow:
+		return time.Time{}, time.Duration(off) * time.Microsecond
+	}
+	return time.Time{}, 0
 }
 
 // unreserveAndUnlock gives back the slot an admitted w has not used yet, and

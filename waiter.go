@@ -15,6 +15,10 @@ type waiter struct {
 	prio     Priority
 	wake     chan struct{}
 	counted  bool // it counts as waiting (see WithMaxQueue); under mu
+	// Woken late: how many times in a row, and the margin its next claims
+	// ask for (µs; see margin.go). Under mu.
+	lates int
+	slack int64
 
 	res    reservation // replaced whole at each step, never edited field by field
 	caller presence
@@ -37,6 +41,7 @@ type reservation struct {
 
 	at        time.Time // admitted: the local time at which it may proceed
 	score     int64     // admitted through Redis: the server µs it was counted at (0 = admitted without Redis)
+	margin    int64     // admitted through Redis: the margin it was counted with (µs; see margin.go)
 	immediate bool      // admitted: at is "when the reply arrives": go without a timer
 	epoch     int       // admitted: the limit epoch it was made in
 

@@ -149,7 +149,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 	now := t.now()
 	a, batch, claims, sleep := t.planLocked(now)
 	t.mu.Unlock()
-	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 && a.pause == 0 {
+	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 && a.pause == 0 && !a.hold {
 		t.mu.Lock()
 		t.owed.mark = t.owed.mark || a.mark // not sent: still to write
 		t.mu.Unlock()
@@ -220,9 +220,10 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	a.expire = a.expire || a.pause > 0 // the key must outlive the pause
 	a.ttl0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
 	a.clockGen = view.gen
+	t.marginLocked(a, view, serverNow)
 
 	in := planIn{now: now, clock: view, lims: a.lims, pausedTill: t.shared.pausedTill, known: t.known,
-		probe: a.probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet()}
+		probe: a.probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.widen, hold: a.hold}
 	if now.Before(t.health.shareUntil) && t.local != nil {
 		in.sharing, in.shareUntil = t.local.clone(), t.health.shareUntil
 	}
@@ -283,7 +284,13 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) (admitted int) {
 	t.learnMetaLocked(r)
 	now := t.now()
-	arrived := t.clock.server(now) // the reply is in: the server's now
+	view := t.clock.view()
+	arrived := view.server(now) // the reply is in: the server's now
+	e := view.errBound()
+	wide := int64(0) // the largest margin in force, as this reply read it
+	if r.wideEnd > arrived-e {
+		wide = r.wide
+	}
 	lost := t.noticeLossLocked(a, r, now)
 	sc := &t.scratch
 	sc.leaving = sc.leaving[:0]
@@ -292,7 +299,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	}
 	sc.lims = t.shared.limits(t.wins, arrived, sc.lims)
 	res := resolve(&t.config, resolveIn{a: a, r: r, claims: claims, leaving: sc.leaving, lims: sc.lims,
-		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost}, sc.resolved)
+		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost, wide: wide}, sc.resolved)
 	sc.resolved = res
 	if len(claims) > 0 { // a round that claimed nothing says nothing about room
 		t.known.near = res.near
@@ -315,8 +322,8 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		case res.ok[i] && !w.needsPlace():
 			admitted++
 			w.settle(reservation{state: stAdmitted, members: w.res.members, localAt: w.res.localAt,
-				at: t.clock.local(c.score), score: c.score, immediate: res.immediate[i], epoch: t.shared.epoch,
-				remaining: res.remaining[i]})
+				at: t.clock.local(c.score), score: c.score, margin: a.margin, immediate: res.immediate[i],
+				epoch: t.shared.epoch, remaining: res.remaining[i]})
 			t.health.journal.add(c.score, w.res.members)
 			if t.onAdmit != nil {
 				t.onAdmit(c.score, w.res.members)

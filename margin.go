@@ -1,0 +1,181 @@
+package throttler
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The margin: keeping calls to their scores at the API.
+//
+// The sorted set holds scores; the API sees arrivals. A call scored g goes
+// at the local time the clock estimate maps g to, and the buffer stands for
+// how far from g it may reach the API: if the calls reach it within a span
+// of the buffer around their scores, two calls less than an interval apart
+// at the API are less than interval + buffer apart in the set, where no
+// window holds more than the limit. Two things move a call from its score
+// besides the network: the estimate of the server's clock, off by up to
+// half the round trip it came from (its error bound e, see clockSync), and
+// a caller woken late (a loaded machine).
+//
+// A call never goes before its score by the estimate as it stands when it
+// goes, give or take earlyTolerance (a reply back a little sooner than the
+// shortest round trip it was planned with), and at most buffer/2 - e after
+// it (see await: reached earlier, it sleeps on; later, it gives its slot
+// back and reserves again). Its true departure then lies within
+// [g - e - earlyTolerance, g + buffer/2]: a late call i and an early call j
+// leave within buffer/2 + ej + earlyTolerance of their scores' distance,
+// which leaves at least a quarter of the buffer to the network's jitter
+// while every e stays within a quarter of the buffer. Beyond that, waiting
+// for a tighter estimate could take for ever (a lopsided link stays
+// lopsided), and going within buffer/2 - e would leave a call hardly any
+// lateness at all, so the round claims with a margin
+// X = e + max(buffer/4, slack) - buffer/2 (slack: what a call woken late
+// again and again asks for): every claim of the round counts its
+// neighbourhood X + P wider each way, where P is the largest margin in
+// force that any replica published, its own included, and each of its
+// calls may go buffer/2 + X - e late, a quarter of the buffer at least.
+// Two calls i and j then leave within buffer + Xi + Xj, less a quarter of
+// the buffer for the network, of their scores' distance; the last of any
+// limit+1 calls to count saw the others (each added before it counted)
+// within w + Xi + Xj <= w + X + P of its own, so it was refused.
+//
+// P must be known to every replica that counts: a round that claims with a
+// margin first publishes it (wideScript, before its members are added), and
+// every round trip reads what is in force after its counts (the ZMSCORE
+// that reads the pause). A round that counted with less than the reply
+// says is in force admits nothing (see resolve): either the publisher added
+// its members after this round counted, and its own count saw ours, or the
+// reply shows the margin. A margin stays in force for reserve-ahead, the
+// longest window and twice itself, plus trimSlack, after it was last
+// published: past that, no call placed with it can share a window with a
+// call scored later.
+//
+// A margin is kept below what trims allow: members are trimmed trimSlack
+// past their window by the server's own clock, and a round whose estimate
+// lags the server by e counts e + X + P further back than that. A round
+// whose margin would reach past maxSpread claims nothing, takes a clock
+// sample and tries again (hold): a Redis whose best round trip takes most
+// of a second cannot keep calls to any margin the window can hold. Slack
+// never holds a round: it is granted only as far as maxSpread allows.
+
+// Members of the first limit's key that are not calls: the largest margin
+// in force (minus it, in µs) and when it ends (minus the server time).
+const (
+	wideMember    = "\x00wide"
+	wideEndMember = "\x00wide-end"
+)
+
+// maxSpread bounds e + X + P (see hold).
+const maxSpread = trimSlack - int64(100*time.Millisecond/time.Microsecond)
+
+// wideScript publishes a margin: ARGV[1] µs, in force for ARGV[2] µs from
+// the server's now, unless a larger one is in force, which it extends. The
+// members only grow while in force; one that has ended is replaced. A
+// script, so that a margin that ended and a new, smaller one cannot cross
+// a larger one published at the same moment. Scores are formatted whole:
+// Lua's own conversion keeps 14 digits, and a server time has 16.
+var wideScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local s = redis.call('ZMSCORE', KEYS[1], ARGV[3], ARGV[4])
+local x, e = tonumber(ARGV[1]), now + tonumber(ARGV[2])
+if s[2] and -tonumber(s[2]) > now then
+  x = math.max(x, -tonumber(s[1] or 0))
+  e = math.max(e, -tonumber(s[2]))
+end
+redis.call('ZADD', KEYS[1], string.format('%.0f', -x), ARGV[3], string.format('%.0f', -e), ARGV[4])
+return 1
+`)
+
+// margin is X for a round whose clock estimate has error bound errBound
+// and whose calls ask for slack (µs): zero while errBound stays within a
+// quarter of the buffer and errBound + slack within half of it. A zero
+// buffer promises no margin at all (calls go at their scores, as close as
+// the machine lets them), and gets none.
+func (c *config) margin(errBound, slack int64) int64 {
+	if c.opt.buffer <= 0 {
+		return 0
+	}
+	b := c.opt.buffer.Microseconds()
+	return max(0, errBound+max(b/4, slack)-b/2)
+}
+
+// allowance is how late after its score (µs) a call counted with margin
+// may go, with the estimate's error bound now errBound: negative when the
+// estimate got worse since, and the call cannot be placed at all.
+func (c *config) allowance(margin, errBound int64) int64 {
+	return c.opt.buffer.Microseconds()/2 + margin - errBound
+}
+
+// earlyTolerance is how early before its score (µs) a call may go: a reply
+// that came back a little sooner than the shortest round trip the round
+// was planned with, which a timer for the microseconds left would only
+// delay by its own latency. A millisecond, or a tenth of the buffer if
+// less: within the quarter of the buffer the early side is given.
+func (c *config) earlyTolerance() int64 {
+	return min(int64(time.Millisecond/time.Microsecond), c.opt.buffer.Microseconds()/10)
+}
+
+// wideFor is how long a margin published now stays in force (µs).
+func (c *config) wideFor(margin int64) int64 {
+	return c.opt.ahead.Microseconds() + c.longestW() + 2*margin + trimSlack
+}
+
+// spread is how much wider than its windows a round counts: its own margin
+// and the largest in force, each way. hold reports a round that must claim
+// nothing (see maxSpread).
+func spread(errBound, margin, wide int64) (widen int64, hold bool) {
+	widen = margin + max(margin, wide)
+	return widen, errBound+widen > maxSpread
+}
+
+// errBound is the estimate's error bound (µs): half the round trip of the
+// sample it came from, and the microseconds lost converting.
+func (v clockView) errBound() int64 { return (v.rtt+1)/2 + conversionSlack }
+
+// wideAt is the largest margin in force at serverNow (µs), as last learned.
+func (s *sharedState) wideAt(serverNow int64) int64 {
+	if s.wideTill > serverNow {
+		return s.wide
+	}
+	return 0
+}
+
+// learnWide takes a margin read from Redis: the read with the later end is
+// the newer (ends only grow while a margin is in force, and a new margin
+// ends after the one it replaced).
+func (s *sharedState) learnWide(wide, end int64) {
+	if end >= s.wideTill {
+		s.wide, s.wideTill = wide, end
+	}
+}
+
+// marginLocked sets attempt a's margin (see margin.go), planned with the
+// clock estimate view at serverNow: its own, from the estimate's error
+// bound and the slack its waiters ask for, and the spread its counts reach
+// with the largest margin in force. A margin that ends within the
+// estimate's error of now is taken to be in force still. The error alone
+// may hold the round; slack never does: it is granted only as far as
+// maxSpread allows, and a call woken later than that is sent back to
+// reserve again, as any late call is. A loose estimate is sampled on every
+// round trip, to tighten it sooner.
+func (t *Throttler) marginLocked(a *attempt, view clockView, serverNow int64) {
+	e := view.errBound()
+	var slack int64
+	for _, w := range t.queue {
+		slack = max(slack, w.slack)
+	}
+	wide := t.shared.wideAt(serverNow - e)
+	a.margin = t.margin(e, 0)
+	if _, a.hold = spread(e, a.margin, wide); !a.hold && slack > 0 {
+		room := maxSpread - e
+		a.margin = max(a.margin, min(t.margin(e, slack), room/2, room-wide))
+	}
+	a.widen, _ = spread(e, a.margin, wide)
+	a.wideUsed = max(a.margin, wide)
+	a.wideFor = t.wideFor(a.margin)
+	if e > t.opt.buffer.Microseconds()/4 || a.hold {
+		a.clock = true // a loose estimate, or near to needing a margin
+	}
+}

@@ -1,0 +1,193 @@
+package throttler
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMarginAndAllowance(t *testing.T) {
+	ms := int64(time.Millisecond / time.Microsecond)
+	for _, tc := range []struct {
+		buffer            time.Duration
+		errBound, slack   int64
+		margin, allowance int64
+	}{
+		{50 * time.Millisecond, 100, 0, 0, 25*ms - 100},                           // a tight estimate: late by b/2 - e at most
+		{50 * time.Millisecond, 12_500, 0, 0, 12_500},                             // e = b/4: still no margin, late by b/4 at most
+		{50 * time.Millisecond, 20 * ms, 0, 7_500, 12_500},                        // past b/4: a margin, late by b/4 at most
+		{50 * time.Millisecond, 100 * ms, 0, 87_500, 12_500},                      // seed 242's lopsided 201ms round trip
+		{50 * time.Millisecond, 1 * ms, 20 * ms, 0, 24 * ms},                      // slack within what b/2 - e allows: no margin
+		{50 * time.Millisecond, 1 * ms, 40 * ms, 16 * ms, 40 * ms},                // a call woken late asks for slack: late by the slack at most
+		{0, 100 * ms, 0, 0, -100 * ms},                                            // a zero buffer promises no margin
+		{time.Second, 100 * ms, 0, 0, 400 * ms},                                   // a long buffer covers the error
+		{time.Second, 300 * ms, 0, 50 * ms, 250 * ms},                             // ... up to a quarter of it
+		{50 * time.Millisecond, math.MaxInt32, 0, math.MaxInt32 - 12_500, 12_500}, // no overflow on absurd errors
+	} {
+		c := testConfig(10, time.Second, time.Second)
+		c.opt.buffer = tc.buffer
+		m := c.margin(tc.errBound, tc.slack)
+		if m != tc.margin {
+			t.Errorf("buffer %s, error bound %dµs, slack %dµs: margin %dµs, want %dµs", tc.buffer, tc.errBound, tc.slack, m, tc.margin)
+		}
+		if a := c.allowance(m, tc.errBound); a != tc.allowance {
+			t.Errorf("buffer %s, error bound %dµs, margin %dµs: allowance %dµs, want %dµs", tc.buffer, tc.errBound, m, a, tc.allowance)
+		}
+	}
+}
+
+func TestSpreadHoldsPastTrims(t *testing.T) {
+	if widen, hold := spread(100, 0, 0); widen != 0 || hold {
+		t.Fatalf("tight, nothing published: widen %d hold %v", widen, hold)
+	}
+	if widen, hold := spread(100, 0, 30_000); widen != 30_000 || hold {
+		t.Fatalf("tight, 30ms published: widen %d hold %v, want 30ms each way", widen, hold)
+	}
+	if widen, hold := spread(40_000, 20_000, 30_000); widen != 50_000 || hold {
+		t.Fatalf("a margin of 20ms with 30ms published: widen %d hold %v, want 50ms", widen, hold)
+	}
+	if _, hold := spread(400_000, 300_000, 0); !hold {
+		t.Fatalf("a 400ms error with a 300ms margin would count past the trims: not held")
+	}
+}
+
+// wideMembers reads the published margin and its end from key.
+func wideMembers(t *testing.T, c redis.UniversalClient, key string) (wide, end int64) {
+	t.Helper()
+	v, err := c.ZMScore(context.Background(), key, wideMember, wideEndMember).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return -int64(v[0]), -int64(v[1])
+}
+
+// The margin published grows while in force and never shrinks under a
+// larger one; one that has ended is replaced.
+func TestWideScript(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		ctx := context.Background()
+		publish := func(margin, d int64) {
+			t.Helper()
+			if err := wideScript.Eval(ctx, c, []string{key}, margin, d, wideMember, wideEndMember).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish(10_000, 60_000_000)
+		wide, end := wideMembers(t, c, key)
+		if wide != 10_000 || end < now.UnixMicro()+60_000_000 || end > now.UnixMicro()+70_000_000 {
+			t.Fatalf("published 10ms for 60s at %d: wide %d, end %d", now.UnixMicro(), wide, end)
+		}
+		publish(5_000, 120_000_000)
+		if w, e := wideMembers(t, c, key); w != 10_000 || e <= end {
+			t.Fatalf("5ms for 120s over 10ms in force: wide %d end %d, want 10ms kept, the end extended past %d", w, e, end)
+		}
+		// An ended margin is replaced, however large.
+		if err := c.ZAdd(ctx, key, redis.Z{Score: -1, Member: wideEndMember}, redis.Z{Score: -900_000, Member: wideMember}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		publish(3_000, 1_000_000)
+		if w, e := wideMembers(t, c, key); w != 3_000 || e < now.UnixMicro() {
+			t.Fatalf("3ms over an ended 900ms: wide %d end %d, want 3ms from now", w, e)
+		}
+	})
+}
+
+// slowReplies delays every reply of the store it wraps by the delay it
+// holds: a lopsided link (requests fast, replies slow), whose round trips
+// put the clock estimate off by half their length.
+type slowReplies struct {
+	store
+	delay atomic.Int64 // nanoseconds
+}
+
+func (s *slowReplies) reserve(ctx context.Context, a *attempt) (reply, error) {
+	r, err := s.store.reserve(ctx, a)
+	time.Sleep(time.Duration(s.delay.Load()))
+	return r, err
+}
+
+func (s *slowReplies) now(ctx context.Context) (time.Time, error) {
+	r, err := s.store.now(ctx)
+	time.Sleep(time.Duration(s.delay.Load()))
+	return r, err
+}
+
+// A replica whose replies come back 60ms late (its estimate off by up to
+// 30ms, past a quarter of the 50ms buffer) publishes a margin with its
+// calls, and another replica on the key counts with it from its next round
+// trip on.
+func TestLooseEstimatePublishesAMargin(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		loose := mustNew(t, dial(), key, 100, time.Second, WithLogger(quiet))
+		slow := &slowReplies{store: loose.st}
+		slow.delay.Store(int64(60 * time.Millisecond))
+		loose.st = slow
+		tight := mustNew(t, dial(), key, 100, time.Second, WithLogger(quiet))
+		ctx := context.Background()
+		if err := loose.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s := loose.Stats()
+		if s.ClockError < 30*time.Millisecond || s.Margin == 0 {
+			t.Fatalf("after a 60ms lopsided round trip: clock error %s, margin %s; want at least 30ms and a margin", s.ClockError, s.Margin)
+		}
+		wide, _ := wideMembers(t, dial(), key)
+		if want := (s.ClockError - 12500*time.Microsecond).Microseconds(); wide < want {
+			t.Fatalf("published margin %dµs, want at least the error past a quarter of the buffer, %dµs", wide, want)
+		}
+		for range 2 { // the first round trip learns of it; the second counts with it
+			if err := tight.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m := tight.Stats().Margin; m.Microseconds() < wide {
+			t.Fatalf("the tight replica counts %s wider, want at least the published %dµs", m, wide)
+		}
+		waitIdle(t, loose)
+		waitIdle(t, tight)
+	})
+}
+
+// A call woken late lateBeforeSlack times in a row (here: the local clock
+// steps 200ms ahead right after each of its first admissions, as an
+// overloaded machine's late wake-up looks) asks for a margin wide enough
+// for such a wake, publishes it, and is admitted on its next attempt.
+func TestLateAgainAsksForAMargin(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		var step, steps atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+		var rec recorder
+		th := rec.watch(mustNew(t, c, key, 5, time.Second, WithClock(clock), WithBuffer(50*time.Millisecond)))
+		inner := th.onAdmit
+		th.onAdmit = func(s int64, m []string) {
+			inner(s, m)
+			if steps.Add(1) <= lateBeforeSlack {
+				step.Add(int64(200 * time.Millisecond))
+			}
+		}
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, th)
+		if late := th.Stats().LateWakes; late != lateBeforeSlack || len(rec.scores()) != 1 {
+			t.Fatalf("late wakes %d, admissions kept %d; want %d late wakes and 1 admission", late, len(rec.scores()), lateBeforeSlack)
+		}
+		wide, _ := wideMembers(t, c, key)
+		if wide < 200_000 {
+			t.Fatalf("published margin %dµs after %d wakes 200ms late, want at least 200ms", wide, lateBeforeSlack)
+		}
+		if n := len(calls(t, c, key)); n != 1 {
+			t.Fatalf("%d calls in the set, want 1: the late slots must be given back", n)
+		}
+	})
+}

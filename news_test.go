@@ -1,0 +1,78 @@
+package throttler
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestNewsRoundTrip(t *testing.T) {
+	for _, n := range []news{{pause: 1_795_500_000_123_456}, {limit: 40, limitEnd: 1_795_500_001_000_000, limitSet: true}, {limitSet: true}} {
+		got, ok := parseNews(n.String())
+		if !ok || got != n {
+			t.Errorf("parseNews(%q) = %+v, %v; want %+v", n.String(), got, ok, n)
+		}
+	}
+	for _, s := range []string{"", "p", "p x", "p -1", "l 3", "l 3 4 5", "q 1", "p 1 2"} {
+		if n, ok := parseNews(s); ok {
+			t.Errorf("parseNews(%q) = %+v, want no news", s, n)
+		}
+	}
+}
+
+// A call sleeping toward a slot reserved ahead learns of a pause another
+// replica sets without a round trip of its own: it gives the slot back and
+// goes after the pause, not inside it.
+func TestNewsReachesSleepers(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		var rec recorder
+		sleeper := rec.watch(mustNew(t, dial(), key, 10, 200*time.Millisecond, WithReserveAhead(time.Second), WithLogger(quiet)))
+		other := mustNew(t, dial(), key, 10, 200*time.Millisecond, WithLogger(quiet))
+		ctx := context.Background()
+		if err := sleeper.WaitN(ctx, 10); err != nil { // the window is full
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 3 { // reserved ~250ms ahead: they sleep
+			wg.Go(func() {
+				if err := sleeper.Wait(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		waitLocked(t, sleeper, 5*time.Second, "the calls never slept toward their slots", func() bool {
+			return sleeper.news.sleeping == 3 && sleeper.news.running && !sleeper.running
+		})
+		// Let the listener's subscription take before the pause is set: a
+		// pause set earlier is read when it does (see news.go), which
+		// this test does not look at.
+		time.Sleep(50 * time.Millisecond)
+		if err := other.PauseUntil(ctx, time.Now().Add(600*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		v, err := dial().ZScore(ctx, key, pauseMember).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := -int64(v)
+		wg.Wait()
+		// The recorder keeps what was admitted and not given back.
+		scores := rec.scores()
+		slices.Sort(scores)
+		if len(scores) != 13 {
+			t.Fatalf("%d calls admitted, want 13", len(scores))
+		}
+		for _, s := range scores[10:] {
+			if s < end {
+				t.Errorf("a sleeper went at %dµs, inside the pause ending at %dµs", s, end)
+			}
+		}
+		if sleeper.Stats().Pauses == 0 {
+			t.Errorf("the sleeping replica never learned of the pause")
+		}
+		waitIdle(t, sleeper)
+		waitIdle(t, other)
+	})
+}

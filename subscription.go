@@ -1,0 +1,97 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// subscription is a Pub/Sub subscription to one channel, for the places in
+// flight (wakes, see WithInFlight) and for news (see news.go). ready
+// receives a value each time Redis confirms the subscription, at first and
+// after go-redis reconnected it: messages published before may have been
+// missed. heard receives a value when messages that keep accepts came
+// (take returns them). done is closed once the subscription ended: closed
+// by close, or failed (closed then tells whether its client was closed).
+//
+// Only the subscription's own goroutine touches its *redis.PubSub once it
+// runs, Close included: PubSub.Close waits for a reconnect under way, and
+// neither the keeper nor a listener may block on that.
+type subscription struct {
+	ready, heard chan struct{}
+	done         chan struct{}
+	stop         atomic.Bool
+	closed       bool // read after done
+
+	mu   sync.Mutex
+	msgs []string
+}
+
+// subscriptionPoll is how long the goroutine waits for a message before it
+// looks whether it should stop: the most close waits.
+const subscriptionPoll = 250 * time.Millisecond
+
+// subscribe subscribes to channel; keep picks the messages kept for take.
+func (s *redisStore) subscribe(channel string, keep func(payload string) bool) *subscription {
+	w := &subscription{ready: make(chan struct{}, 1), heard: make(chan struct{}, 1), done: make(chan struct{})}
+	ctx := context.Background()
+	ps := s.rdb.Subscribe(ctx, channel)
+	go func() {
+		defer close(w.done)
+		defer ps.Close()
+		for !w.stop.Load() {
+			m, err := ps.ReceiveTimeout(ctx, subscriptionPoll)
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				continue // a look at stop
+			case err != nil:
+				w.closed = errors.Is(err, redis.ErrClosed)
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					signal(w.ready)
+				}
+			case *redis.Message:
+				if keep(m.Payload) {
+					w.mu.Lock()
+					w.msgs = append(w.msgs, m.Payload)
+					w.mu.Unlock()
+					signal(w.heard)
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// take returns the messages kept since it was last called.
+func (w *subscription) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
+}
+
+// close ends the subscription and waits for its goroutine, at most about
+// subscriptionPoll (or a reconnect's timeouts, when one is under way).
+func (w *subscription) close() {
+	w.stop.Store(true)
+	<-w.done
+}
+
+// signal sends on a channel of one value without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
