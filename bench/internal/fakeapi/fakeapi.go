@@ -1,6 +1,8 @@
 // Package fakeapi is the third-party API the replicas call: an HTTP server on
 // loopback that answers 200 to everything and records when each call arrived
-// (time.Now() on arrival, in the harness process) and which replica sent it.
+// (time.Now() on arrival, in the harness process), which replica sent it,
+// and the times the replica put in its headers (the server time the call
+// was counted at, when its Wait returned, when it was sent).
 // It enforces no rate; the harness works out afterwards what a strict
 // sliding-window API would have rejected. With SetInFlight it caps the calls
 // it serves at once and holds each one for a while (the inflight scenario).
@@ -19,6 +21,20 @@ import (
 // ReplicaHeader carries the replica's index (0, 1, ...).
 const ReplicaHeader = "X-Bench-Replica"
 
+// The times a replica sends with each call, as decimal integers; a header
+// absent or empty is a time not known (the zero Time).
+const (
+	// ScoreHeader: the server time the call was counted at (this
+	// library's Permit.At), in Unix microseconds, Redis's own resolution.
+	ScoreHeader = "X-Bench-Score"
+	// ReturnedHeader: when the replica's Wait (or Reserve) returned, in
+	// Unix nanoseconds.
+	ReturnedHeader = "X-Bench-Returned"
+	// SentHeader: right before the replica sent the request, in Unix
+	// nanoseconds.
+	SentHeader = "X-Bench-Sent"
+)
+
 // Arrival is one recorded call.
 type Arrival struct {
 	At      time.Time
@@ -28,6 +44,11 @@ type Arrival struct {
 	End time.Time
 	// OverCap: refused (429) because the in-flight cap was full.
 	OverCap bool
+	// Score, Returned and Sent are the replica's ScoreHeader,
+	// ReturnedHeader and SentHeader (zero when it sent none). Redis, the
+	// replicas and the API run on one machine: these are wall-clock
+	// readings of one clock, comparable with At.
+	Score, Returned, Sent time.Time
 }
 
 // Server is the fake API.
@@ -73,7 +94,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		replica = -1
 	}
-	a := &Arrival{At: now, Replica: replica}
+	a := &Arrival{At: now, Replica: replica,
+		Score:    header(r, ScoreHeader, time.UnixMicro),
+		Returned: header(r, ReturnedHeader, nanos),
+		Sent:     header(r, SentHeader, nanos)}
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
 	if s.limit == 0 {
@@ -99,6 +123,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
+
+// header reads an integer time header with conv; zero when it is absent or
+// not an integer.
+func header(r *http.Request, name string, conv func(int64) time.Time) time.Time {
+	v, err := strconv.ParseInt(r.Header.Get(name), 10, 64)
+	if err != nil || v == 0 {
+		return time.Time{}
+	}
+	return conv(v)
+}
+
+func nanos(ns int64) time.Time { return time.Unix(0, ns) }
 
 // Take returns the arrivals recorded since the last Take, in arrival order,
 // and forgets them.
