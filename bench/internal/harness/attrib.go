@@ -31,6 +31,9 @@ type AttribRow struct {
 	// the limit.
 	All      Deltas `json:"all"`
 	Overfull Deltas `json:"overfull"`
+	// Tightest is the run's nearest approach to a window over the limit
+	// (nil with limit or fewer calls).
+	Tightest *TightestGroup `json:"tightest,omitempty"`
 	// Windows are the stretches of windows over the limit, in time order.
 	Windows  []OverWindow    `json:"windows,omitempty"`
 	Replicas []AttribReplica `json:"replicas"`
@@ -89,6 +92,25 @@ type OverWindow struct {
 	IntruderReplicas map[int]int  `json:"intruder_replicas"`
 	Deltas           Deltas       `json:"deltas"`
 	Calls            []CallRecord `json:"calls"`
+}
+
+// TightestGroup is the limit+1 consecutive arrivals at the API that span
+// the least time (metrics.Tightest): a window holds more than the limit
+// exactly when such a group spans less than the interval.
+type TightestGroup struct {
+	StartMs float64 `json:"start_ms"` // its first arrival
+	SpanMs  float64 `json:"span_ms"`  // from its first arrival to its last
+	// MarginMs is SpanMs - interval: negative, a window over the limit.
+	MarginMs float64 `json:"margin_ms"`
+	First    bool    `json:"first_window"` // it starts in the first interval
+	// ScoresSpanMs is its scores' spread, max - min (nil: none has a
+	// score); while the invariant holds, at least interval + buffer.
+	ScoresSpanMs *float64       `json:"scores_span_ms,omitempty"`
+	Classes      map[string]int `json:"classes"`
+	// FirstCall and LastCall are its ends: the span is their scores' gap
+	// plus the last's arrival - score minus the first's.
+	FirstCall CallRecord `json:"first_call"`
+	LastCall  CallRecord `json:"last_call"`
 }
 
 // CallRecord is one call of a stretch over the limit.
@@ -182,6 +204,35 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 			row.Scored++
 		}
 	}
+	ts := make([]int64, len(calls))
+	for i, c := range calls {
+		ts[i] = c.Arrival
+	}
+	if i, span, ok := metrics.Tightest(ts, sc.Limit); ok {
+		g := &TightestGroup{StartMs: nsMs(calls[i].Arrival), SpanMs: nsMs(span), MarginMs: nsMs(span - window),
+			First: calls[i].Arrival < window}
+		var cls [metrics.NumClasses]int
+		var lo, hi int64
+		scored := false
+		for k := i; k <= i+sc.Limit; k++ {
+			c := calls[k]
+			cls[at.Class[k]]++
+			if c.HasScore {
+				if !scored {
+					lo, hi, scored = c.Score, c.Score, true
+				}
+				lo, hi = min(lo, c.Score), max(hi, c.Score)
+			}
+		}
+		if scored {
+			g.ScoresSpanMs = ptr(nsMs(hi - lo))
+		}
+		g.Classes = classMap(cls)
+		j := i + sc.Limit
+		g.FirstCall = record(calls[i], at.Class[i], samples[calls[i].Replica])
+		g.LastCall = record(calls[j], at.Class[j], samples[calls[j].Replica])
+		row.Tightest = g
+	}
 	intruders := map[int]int{} // by replica, over every stretch
 	var overfull []int
 	var sum [metrics.NumClasses]int
@@ -203,17 +254,8 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 		for i := w.Lo; i < w.Hi; i++ {
 			ix = append(ix, i)
 			c := calls[i]
-			rec := CallRecord{Replica: c.Replica, ArrivalMs: nsMs(c.Arrival), Class: at.Class[i].String(), Intruder: in[i],
-				InPeak: c.Arrival > w.PeakEnd-window && c.Arrival <= w.PeakEnd}
-			if c.HasScore {
-				rec.ScoreMs = ptr(nsMs(c.Score))
-			}
-			if c.HasTimes {
-				rec.ReturnedMs, rec.SentMs = ptr(nsMs(c.Returned)), ptr(nsMs(c.Sent))
-				if off, _, ok := metrics.ClockEstimate(samples[c.Replica], c.Returned); ok {
-					rec.EstOffsetMs = ptr(nsMs(off))
-				}
-			}
+			rec := record(c, at.Class[i], samples[c.Replica])
+			rec.Intruder, rec.InPeak = in[i], c.Arrival > w.PeakEnd-window && c.Arrival <= w.PeakEnd
 			ow.Calls = append(ow.Calls, rec)
 		}
 		ow.Deltas = deltas(calls, ix)
@@ -241,6 +283,22 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 			Intruders: intruders[p], Deltas: deltas(calls, ix), Clock: clockRow(samples[p], window)})
 	}
 	return row
+}
+
+// record is c's CallRecord, with the clock estimate its replica held when
+// its Wait returned, as rebuilt from samples.
+func record(c metrics.Call, class metrics.Class, samples []metrics.ClockSample) CallRecord {
+	rec := CallRecord{Replica: c.Replica, ArrivalMs: nsMs(c.Arrival), Class: class.String()}
+	if c.HasScore {
+		rec.ScoreMs = ptr(nsMs(c.Score))
+	}
+	if c.HasTimes {
+		rec.ReturnedMs, rec.SentMs = ptr(nsMs(c.Returned)), ptr(nsMs(c.Sent))
+		if off, _, ok := metrics.ClockEstimate(samples, c.Returned); ok {
+			rec.EstOffsetMs = ptr(nsMs(off))
+		}
+	}
+	return rec
 }
 
 // cause sums up a stretch: scores over the limit, or the classes of its

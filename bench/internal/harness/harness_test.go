@@ -76,6 +76,8 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("attribution: distributions %+v", a.All)
 	case len(a.Replicas) != 2 || a.Replicas[0].Clock.Samples == 0 || a.Replicas[0].Clock.First == nil:
 		t.Errorf("attribution: replicas %+v", a.Replicas)
+	case a.Tightest != nil && (a.Tightest.MarginMs < 0 || a.Tightest.ScoresSpanMs == nil || *a.Tightest.ScoresSpanMs < row.IntervalMs+50):
+		t.Errorf("attribution: tightest group %+v", *a.Tightest)
 	}
 	checkOutputs(t, rep)
 }
@@ -199,9 +201,9 @@ func TestOutputsRuns(t *testing.T) {
 		Scenarios: []ScenarioInfo{{Name: "herd24", Kind: KindAPI, Procs: 24, Goroutines: 25, Limit: 100, IntervalMs: 1000, DurationS: 2, Impls: []string{"throttler"}}},
 		Rows: []Row{
 			{Scenario: "herd24", Impl: "throttler", Run: 1, Limit: 100, IntervalMs: 1000, Utilization: &u1, MaxInWindow: &mx1, StrictRejects: &rej1, Jain: &j,
-				AdmittedPerSec: 95, RoundTripsPerAdm: 1.5, WaitP99Ms: 7000, Attrib: &AttribRow{Calls: 950}},
+				AdmittedPerSec: 95, RoundTripsPerAdm: 1.5, WaitP99Ms: 7000, Attrib: &AttribRow{Calls: 950, Tightest: &TightestGroup{MarginMs: 12.5}}},
 			{Scenario: "herd24", Impl: "throttler", Run: 2, Limit: 100, IntervalMs: 1000, Utilization: &u2, MaxInWindow: &mx2, StrictRejects: &rej2, Jain: &j,
-				AdmittedPerSec: 95.1, RoundTripsPerAdm: 1.6, WaitP99Ms: 7100, Attrib: &AttribRow{Calls: 969, Excess: 19, Windows: []OverWindow{win},
+				AdmittedPerSec: 95.1, RoundTripsPerAdm: 1.6, WaitP99Ms: 7100, Attrib: &AttribRow{Calls: 969, Excess: 19, Windows: []OverWindow{win}, Tightest: &TightestGroup{MarginMs: -40},
 					All:      Deltas{ArrivalScore: &DistMs{N: 969, Min: -60, P50: 1, P99: 20, Max: 30}},
 					Replicas: []AttribReplica{{Replica: 4, Intruders: 12, Classes: map[string]int{"early": 12}, Clock: ClockRow{Samples: 40, First: first, EstOffsetFirstMinMs: 2, EstOffsetFirstMaxMs: 31}}, {Replica: 5}}}},
 		},
@@ -212,7 +214,7 @@ func TestOutputsRuns(t *testing.T) {
 	for _, want := range []string{
 		"| scenario | impl | run | admitted/s |",
 		"| herd24 | throttler | 2 | 95.1 | 95.1% | **119** | **19** | 1.60 |",
-		"| herd24 | throttler | 2 | **1** (run 2) | 100, 119 | 0, 19 | 95.0–95.1 | 95.0%–95.1% | 1.50–1.60 |",
+		"| herd24 | throttler | 2 | **1** (run 2) | 100, 119 | 0, 19 | -40.0ms (run 2) | 95.0–95.1 | 95.0%–95.1% | 1.50–1.60 |",
 		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 7 | 0 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
 		"| herd24 | throttler | 2 | all | 0 | -60.0 / 1.0 / 20.0 / 30.0 | — | — |",
 		"| herd24 | throttler | 2 | 4 | 12 | 12, 0, 0, 0 | — | — | 2.0, 80.00, +31.00 | +2.00 to +31.00 |",
@@ -224,7 +226,7 @@ func TestOutputsRuns(t *testing.T) {
 	if strings.Contains(md, "| herd24 | throttler | 2 | 5 |") {
 		t.Errorf("a replica without intruders in the table:\n%s", md)
 	}
-	if s := rep.Summary; len(s) != 1 || s[0].Runs != 2 || !slices.Equal(s[0].RunsOver, []int{2}) || s[0].Jain == nil {
+	if s := rep.Summary; len(s) != 1 || s[0].Runs != 2 || !slices.Equal(s[0].RunsOver, []int{2}) || s[0].Jain == nil || *s[0].Margin != (Range{-40, 12.5}) {
 		t.Errorf("Summary = %+v", s)
 	}
 }

@@ -27,6 +27,11 @@ type SummaryRow struct {
 	Jain             *Range `json:"jain,omitempty"`
 	WaitP50Ms        Range  `json:"wait_p50_ms"`
 	WaitP99Ms        Range  `json:"wait_p99_ms"`
+	// Margin is the least and most of the runs' tightest margins
+	// (AttribRow.Tightest: how near a run came to a window over the
+	// limit; negative, it had one), and MarginRun the run of the least.
+	Margin    *Range `json:"tightest_margin_ms,omitempty"`
+	MarginRun int    `json:"tightest_margin_run,omitempty"`
 }
 
 // Range is the least and the most of a figure over runs.
@@ -81,6 +86,15 @@ func summarize(rows []Row) []SummaryRow {
 		}
 		s.WaitP50Ms.add(row.WaitP50Ms, first)
 		s.WaitP99Ms.add(row.WaitP99Ms, first)
+		if row.Attrib != nil && row.Attrib.Tightest != nil {
+			m := row.Attrib.Tightest.MarginMs
+			if s.Margin == nil {
+				s.Margin = &Range{Min: m, Max: m}
+				s.MarginRun = row.Run
+			} else if s.Margin.add(m, false); m == s.Margin.Min {
+				s.MarginRun = row.Run
+			}
+		}
 	}
 	return out
 }
@@ -90,8 +104,8 @@ func writeSummary(b *strings.Builder, rows []SummaryRow) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("| across runs | impl | runs | runs over the limit | max in window, each run | strict rejects, each run | admitted/s | utilization | RT/adm | cmds/adm | Jain | wait p50 | wait p99 |\n")
-	b.WriteString("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| across runs | impl | runs | runs over the limit | max in window, each run | strict rejects, each run | tightest margin | admitted/s | utilization | RT/adm | cmds/adm | Jain | wait p50 | wait p99 |\n")
+	b.WriteString("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	pct := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 	f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 	f3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
@@ -104,8 +118,12 @@ func writeSummary(b *strings.Builder, rows []SummaryRow) {
 		if s.Jain != nil {
 			jain = s.Jain.format(f3)
 		}
-		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			s.Scenario, s.Impl, s.Runs, over, joinInts(s.MaxInWindow), joinInts(s.StrictRejects),
+		margin := "—"
+		if s.Margin != nil {
+			margin = fmt.Sprintf("%+.1fms (run %d)", s.Margin.Min, s.MarginRun)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			s.Scenario, s.Impl, s.Runs, over, joinInts(s.MaxInWindow), joinInts(s.StrictRejects), margin,
 			s.AdmittedPerSec.format(fmtRate), s.Utilization.format(pct), s.RoundTripsPerAdm.format(f2),
 			s.CommandsPerAdm.format(f2), jain, s.WaitP50Ms.format(fmtMs), s.WaitP99Ms.format(fmtMs))
 	}

@@ -317,3 +317,22 @@ func ClockEstimate(samples []ClockSample, at int64) (offset, rtt int64, ok bool)
 	}
 	return best.OffsetNs, best.RTTNs, true
 }
+
+// Tightest returns where limit+1 consecutive arrivals (sorted ascending)
+// span the least time: sorted[i+limit] - sorted[i] is the least such
+// span (the first i when tied). Some window of length w holds more than
+// limit arrivals exactly when span < w: span - w is how close the run came
+// to a window over the limit (negative: it had one). ok is false when
+// there are limit or fewer arrivals, or limit is negative.
+func Tightest(sorted []int64, limit int) (i int, span int64, ok bool) {
+	if limit < 0 || len(sorted) <= limit {
+		return 0, 0, false
+	}
+	i, span = 0, sorted[limit]-sorted[0]
+	for j := 1; j+limit < len(sorted); j++ {
+		if d := sorted[j+limit] - sorted[j]; d < span {
+			i, span = j, d
+		}
+	}
+	return i, span, true
+}

@@ -310,3 +310,37 @@ func TestClockEstimate(t *testing.T) {
 		}
 	}
 }
+
+func TestTightest(t *testing.T) {
+	ts := []int64{0, 10, 20, 25, 27, 60}
+	for _, c := range []struct {
+		limit int
+		i     int
+		span  int64
+		ok    bool
+	}{
+		{0, 0, 0, true},   // one arrival spans nothing
+		{1, 3, 2, true},   // 25, 27
+		{2, 2, 7, true},   // 20, 25, 27
+		{3, 1, 17, true},  // 10 .. 27
+		{5, 0, 60, true},  // all
+		{6, 0, 0, false},  // too few
+		{-1, 0, 0, false}, // no such limit
+	} {
+		i, span, ok := Tightest(ts, c.limit)
+		if i != c.i || span != c.span || ok != c.ok {
+			t.Errorf("Tightest(limit %d) = %d, %d, %v; want %d, %d, %v", c.limit, i, span, ok, c.i, c.span, c.ok)
+		}
+	}
+	// Against MaxInWindow: a window of w holds more than limit arrivals
+	// exactly when the tightest span is under w.
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 300 {
+		ts := randomArrivals(r)
+		limit, w := r.IntN(20), 1+r.Int64N(300)
+		_, span, ok := Tightest(ts, limit)
+		if over := MaxInWindow(ts, w) > limit; over != (ok && span < w) {
+			t.Fatalf("limit %d window %d: MaxInWindow %d, Tightest %d %v", limit, w, MaxInWindow(ts, w), span, ok)
+		}
+	}
+}
