@@ -51,11 +51,25 @@ type Arrival struct {
 	Score, Returned, Sent time.Time
 }
 
+// Stall is a time the API's process did not run a goroutine that asked to
+// run every millisecond: from At, for Len past the millisecond. Calls
+// that reached the API then were timed when it ran again.
+type Stall struct {
+	At  time.Time
+	Len time.Duration
+}
+
+// stallMin is the shortest stall recorded.
+const stallMin = 10 * time.Millisecond
+
 // Server is the fake API.
 type Server struct {
 	URL string
 	srv *http.Server
 	ln  net.Listener
+
+	stop   chan struct{}
+	stalls []Stall // guarded by mu
 
 	mu       sync.Mutex
 	arrivals []*Arrival
@@ -81,10 +95,41 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String() + "/call", ln: ln}
+	s := &Server{URL: "http://" + ln.Addr().String() + "/call", ln: ln, stop: make(chan struct{})}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
+	go s.watch()
 	return s, nil
+}
+
+// watch sleeps a millisecond at a time until Close, and records each wake
+// that came stallMin or more late.
+func (s *Server) watch() {
+	last := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		now := time.Now()
+		if late := now.Sub(last) - time.Millisecond; late >= stallMin {
+			s.mu.Lock()
+			s.stalls = append(s.stalls, Stall{At: last, Len: late})
+			s.mu.Unlock()
+		}
+		last = now
+	}
+}
+
+// Stalls returns the stalls recorded since the last call, and forgets
+// them.
+func (s *Server) Stalls() []Stall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stalls
+	s.stalls = nil
+	return st
 }
 
 // ServeHTTP records the arrival and answers 200.
@@ -151,4 +196,7 @@ func (s *Server) Take() []Arrival {
 }
 
 // Close stops the server.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	close(s.stop)
+	return s.srv.Close()
+}

@@ -31,6 +31,10 @@ type AttribRow struct {
 	// the limit.
 	All      Deltas `json:"all"`
 	Overfull Deltas `json:"overfull"`
+	// APIStalls are the times the API's process (the harness) did not run
+	// for 10ms or more (fakeapi.Stall): calls reaching it then were timed
+	// when it ran again, later than they came.
+	APIStalls []StallMs `json:"api_stalls,omitempty"`
 	// Tightest is the run's nearest approach to a window over the limit
 	// (nil with limit or fewer calls).
 	Tightest *TightestGroup `json:"tightest,omitempty"`
@@ -87,6 +91,10 @@ type OverWindow struct {
 	// Cause sums it up: "scores over the limit", else the intruders'
 	// classes of the fullest window, most first.
 	Cause string `json:"cause"`
+	// APIStalledMs is how long the API's process stalled (APIStalls)
+	// between the first intruder's send and the last one's arrival: calls
+	// late by HTTP then may have been late in the API's own process.
+	APIStalledMs float64 `json:"api_stalled_ms"`
 	// IntruderReplicas lists the replicas of the stretch's intruders, with
 	// how many each.
 	IntruderReplicas map[int]int  `json:"intruder_replicas"`
@@ -163,6 +171,24 @@ type ClockRow struct {
 	EstOffsetFirstMaxMs float64 `json:"est_offset_first_max_ms"`
 }
 
+// StallMs is a stall of the API's process: from AtMs after go, for LenMs.
+type StallMs struct {
+	AtMs  float64 `json:"at_ms"`
+	LenMs float64 `json:"len_ms"`
+}
+
+// stalledIn returns how much of [from, to) the stalls cover (ns after go).
+func stalledIn(stalls []StallMs, from, to int64) float64 {
+	var sum float64
+	for _, st := range stalls {
+		lo, hi := max(st.AtMs, nsMs(from)), min(st.AtMs+st.LenMs, nsMs(to))
+		if hi > lo {
+			sum += hi - lo
+		}
+	}
+	return sum
+}
+
 // SampleMs is one clock sample in milliseconds: sent SentMs after go.
 type SampleMs struct {
 	SentMs   float64 `json:"sent_ms"`
@@ -171,9 +197,13 @@ type SampleMs struct {
 }
 
 // attribution attributes one run's windows over the limit at the API.
-func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fakeapi.Arrival, results []ReplicaResult) *AttribRow {
+func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fakeapi.Arrival, stalls []fakeapi.Stall, results []ReplicaResult) *AttribRow {
 	base := t0.UnixNano()
 	rel := func(t time.Time) int64 { return t.UnixNano() - base }
+	var apiStalls []StallMs
+	for _, st := range stalls {
+		apiStalls = append(apiStalls, StallMs{AtMs: nsMs(rel(st.At)), LenMs: ms(st.Len)})
+	}
 	calls := make([]metrics.Call, len(arrivals))
 	for i, a := range arrivals {
 		c := metrics.Call{Replica: a.Replica, Arrival: rel(a.At)}
@@ -198,7 +228,7 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 	window := int64(sc.Interval)
 	at := metrics.Attribute(calls, sc.Limit, window, int64(buffer))
 	row := &AttribRow{BufferMs: ms(buffer), Calls: len(calls), ScoresMax: at.ScoresMax,
-		Classes: classMap(at.Classes), Intruders: map[string]int{}, All: deltas(calls, nil)}
+		Classes: classMap(at.Classes), Intruders: map[string]int{}, All: deltas(calls, nil), APIStalls: apiStalls}
 	for _, c := range calls {
 		if c.HasScore {
 			row.Scored++
@@ -245,6 +275,18 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 		}
 		ow.Cause = cause(w, sc.Limit)
 		in := map[int]bool{}
+		if len(w.IntruderIx) > 0 {
+			from, to := int64(1<<62), int64(-1<<62)
+			for _, i := range w.IntruderIx {
+				c := calls[i]
+				sent := c.Arrival
+				if c.HasTimes {
+					sent = c.Sent
+				}
+				from, to = min(from, sent), max(to, c.Arrival)
+			}
+			ow.APIStalledMs = stalledIn(apiStalls, from, to)
+		}
 		for _, i := range w.IntruderIx {
 			in[i] = true
 			ow.IntruderReplicas[calls[i].Replica]++
@@ -440,19 +482,19 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 	head := func(s, sep string) {
 		b.WriteString(runCols(s, sep, 1, multi))
 	}
-	b.WriteString("Windows over the limit at the API, by stretch (times in ms after go; the fullest window of each, and the calls in it whose scores lie outside its score window of interval + buffer: early, late wake, late send, late HTTP; see the README):\n\n")
-	head("| over the limit | impl | fullest window | calls | excess | first window | accounted | early | late wake | late send | late HTTP | intruder replicas (calls) | most scores in interval + buffer | cause |\n",
-		"|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---|\n")
+	b.WriteString("Windows over the limit at the API, by stretch (times in ms after go; the fullest window of each, and the calls in it whose scores lie outside its score window of interval + buffer: early, late wake, late send, late HTTP; how long the API's own process stalled while the intruders were on their way; see the README):\n\n")
+	head("| over the limit | impl | fullest window | calls | excess | first window | accounted | early | late wake | late send | late HTTP | API stalled (ms) | intruder replicas (calls) | most scores in interval + buffer | cause |\n",
+		"|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n")
 	for _, row := range over {
 		for _, w := range row.Attrib.Windows {
 			first := "no"
 			if w.First {
 				first = "yes"
 			}
-			fmt.Fprintf(b, "| %s | (%.1f, %.1f] | %d | %d | %s | %d | %d | %d | %d | %d | %s | %s | %s |\n",
+			fmt.Fprintf(b, "| %s | (%.1f, %.1f] | %d | %d | %s | %d | %d | %d | %d | %d | %.0f | %s | %s | %s |\n",
 				run(row), w.PeakStartMs, w.PeakStartMs+row.IntervalMs, w.Peak, w.Excess, first, w.Accounted,
 				w.PeakIntruders["early"], w.PeakIntruders["late wake"], w.PeakIntruders["late send"], w.PeakIntruders["late HTTP"],
-				replicaList(w.IntruderReplicas), optI(&w.ScoresMax, row.Limit), w.Cause)
+				w.APIStalledMs, replicaList(w.IntruderReplicas), optI(&w.ScoresMax, row.Limit), w.Cause)
 		}
 	}
 	b.WriteString("\n")

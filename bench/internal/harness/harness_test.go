@@ -194,7 +194,7 @@ func TestOutputsRuns(t *testing.T) {
 	u1, u2, mx1, mx2, rej1, rej2, j := 0.95, 0.951, 100, 119, 0, 19, 0.99
 	win := OverWindow{FromMs: 1000, ToMs: 1010, PeakStartMs: 3.5, Peak: 119, Excess: 19, First: true, Accounted: 100,
 		PeakIntruders: map[string]int{"early": 12, "late send": 7}, ScoresMax: 100, Cause: "early 12, late send 7",
-		IntruderReplicas: map[int]int{4: 12, 9: 7}}
+		IntruderReplicas: map[int]int{4: 12, 9: 7}, APIStalledMs: 85}
 	first := &SampleMs{SentMs: 2, RTTMs: 80, OffsetMs: 31}
 	rep := &Report{
 		Meta:      Meta{OS: "linux/amd64", CPUs: 2, RedisVersion: "7", GoVersion: "go1", BufferMs: 50, Runs: 2},
@@ -215,7 +215,7 @@ func TestOutputsRuns(t *testing.T) {
 		"| scenario | impl | run | admitted/s |",
 		"| herd24 | throttler | 2 | 95.1 | 95.1% | **119** | **19** | 1.60 |",
 		"| herd24 | throttler | 2 | **1** (run 2) | 100, 119 | 0, 19 | -40.0ms (run 2) | 95.0–95.1 | 95.0%–95.1% | 1.50–1.60 |",
-		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 7 | 0 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
+		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 7 | 0 | 85 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
 		"| herd24 | throttler | 2 | all | 0 | -60.0 / 1.0 / 20.0 / 30.0 | — | — |",
 		"| herd24 | throttler | 2 | 4 | 12 | 12, 0, 0, 0 | — | — | 2.0, 80.00, +31.00 | +2.00 to +31.00 |",
 	} {
@@ -418,4 +418,18 @@ func smokeWith(t *testing.T, name string, implNames []string, opt Options, shrin
 	}
 	t.Logf("row: %s", rep.Rows[0].summary())
 	return rep, rep.Rows[0]
+}
+
+func TestStalledIn(t *testing.T) {
+	stalls := []StallMs{{AtMs: 10, LenMs: 20}, {AtMs: 50, LenMs: 5}}
+	for _, c := range []struct {
+		from, to int64 // ms
+		want     float64
+	}{
+		{0, 100, 25}, {15, 52, 17}, {30, 50, 0}, {0, 10, 0}, {54, 60, 1},
+	} {
+		if got := stalledIn(stalls, c.from*1e6, c.to*1e6); got != c.want {
+			t.Errorf("stalledIn [%d, %d) = %v, want %v", c.from, c.to, got, c.want)
+		}
+	}
 }

@@ -224,6 +224,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	h.api.Take()
+	h.api.Stalls()
 	if sc.Kind == KindInFlight {
 		h.api.SetInFlight(sc.InFlight, sc.HoldMin, sc.HoldMax)
 		defer h.api.SetInFlight(0, 0, 0)
@@ -302,7 +303,8 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	arrivals := h.api.Take()
-	row, lat := compute(sc, impl, h.opt.Buffer, t0, results, arrivals, before, after)
+	stalls := h.api.Stalls()
+	row, lat := compute(sc, impl, h.opt.Buffer, t0, results, arrivals, stalls, before, after)
 	if row.Priority != nil {
 		row.Priority.LowShare = h.lowShare()
 		if h.opt.LowAhead != nil {
@@ -339,7 +341,7 @@ func await(ctx context.Context, ch <-chan error, d time.Duration, what string) e
 
 // compute turns one run's raw results into its row.
 func compute(sc Scenario, impl string, buffer time.Duration, t0 time.Time, results []ReplicaResult, arrivals []fakeapi.Arrival,
-	before, after redisserver.Snapshot) (Row, *LatencyRow) {
+	stalls []fakeapi.Stall, before, after redisserver.Snapshot) (Row, *LatencyRow) {
 	row := Row{
 		Scenario: sc.Name, Impl: impl, Procs: sc.Procs, Goroutines: sc.Goroutines,
 		Limit: sc.Limit, IntervalMs: ms(sc.Interval), DurationS: sc.Duration.Seconds(),
@@ -411,7 +413,7 @@ func compute(sc Scenario, impl string, buffer time.Duration, t0 time.Time, resul
 		row.StrictRejects = ptr(metrics.StrictRejects(ts, sc.Limit, w))
 		row.SeriesStepMs = seriesStep.Milliseconds()
 		row.Series = metrics.Rolling(ts, w, int64(seriesStep), int64(sc.Duration))
-		row.Attrib = attribution(sc, buffer, t0, arrivals, results)
+		row.Attrib = attribution(sc, buffer, t0, arrivals, stalls, results)
 	}
 	for _, c := range perProc {
 		row.PerProc = append(row.PerProc, int64(c))
