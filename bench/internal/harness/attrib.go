@@ -38,6 +38,8 @@ type AttribRow struct {
 	// Tightest is the run's nearest approach to a window over the limit
 	// (nil with limit or fewer calls).
 	Tightest *TightestGroup `json:"tightest,omitempty"`
+	// CallList is every call, by arrival, with -calls (Options.Calls).
+	CallList []CallRecord `json:"call_list,omitempty"`
 	// Windows are the stretches of windows over the limit, in time order.
 	Windows  []OverWindow    `json:"windows,omitempty"`
 	Replicas []AttribReplica `json:"replicas"`
@@ -197,7 +199,7 @@ type SampleMs struct {
 }
 
 // attribution attributes one run's windows over the limit at the API.
-func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fakeapi.Arrival, stalls []fakeapi.Stall, results []ReplicaResult) *AttribRow {
+func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fakeapi.Arrival, stalls []fakeapi.Stall, results []ReplicaResult, all bool) *AttribRow {
 	base := t0.UnixNano()
 	rel := func(t time.Time) int64 { return t.UnixNano() - base }
 	var apiStalls []StallMs
@@ -232,6 +234,11 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 	for _, c := range calls {
 		if c.HasScore {
 			row.Scored++
+		}
+	}
+	if all {
+		for i, c := range calls {
+			row.CallList = append(row.CallList, record(c, at.Class[i], samples[c.Replica]))
 		}
 	}
 	ts := make([]int64, len(calls))

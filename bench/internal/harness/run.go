@@ -30,6 +30,10 @@ type Options struct {
 	Scenarios []Scenario    // what to run, in order
 	Buffer    time.Duration // the throttler's and the seed's buffer
 	Quick     bool          // recorded in the report
+	// Calls lists every call that reached the API in each row's
+	// attribution (AttribRow.CallList), not only those of the windows over
+	// the limit.
+	Calls bool
 	// Runs is how many times each scenario runs with each of its
 	// implementations (0 means once): run 1 of every scenario and
 	// implementation, then run 2, and so on, each from a FLUSHALL.
@@ -304,7 +308,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	}
 	arrivals := h.api.Take()
 	stalls := h.api.Stalls()
-	row, lat := compute(sc, impl, h.opt.Buffer, t0, results, arrivals, stalls, before, after)
+	row, lat := compute(sc, impl, h.opt.Buffer, h.opt.Calls, t0, results, arrivals, stalls, before, after)
 	if row.Priority != nil {
 		row.Priority.LowShare = h.lowShare()
 		if h.opt.LowAhead != nil {
@@ -340,7 +344,7 @@ func await(ctx context.Context, ch <-chan error, d time.Duration, what string) e
 }
 
 // compute turns one run's raw results into its row.
-func compute(sc Scenario, impl string, buffer time.Duration, t0 time.Time, results []ReplicaResult, arrivals []fakeapi.Arrival,
+func compute(sc Scenario, impl string, buffer time.Duration, allCalls bool, t0 time.Time, results []ReplicaResult, arrivals []fakeapi.Arrival,
 	stalls []fakeapi.Stall, before, after redisserver.Snapshot) (Row, *LatencyRow) {
 	row := Row{
 		Scenario: sc.Name, Impl: impl, Procs: sc.Procs, Goroutines: sc.Goroutines,
@@ -413,7 +417,7 @@ func compute(sc Scenario, impl string, buffer time.Duration, t0 time.Time, resul
 		row.StrictRejects = ptr(metrics.StrictRejects(ts, sc.Limit, w))
 		row.SeriesStepMs = seriesStep.Milliseconds()
 		row.Series = metrics.Rolling(ts, w, int64(seriesStep), int64(sc.Duration))
-		row.Attrib = attribution(sc, buffer, t0, arrivals, stalls, results)
+		row.Attrib = attribution(sc, buffer, t0, arrivals, stalls, results, allCalls)
 	}
 	for _, c := range perProc {
 		row.PerProc = append(row.PerProc, int64(c))
