@@ -37,9 +37,10 @@ func requireRedis(t *testing.T) {
 
 // TestSmoke runs the saturate scenario, shrunk to 2 processes x 4 goroutines
 // for 1.5s, against this library, through the whole harness: redis-server,
-// fake API, replica processes, metrics and every output format.
+// fake API, replica processes, metrics, the attribution with every call
+// listed, and every output format.
 func TestSmoke(t *testing.T) {
-	rep, row := smoke(t, "saturate", []string{"throttler"}, func(sc *Scenario) {
+	rep, row := smokeWith(t, "saturate", []string{"throttler"}, Options{Calls: true}, func(sc *Scenario) {
 		sc.Procs, sc.Goroutines, sc.Duration = 2, 4, 1500*time.Millisecond
 	})
 	switch {
@@ -74,6 +75,8 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("attribution: at most %d scores in a window of interval + buffer, limit %d", a.ScoresMax, row.Limit)
 	case a.All.ArrivalScore == nil || a.All.ReturnedScore == nil || a.All.ArrivalReturned == nil || a.All.ArrivalReturned.Min < 0:
 		t.Errorf("attribution: distributions %+v", a.All)
+	case len(a.CallList) != a.Calls || a.CallList[0].ScoreMs == nil || a.CallList[0].EstOffsetMs == nil:
+		t.Errorf("attribution: %d calls listed of %d, the first %+v", len(a.CallList), a.Calls, a.CallList[0])
 	case len(a.Replicas) != 2 || a.Replicas[0].Clock.Samples == 0 || a.Replicas[0].Clock.First == nil:
 		t.Errorf("attribution: replicas %+v", a.Replicas)
 	case a.Tightest != nil && (a.Tightest.MarginMs < 0 || a.Tightest.ScoresSpanMs == nil || *a.Tightest.ScoresSpanMs < row.IntervalMs+50):
