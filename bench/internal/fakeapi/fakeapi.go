@@ -9,6 +9,7 @@
 package fakeapi
 
 import (
+	"context"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -49,7 +50,20 @@ type Arrival struct {
 	// replicas and the API run on one machine: these are wall-clock
 	// readings of one clock, comparable with At.
 	Score, Returned, Sent time.Time
+	// NewConn: the call was the first on its connection, which the API
+	// accepted at ConnAt (the server's accept loop took it then).
+	NewConn bool
+	ConnAt  time.Time
 }
+
+// connInfo is what the API knows of a connection: when it was accepted,
+// and how many requests came on it.
+type connInfo struct {
+	at       time.Time
+	requests int
+}
+
+type connKey struct{}
 
 // Stall is a time the API's process did not run a goroutine that asked to
 // run every millisecond: from At, for Len past the millisecond. Calls
@@ -96,7 +110,10 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{URL: "http://" + ln.Addr().String() + "/call", ln: ln, stop: make(chan struct{})}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, &connInfo{at: time.Now()})
+		}}
 	go func() { _ = s.srv.Serve(ln) }()
 	go s.watch()
 	return s, nil
@@ -143,6 +160,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Score:    header(r, ScoreHeader, time.UnixMicro),
 		Returned: header(r, ReturnedHeader, nanos),
 		Sent:     header(r, SentHeader, nanos)}
+	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {
+		// A connection's requests come one after another (HTTP/1.1):
+		// its handler runs one at a time.
+		ci.requests++
+		if ci.requests == 1 {
+			a.NewConn, a.ConnAt = true, ci.at
+		}
+	}
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
 	if s.limit == 0 {

@@ -27,6 +27,9 @@ type AttribRow struct {
 	// class.
 	Excess    int            `json:"excess"`
 	Intruders map[string]int `json:"intruders"`
+	// Conns splits the calls by connection: new (the first call on it)
+	// or reused.
+	Conns ConnRow `json:"conns"`
 	// All is over every call; Overfull over the calls of the windows over
 	// the limit.
 	All      Deltas `json:"all"`
@@ -53,6 +56,23 @@ type Deltas struct {
 	ArrivalReturned *DistMs `json:"arrival_minus_returned,omitempty"`
 	SentReturned    *DistMs `json:"sent_minus_returned,omitempty"`
 	ArrivalSent     *DistMs `json:"arrival_minus_sent,omitempty"`
+}
+
+// ConnRow splits a run's calls by the connection they came on.
+type ConnRow struct {
+	// New is how many calls came first on a new connection, and NewClasses
+	// those by class.
+	New        int            `json:"new"`
+	NewClasses map[string]int `json:"new_classes"`
+	// ArrivalSentNew and ArrivalSentReused: arrival - sent of the calls on
+	// a new connection and on a reused one; AcceptSent is accepted - sent
+	// (the dial, until the API's accept loop took the connection) and
+	// ArrivalAccept arrival - accepted (from there to the handler), both
+	// on new connections.
+	ArrivalSentNew    *DistMs `json:"arrival_minus_sent_new,omitempty"`
+	ArrivalSentReused *DistMs `json:"arrival_minus_sent_reused,omitempty"`
+	AcceptSent        *DistMs `json:"accepted_minus_sent,omitempty"`
+	ArrivalAccept     *DistMs `json:"arrival_minus_accepted,omitempty"`
 }
 
 // DistMs is a metrics.Dist in milliseconds.
@@ -97,6 +117,9 @@ type OverWindow struct {
 	// between the first intruder's send and the last one's arrival: calls
 	// late by HTTP then may have been late in the API's own process.
 	APIStalledMs float64 `json:"api_stalled_ms"`
+	// PeakIntrudersNewConn is how many of the fullest window's intruders
+	// came on a new connection.
+	PeakIntrudersNewConn int `json:"peak_intruders_new_conn"`
 	// IntruderReplicas lists the replicas of the stretch's intruders, with
 	// how many each.
 	IntruderReplicas map[int]int  `json:"intruder_replicas"`
@@ -133,6 +156,10 @@ type CallRecord struct {
 	Class      string   `json:"class"`
 	InPeak     bool     `json:"in_peak"`
 	Intruder   bool     `json:"intruder"`
+	// NewConn: the call came on a new connection, which the API accepted
+	// ConnMs after go.
+	NewConn bool     `json:"new_conn,omitempty"`
+	ConnMs  *float64 `json:"conn_ms,omitempty"`
 	// EstOffsetMs is how far ahead of the server the replica's clock
 	// estimate was when its Wait returned, as rebuilt from the hook's
 	// samples (see AttribReplica); absent before the first sample.
@@ -206,7 +233,10 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 	for _, st := range stalls {
 		apiStalls = append(apiStalls, StallMs{AtMs: nsMs(rel(st.At)), LenMs: ms(st.Len)})
 	}
+	arrivals = slices.Clone(arrivals)
+	slices.SortStableFunc(arrivals, func(x, y fakeapi.Arrival) int { return cmp.Compare(x.At.UnixNano(), y.At.UnixNano()) })
 	calls := make([]metrics.Call, len(arrivals))
+	conns := make([]conn, len(arrivals))
 	for i, a := range arrivals {
 		c := metrics.Call{Replica: a.Replica, Arrival: rel(a.At)}
 		if !a.Score.IsZero() {
@@ -216,8 +246,10 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 			c.Returned, c.Sent, c.HasTimes = rel(a.Returned), rel(a.Sent), true
 		}
 		calls[i] = c
+		if a.NewConn {
+			conns[i] = conn{fresh: true, at: rel(a.ConnAt)}
+		}
 	}
-	slices.SortStableFunc(calls, func(x, y metrics.Call) int { return cmp.Compare(x.Arrival, y.Arrival) })
 
 	// Each replica's clock samples, on the same base.
 	samples := map[int][]metrics.ClockSample{}
@@ -238,7 +270,7 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 	}
 	if all {
 		for i, c := range calls {
-			row.CallList = append(row.CallList, record(c, at.Class[i], samples[c.Replica]))
+			row.CallList = append(row.CallList, record(c, at.Class[i], samples[c.Replica], conns[i]))
 		}
 	}
 	ts := make([]int64, len(calls))
@@ -266,10 +298,11 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 		}
 		g.Classes = classMap(cls)
 		j := i + sc.Limit
-		g.FirstCall = record(calls[i], at.Class[i], samples[calls[i].Replica])
-		g.LastCall = record(calls[j], at.Class[j], samples[calls[j].Replica])
+		g.FirstCall = record(calls[i], at.Class[i], samples[calls[i].Replica], conns[i])
+		g.LastCall = record(calls[j], at.Class[j], samples[calls[j].Replica], conns[j])
 		row.Tightest = g
 	}
+	row.Conns = connRow(calls, conns, at.Class)
 	intruders := map[int]int{} // by replica, over every stretch
 	var overfull []int
 	var sum [metrics.NumClasses]int
@@ -294,6 +327,11 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 			}
 			ow.APIStalledMs = stalledIn(apiStalls, from, to)
 		}
+		for _, i := range w.PeakIntruderIx {
+			if conns[i].fresh {
+				ow.PeakIntrudersNewConn++
+			}
+		}
 		for _, i := range w.IntruderIx {
 			in[i] = true
 			ow.IntruderReplicas[calls[i].Replica]++
@@ -303,7 +341,7 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 		for i := w.Lo; i < w.Hi; i++ {
 			ix = append(ix, i)
 			c := calls[i]
-			rec := record(c, at.Class[i], samples[c.Replica])
+			rec := record(c, at.Class[i], samples[c.Replica], conns[i])
 			rec.Intruder, rec.InPeak = in[i], c.Arrival > w.PeakEnd-window && c.Arrival <= w.PeakEnd
 			ow.Calls = append(ow.Calls, rec)
 		}
@@ -336,8 +374,11 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 
 // record is c's CallRecord, with the clock estimate its replica held when
 // its Wait returned, as rebuilt from samples.
-func record(c metrics.Call, class metrics.Class, samples []metrics.ClockSample) CallRecord {
-	rec := CallRecord{Replica: c.Replica, ArrivalMs: nsMs(c.Arrival), Class: class.String()}
+func record(c metrics.Call, class metrics.Class, samples []metrics.ClockSample, cn conn) CallRecord {
+	rec := CallRecord{Replica: c.Replica, ArrivalMs: nsMs(c.Arrival), Class: class.String(), NewConn: cn.fresh}
+	if cn.fresh {
+		rec.ConnMs = ptr(nsMs(cn.at))
+	}
 	if c.HasScore {
 		rec.ScoreMs = ptr(nsMs(c.Score))
 	}
@@ -348,6 +389,40 @@ func record(c metrics.Call, class metrics.Class, samples []metrics.ClockSample) 
 		}
 	}
 	return rec
+}
+
+// conn is what the API knew of a call's connection: new (the call was its
+// first) and accepted at (ns after go).
+type conn struct {
+	fresh bool
+	at    int64
+}
+
+// connRow splits the calls by connection.
+func connRow(calls []metrics.Call, conns []conn, class []metrics.Class) ConnRow {
+	var r ConnRow
+	var cls [metrics.NumClasses]int
+	var asNew, asOld, accSent, arrAcc []int64
+	for i, c := range calls {
+		if conns[i].fresh {
+			r.New++
+			cls[class[i]]++
+			arrAcc = append(arrAcc, c.Arrival-conns[i].at)
+		}
+		if !c.HasTimes {
+			continue
+		}
+		if conns[i].fresh {
+			asNew = append(asNew, c.Arrival-c.Sent)
+			accSent = append(accSent, conns[i].at-c.Sent)
+		} else {
+			asOld = append(asOld, c.Arrival-c.Sent)
+		}
+	}
+	r.NewClasses = classMap(cls)
+	r.ArrivalSentNew, r.ArrivalSentReused = distMs(asNew), distMs(asOld)
+	r.AcceptSent, r.ArrivalAccept = distMs(accSent), distMs(arrAcc)
+	return r
 }
 
 // cause sums up a stretch: scores over the limit, or the classes of its
@@ -498,9 +573,9 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 			if w.First {
 				first = "yes"
 			}
-			fmt.Fprintf(b, "| %s | (%.1f, %.1f] | %d | %d | %s | %d | %d | %d | %d | %d | %.0f | %s | %s | %s |\n",
+			fmt.Fprintf(b, "| %s | (%.1f, %.1f] | %d | %d | %s | %d | %d | %d | %d | %s | %.0f | %s | %s | %s |\n",
 				run(row), w.PeakStartMs, w.PeakStartMs+row.IntervalMs, w.Peak, w.Excess, first, w.Accounted,
-				w.PeakIntruders["early"], w.PeakIntruders["late wake"], w.PeakIntruders["late send"], w.PeakIntruders["late HTTP"],
+				w.PeakIntruders["early"], w.PeakIntruders["late wake"], w.PeakIntruders["late send"], lateHTTP(w),
 				w.APIStalledMs, replicaList(w.IntruderReplicas), optI(&w.ScoresMax, row.Limit), w.Cause)
 		}
 	}
@@ -562,6 +637,16 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// lateHTTP is the fullest window's late HTTP intruders, and how many of
+// its intruders came on a new connection when any did.
+func lateHTTP(w OverWindow) string {
+	s := fmt.Sprint(w.PeakIntruders["late HTTP"])
+	if w.PeakIntrudersNewConn > 0 {
+		s += fmt.Sprintf(" (intruders on a new connection: %d)", w.PeakIntrudersNewConn)
+	}
+	return s
 }
 
 // replicaList formats replicas and their counts, most first.
