@@ -28,6 +28,9 @@ const (
 	// ScoreHeader: the server time the call was counted at (this
 	// library's Permit.At), in Unix microseconds, Redis's own resolution.
 	ScoreHeader = "X-Bench-Score"
+	// StartedHeader: when the replica called Wait (or Reserve), in Unix
+	// nanoseconds.
+	StartedHeader = "X-Bench-Started"
 	// ReturnedHeader: when the replica's Wait (or Reserve) returned, in
 	// Unix nanoseconds.
 	ReturnedHeader = "X-Bench-Returned"
@@ -45,11 +48,11 @@ type Arrival struct {
 	End time.Time
 	// OverCap: refused (429) because the in-flight cap was full.
 	OverCap bool
-	// Score, Returned and Sent are the replica's ScoreHeader,
-	// ReturnedHeader and SentHeader (zero when it sent none). Redis, the
-	// replicas and the API run on one machine: these are wall-clock
-	// readings of one clock, comparable with At.
-	Score, Returned, Sent time.Time
+	// Score, Started, Returned and Sent are the replica's ScoreHeader,
+	// StartedHeader, ReturnedHeader and SentHeader (zero when it sent
+	// none). Redis, the replicas and the API run on one machine: these are
+	// wall-clock readings of one clock, comparable with At.
+	Score, Started, Returned, Sent time.Time
 	// NewConn: the call was the first on its connection, which the API
 	// accepted at ConnAt (the server's accept loop took it then).
 	NewConn bool
@@ -158,6 +161,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a := &Arrival{At: now, Replica: replica,
 		Score:    header(r, ScoreHeader, time.UnixMicro),
+		Started:  header(r, StartedHeader, nanos),
 		Returned: header(r, ReturnedHeader, nanos),
 		Sent:     header(r, SentHeader, nanos)}
 	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {

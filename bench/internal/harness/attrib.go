@@ -151,6 +151,7 @@ type CallRecord struct {
 	Replica    int      `json:"replica"`
 	ArrivalMs  float64  `json:"arrival_ms"`
 	ScoreMs    *float64 `json:"score_ms,omitempty"`
+	StartedMs  *float64 `json:"started_ms,omitempty"`
 	ReturnedMs *float64 `json:"returned_ms,omitempty"`
 	SentMs     *float64 `json:"sent_ms,omitempty"`
 	Class      string   `json:"class"`
@@ -242,8 +243,8 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 		if !a.Score.IsZero() {
 			c.Score, c.HasScore = rel(a.Score), true
 		}
-		if !a.Returned.IsZero() && !a.Sent.IsZero() {
-			c.Returned, c.Sent, c.HasTimes = rel(a.Returned), rel(a.Sent), true
+		if !a.Started.IsZero() && !a.Returned.IsZero() && !a.Sent.IsZero() {
+			c.Started, c.Returned, c.Sent, c.HasTimes = rel(a.Started), rel(a.Returned), rel(a.Sent), true
 		}
 		calls[i] = c
 		if a.NewConn {
@@ -383,7 +384,7 @@ func record(c metrics.Call, class metrics.Class, samples []metrics.ClockSample, 
 		rec.ScoreMs = ptr(nsMs(c.Score))
 	}
 	if c.HasTimes {
-		rec.ReturnedMs, rec.SentMs = ptr(nsMs(c.Returned)), ptr(nsMs(c.Sent))
+		rec.StartedMs, rec.ReturnedMs, rec.SentMs = ptr(nsMs(c.Started)), ptr(nsMs(c.Returned)), ptr(nsMs(c.Sent))
 		if off, _, ok := metrics.ClockEstimate(samples, c.Returned); ok {
 			rec.EstOffsetMs = ptr(nsMs(off))
 		}
@@ -564,18 +565,18 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 	head := func(s, sep string) {
 		b.WriteString(runCols(s, sep, 1, multi))
 	}
-	b.WriteString("Windows over the limit at the API, by stretch (times in ms after go; the fullest window of each, and the calls in it whose scores lie outside its score window of interval + buffer: early, late wake, late send, late HTTP; how long the API's own process stalled while the intruders were on their way; see the README):\n\n")
-	head("| over the limit | impl | fullest window | calls | excess | first window | accounted | early | late wake | late send | late HTTP | API stalled (ms) | intruder replicas (calls) | most scores in interval + buffer | cause |\n",
-		"|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n")
+	b.WriteString("Windows over the limit at the API, by stretch (times in ms after go; the fullest window of each, and the calls in it whose scores lie outside its score window of interval + buffer: early, estimate behind, late wake, late send, late HTTP; how long the API's own process stalled while the intruders were on their way; see the README):\n\n")
+	head("| over the limit | impl | fullest window | calls | excess | first window | accounted | early | estimate behind | late wake | late send | late HTTP | API stalled (ms) | intruder replicas (calls) | most scores in interval + buffer | cause |\n",
+		"|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n")
 	for _, row := range over {
 		for _, w := range row.Attrib.Windows {
 			first := "no"
 			if w.First {
 				first = "yes"
 			}
-			fmt.Fprintf(b, "| %s | (%.1f, %.1f] | %d | %d | %s | %d | %d | %d | %d | %s | %.0f | %s | %s | %s |\n",
+			fmt.Fprintf(b, "| %s | (%.1f, %.1f] | %d | %d | %s | %d | %d | %d | %d | %d | %s | %.0f | %s | %s | %s |\n",
 				run(row), w.PeakStartMs, w.PeakStartMs+row.IntervalMs, w.Peak, w.Excess, first, w.Accounted,
-				w.PeakIntruders["early"], w.PeakIntruders["late wake"], w.PeakIntruders["late send"], lateHTTP(w),
+				w.PeakIntruders["early"], w.PeakIntruders["estimate behind"], w.PeakIntruders["late wake"], w.PeakIntruders["late send"], lateHTTP(w),
 				w.APIStalledMs, replicaList(w.IntruderReplicas), optI(&w.ScoresMax, row.Limit), w.Cause)
 		}
 	}
@@ -613,7 +614,7 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 	if !intruding {
 		return
 	}
-	head("| intruding replicas | impl | replica | intruders | its calls: early, late wake, late send, late HTTP | arrival − score min / max | returned − score min / max | first clock sample: sent, RTT, offset | estimate ahead in the first interval |\n",
+	head("| intruding replicas | impl | replica | intruders | its calls: early, estimate behind, late wake, late send, late HTTP | arrival − score min / max | returned − score min / max | first clock sample: sent, RTT, offset | estimate ahead in the first interval |\n",
 		"|---|---|---:|---:|---|---:|---:|---|---|\n")
 	for _, row := range over {
 		for _, r := range row.Attrib.Replicas {
@@ -631,8 +632,8 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 				sample = fmt.Sprintf("%.1f, %.2f, %+.2f", f.SentMs, f.RTTMs, f.OffsetMs)
 				ahead = fmt.Sprintf("%+.2f to %+.2f", r.Clock.EstOffsetFirstMinMs, r.Clock.EstOffsetFirstMaxMs)
 			}
-			fmt.Fprintf(b, "| %s | %d | %d | %d, %d, %d, %d | %s | %s | %s | %s |\n", run(row), r.Replica, r.Intruders,
-				r.Classes["early"], r.Classes["late wake"], r.Classes["late send"], r.Classes["late HTTP"],
+			fmt.Fprintf(b, "| %s | %d | %d | %d, %d, %d, %d, %d | %s | %s | %s | %s |\n", run(row), r.Replica, r.Intruders,
+				r.Classes["early"], r.Classes["estimate behind"], r.Classes["late wake"], r.Classes["late send"], r.Classes["late HTTP"],
 				mm(r.Deltas.ArrivalScore), mm(r.Deltas.ReturnedScore), sample, ahead)
 		}
 	}

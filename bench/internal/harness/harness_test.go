@@ -220,9 +220,9 @@ func TestOutputsRuns(t *testing.T) {
 		"| scenario | impl | run | admitted/s |",
 		"| herd24 | throttler | 2 | 95.1 | 95.1% | **119** | **19** | 1.60 |",
 		"| herd24 | throttler | 2 | **1** (run 2) | 100, 119 | 0, 19 | -40.0ms (run 2) | 95.0–95.1 | 95.0%–95.1% | 1.50–1.60 |",
-		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 7 | 0 (intruders on a new connection: 3) | 85 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
+		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 0 | 7 | 0 (intruders on a new connection: 3) | 85 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
 		"| herd24 | throttler | 2 | all | 0 | -60.0 / 1.0 / 20.0 / 30.0 | — | — |",
-		"| herd24 | throttler | 2 | 4 | 12 | 12, 0, 0, 0 | — | — | 2.0, 80.00, +31.00 | +2.00 to +31.00 |",
+		"| herd24 | throttler | 2 | 4 | 12 | 12, 0, 0, 0, 0 | — | — | 2.0, 80.00, +31.00 | +2.00 to +31.00 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)

@@ -424,7 +424,7 @@ func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Cli
 			l.pings = append(l.pings, int64(ping))
 		}
 		if cfg.Kind.callsAPI() {
-			l.called(call(client, cfg, score, done))
+			l.called(call(client, cfg, score, w0, done))
 		}
 	}
 }
@@ -475,7 +475,7 @@ func loopInFlight(ctx context.Context, cfg ReplicaConfig, th *throttler.Throttle
 		var began time.Time
 		err := th.Do(ctx, func(context.Context) error {
 			began = time.Now()
-			return call(client, cfg, time.Time{}, began)
+			return call(client, cfg, time.Time{}, w0, began)
 		})
 		if began.IsZero() { // not admitted
 			if l.waitFailed(ctx, err) {
@@ -505,7 +505,7 @@ func loopStorm(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *h
 		switch {
 		case err == nil:
 			l.admit(w0, done, warmEnd)
-			l.called(call(client, cfg, score, done))
+			l.called(call(client, cfg, score, w0, done))
 		case ctx.Err() != nil:
 			l.unfinished = true
 			return
@@ -553,7 +553,7 @@ func arrive(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http
 	}
 	done := time.Now()
 	l.record(l.arrived, done, !l.arrived.Before(warmEnd))
-	l.called(call(client, cfg, score, done))
+	l.called(call(client, cfg, score, l.arrived, done))
 }
 
 // refused notes a Wait from w0 with deadline d that failed by its deadline
@@ -587,8 +587,8 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // call makes the API call: not bound to the run's context, so that a call
 // admitted just before the end is still made (it was counted). Its headers
 // carry the replica, score (the server time the call was counted at; zero:
-// not known), when its Wait returned, and the moment it is sent.
-func call(client *http.Client, cfg ReplicaConfig, score, returned time.Time) error {
+// not known), when its Wait began and returned, and the moment it is sent.
+func call(client *http.Client, cfg ReplicaConfig, score, started, returned time.Time) error {
 	req, err := http.NewRequest(http.MethodGet, cfg.APIURL, nil)
 	if err != nil {
 		return err
@@ -597,6 +597,7 @@ func call(client *http.Client, cfg ReplicaConfig, score, returned time.Time) err
 	if !score.IsZero() {
 		req.Header.Set(fakeapi.ScoreHeader, strconv.FormatInt(score.UnixMicro(), 10))
 	}
+	req.Header.Set(fakeapi.StartedHeader, strconv.FormatInt(started.UnixNano(), 10))
 	req.Header.Set(fakeapi.ReturnedHeader, strconv.FormatInt(returned.UnixNano(), 10))
 	req.Header.Set(fakeapi.SentHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
 	resp, err := client.Do(req)

@@ -19,16 +19,19 @@ import (
 // because they arrived more than half the buffer from their scores. Every
 // call over the limit is then matched by an intruder, and each intruder
 // has a class: early (it arrived before its score: the replica's estimate
-// of the server's clock ran ahead), late wake (its Wait returned late),
-// late send (its Wait returned in time, its request went late) or late
-// HTTP (sent in time, arrived late).
+// of the server's clock ran ahead), estimate behind (late, and scored
+// before its Wait even began: the estimate lagged), late wake (its Wait
+// returned late), late send (its Wait returned in time, its request went
+// late) or late HTTP (sent in time, arrived late).
 
 // Call is one call that reached the API. Times are nanoseconds on one
-// clock. Returned and Sent are known when HasTimes, Score when HasScore.
+// clock. Started, Returned and Sent are known when HasTimes, Score when
+// HasScore.
 type Call struct {
 	Replica  int
 	Arrival  int64 // when the API took it
 	Score    int64 // the server time it was counted at
+	Started  int64 // when its Wait (Reserve) was called in the replica
 	Returned int64 // when its Wait (Reserve) returned in the replica
 	Sent     int64 // right before its request was sent
 	HasScore bool
@@ -45,9 +48,15 @@ const (
 	// Wait returned before the score too: the replica's estimate of the
 	// server's clock ran ahead of the server.
 	Early
+	// Behind: it arrived more than half the buffer after its score, which
+	// lay more than half the buffer before its Wait even began: no slot is
+	// given in the past, so the replica's estimate of the server's clock
+	// lagged the server (a call admitted at once is scored at the
+	// estimate's now, and goes at once). A late wake the clock caused.
+	Behind
 	// LateWake: it arrived more than half the buffer after its score, and
-	// its Wait returned that late already: the library woke it late (or
-	// answered late).
+	// its Wait returned that late already (and began in time): the library
+	// woke it late (or answered late).
 	LateWake
 	// LateSend: it arrived late, its Wait returned in time but its request
 	// was sent more than half the buffer after its score: the caller's
@@ -62,7 +71,7 @@ const (
 	NumClasses
 )
 
-var classNames = [NumClasses]string{"in time", "early", "late wake", "late send", "late HTTP", "no score"}
+var classNames = [NumClasses]string{"in time", "early", "estimate behind", "late wake", "late send", "late HTTP", "no score"}
 
 // String returns the class's name, as the harness reports it.
 func (c Class) String() string {
@@ -85,7 +94,11 @@ func Classify(c Call, half int64) Class {
 		return Early
 	case d <= half:
 		return InTime
-	case !c.HasTimes || c.Returned-c.Score > half:
+	case !c.HasTimes:
+		return LateWake
+	case c.Started-c.Score > half:
+		return Behind
+	case c.Returned-c.Score > half:
 		return LateWake
 	case c.Sent-c.Score > half:
 		return LateSend

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// scored is a call with a score, returned and sent times.
+// scored is a call with a score, returned and sent times, whose Wait
+// began long before.
 func scored(replica int, score, returned, sent, arrival int64) Call {
-	return Call{Replica: replica, Score: score, Returned: returned, Sent: sent, Arrival: arrival, HasScore: true, HasTimes: true}
+	return Call{Replica: replica, Score: score, Started: score - 1000, Returned: returned, Sent: sent, Arrival: arrival, HasScore: true, HasTimes: true}
 }
 
 // onTime is a call that returned at its score and arrived at once.
@@ -27,6 +28,9 @@ func TestClassify(t *testing.T) {
 		{"early", scored(0, 100, 90, 92, 94), Early},
 		{"late wake", scored(0, 100, 106, 106, 107), LateWake},
 		{"late wake, sent and arrived later still", scored(0, 100, 110, 130, 140), LateWake},
+		{"late wake that began in time", Call{Score: 100, Started: 105, Returned: 110, Sent: 110, Arrival: 111, HasScore: true, HasTimes: true}, LateWake},
+		{"scored before it began: estimate behind", Call{Score: 100, Started: 106, Returned: 107, Sent: 107, Arrival: 108, HasScore: true, HasTimes: true}, Behind},
+		{"scored before it began, but in time", Call{Score: 100, Started: 103, Returned: 104, Sent: 104, Arrival: 105, HasScore: true, HasTimes: true}, InTime},
 		{"late send", scored(0, 100, 105, 106, 107), LateSend},
 		{"late HTTP", scored(0, 100, 100, 105, 120), LateHTTP},
 		{"no score", Call{Arrival: 500, Returned: 1, Sent: 2, HasTimes: true}, NoScore},
@@ -164,7 +168,7 @@ func TestOverfullStretchesBrute(t *testing.T) {
 }
 
 // TestAttribute builds a run with a limit of 3 per 100 and a buffer of
-// 10 (half 5) in which four windows are over the limit by one call, each
+// 10 (half 5) in which five windows are over the limit by one call, each
 // because of one intruder of another class, and scores that keep the
 // invariant: groups of three scores 112 apart, the last of one group and
 // the first of the next 110 apart, which no window of 110 holds together.
@@ -199,13 +203,18 @@ func TestAttribute(t *testing.T) {
 	g0, g1, g2 := group(6)
 	add(onTime(6, g0), onTime(6, g1), scored(6, g2, g2, g2+2, g2+22))
 	on(7, 7)
+	// Group 8's last call began its Wait 20 after its score (the replica's
+	// estimate lagged) and went at once, into (910, 1010] with group 9.
+	i0, i1, i2 := group(8)
+	add(onTime(8, i0), onTime(8, i1), Call{Replica: 8, Score: i2, Started: i2 + 20, Returned: i2 + 20, Sent: i2 + 20, Arrival: i2 + 22, HasScore: true, HasTimes: true})
+	on(9, 9)
 	slices.SortStableFunc(calls, func(x, y Call) int { return int(x.Arrival - y.Arrival) })
 
 	a := Attribute(calls, limit, window, buffer)
 	if a.ScoresMax != limit {
 		t.Errorf("ScoresMax = %d, want %d: the example keeps the invariant", a.ScoresMax, limit)
 	}
-	if want := [NumClasses]int{InTime: 19, Early: 1, LateWake: 2, LateSend: 1, LateHTTP: 1}; a.Classes != want {
+	if want := [NumClasses]int{InTime: 24, Early: 1, Behind: 1, LateWake: 2, LateSend: 1, LateHTTP: 1}; a.Classes != want {
 		t.Errorf("Classes = %v, want %v", a.Classes, want)
 	}
 	type want struct {
@@ -213,7 +222,7 @@ func TestAttribute(t *testing.T) {
 		intruder Class
 		replica  int
 	}
-	wants := []want{{97, 100, Early, 1}, {338, 348, LateWake, 2}, {562, 572, LateSend, 4}, {786, 796, LateHTTP, 6}}
+	wants := []want{{97, 100, Early, 1}, {338, 348, LateWake, 2}, {562, 572, LateSend, 4}, {786, 796, LateHTTP, 6}, {1010, 1020, Behind, 8}}
 	if len(a.Windows) != len(wants) {
 		t.Fatalf("%d windows over the limit, want %d: %+v", len(a.Windows), len(wants), a.Windows)
 	}
