@@ -60,17 +60,21 @@ type Deltas struct {
 
 // ConnRow splits a run's calls by the connection they came on.
 type ConnRow struct {
-	// New is how many calls came first on a new connection, and NewClasses
-	// those by class.
-	New        int            `json:"new"`
-	NewClasses map[string]int `json:"new_classes"`
-	// ArrivalSentNew and ArrivalSentReused: arrival - sent of the calls on
-	// a new connection and on a reused one; AcceptSent is accepted - sent
-	// (the dial, until the API's accept loop took the connection) and
+	// New is how many calls came first on a connection. Go's Transport
+	// may keep a connection it dialed for a call that another one served
+	// first, for a later call: Dialed is those of them whose connection
+	// the API accepted after the call was sent (it was dialed for it), and
+	// DialedClasses those by class.
+	New           int            `json:"new"`
+	Dialed        int            `json:"dialed"`
+	DialedClasses map[string]int `json:"dialed_classes"`
+	// ArrivalSentDialed and ArrivalSentOther: arrival - sent of the calls
+	// that dialed and of the others; AcceptSent is accepted - sent (the
+	// dial, until the API's accept loop took the connection) and
 	// ArrivalAccept arrival - accepted (from there to the handler), both
-	// on new connections.
-	ArrivalSentNew    *DistMs `json:"arrival_minus_sent_new,omitempty"`
-	ArrivalSentReused *DistMs `json:"arrival_minus_sent_reused,omitempty"`
+	// over the calls that dialed.
+	ArrivalSentDialed *DistMs `json:"arrival_minus_sent_dialed,omitempty"`
+	ArrivalSentOther  *DistMs `json:"arrival_minus_sent_other,omitempty"`
 	AcceptSent        *DistMs `json:"accepted_minus_sent,omitempty"`
 	ArrivalAccept     *DistMs `json:"arrival_minus_accepted,omitempty"`
 }
@@ -117,9 +121,9 @@ type OverWindow struct {
 	// between the first intruder's send and the last one's arrival: calls
 	// late by HTTP then may have been late in the API's own process.
 	APIStalledMs float64 `json:"api_stalled_ms"`
-	// PeakIntrudersNewConn is how many of the fullest window's intruders
-	// came on a new connection.
-	PeakIntrudersNewConn int `json:"peak_intruders_new_conn"`
+	// PeakIntrudersDialed is how many of the fullest window's intruders
+	// dialed a connection of their own (ConnRow).
+	PeakIntrudersDialed int `json:"peak_intruders_dialed"`
 	// IntruderReplicas lists the replicas of the stretch's intruders, with
 	// how many each.
 	IntruderReplicas map[int]int  `json:"intruder_replicas"`
@@ -157,8 +161,9 @@ type CallRecord struct {
 	Class      string   `json:"class"`
 	InPeak     bool     `json:"in_peak"`
 	Intruder   bool     `json:"intruder"`
-	// NewConn: the call came on a new connection, which the API accepted
-	// ConnMs after go.
+	// NewConn: the call came first on its connection, which the API
+	// accepted ConnMs after go (before the call was sent: a connection
+	// the Transport dialed earlier and kept).
 	NewConn bool     `json:"new_conn,omitempty"`
 	ConnMs  *float64 `json:"conn_ms,omitempty"`
 	// EstOffsetMs is how far ahead of the server the replica's clock
@@ -329,8 +334,8 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 			ow.APIStalledMs = stalledIn(apiStalls, from, to)
 		}
 		for _, i := range w.PeakIntruderIx {
-			if conns[i].fresh {
-				ow.PeakIntrudersNewConn++
+			if conns[i].dialed(calls[i]) {
+				ow.PeakIntrudersDialed++
 			}
 		}
 		for _, i := range w.IntruderIx {
@@ -399,29 +404,34 @@ type conn struct {
 	at    int64
 }
 
+// dialed reports whether the call's connection was dialed for it: it came
+// first on a connection the API accepted after the call was sent.
+func (cn conn) dialed(c metrics.Call) bool { return cn.fresh && c.HasTimes && cn.at >= c.Sent }
+
 // connRow splits the calls by connection.
 func connRow(calls []metrics.Call, conns []conn, class []metrics.Class) ConnRow {
 	var r ConnRow
 	var cls [metrics.NumClasses]int
-	var asNew, asOld, accSent, arrAcc []int64
+	var asDialed, asOther, accSent, arrAcc []int64
 	for i, c := range calls {
 		if conns[i].fresh {
 			r.New++
-			cls[class[i]]++
-			arrAcc = append(arrAcc, c.Arrival-conns[i].at)
 		}
 		if !c.HasTimes {
 			continue
 		}
-		if conns[i].fresh {
-			asNew = append(asNew, c.Arrival-c.Sent)
+		if conns[i].dialed(c) {
+			r.Dialed++
+			cls[class[i]]++
+			asDialed = append(asDialed, c.Arrival-c.Sent)
 			accSent = append(accSent, conns[i].at-c.Sent)
+			arrAcc = append(arrAcc, c.Arrival-conns[i].at)
 		} else {
-			asOld = append(asOld, c.Arrival-c.Sent)
+			asOther = append(asOther, c.Arrival-c.Sent)
 		}
 	}
-	r.NewClasses = classMap(cls)
-	r.ArrivalSentNew, r.ArrivalSentReused = distMs(asNew), distMs(asOld)
+	r.DialedClasses = classMap(cls)
+	r.ArrivalSentDialed, r.ArrivalSentOther = distMs(asDialed), distMs(asOther)
 	r.AcceptSent, r.ArrivalAccept = distMs(accSent), distMs(arrAcc)
 	return r
 }
@@ -641,11 +651,11 @@ func writeAttrib(b *strings.Builder, rows []Row, multi bool) {
 }
 
 // lateHTTP is the fullest window's late HTTP intruders, and how many of
-// its intruders came on a new connection when any did.
+// its intruders dialed a connection of their own when any did.
 func lateHTTP(w OverWindow) string {
 	s := fmt.Sprint(w.PeakIntruders["late HTTP"])
-	if w.PeakIntrudersNewConn > 0 {
-		s += fmt.Sprintf(" (intruders on a new connection: %d)", w.PeakIntrudersNewConn)
+	if w.PeakIntrudersDialed > 0 {
+		s += fmt.Sprintf(" (intruders that dialed: %d)", w.PeakIntrudersDialed)
 	}
 	return s
 }

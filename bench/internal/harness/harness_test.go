@@ -75,7 +75,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("attribution: at most %d scores in a window of interval + buffer, limit %d", a.ScoresMax, row.Limit)
 	case a.All.ArrivalScore == nil || a.All.ReturnedScore == nil || a.All.ArrivalReturned == nil || a.All.ArrivalReturned.Min < 0:
 		t.Errorf("attribution: distributions %+v", a.All)
-	case a.Conns.New == 0 || a.Conns.AcceptSent == nil || a.Conns.ArrivalAccept == nil || a.Conns.ArrivalAccept.Min < 0:
+	case a.Conns.New == 0 || a.Conns.Dialed == 0 || a.Conns.AcceptSent == nil || a.Conns.AcceptSent.Min < 0 || a.Conns.ArrivalAccept.Min < 0:
 		t.Errorf("attribution: connections %+v", a.Conns)
 	case len(a.CallList) != a.Calls || a.CallList[0].ScoreMs == nil || a.CallList[0].EstOffsetMs == nil:
 		t.Errorf("attribution: %d calls listed of %d, the first %+v", len(a.CallList), a.Calls, a.CallList[0])
@@ -199,7 +199,7 @@ func TestOutputsRuns(t *testing.T) {
 	u1, u2, mx1, mx2, rej1, rej2, j := 0.95, 0.951, 100, 119, 0, 19, 0.99
 	win := OverWindow{FromMs: 1000, ToMs: 1010, PeakStartMs: 3.5, Peak: 119, Excess: 19, First: true, Accounted: 100,
 		PeakIntruders: map[string]int{"early": 12, "late send": 7}, ScoresMax: 100, Cause: "early 12, late send 7",
-		IntruderReplicas: map[int]int{4: 12, 9: 7}, APIStalledMs: 85, PeakIntrudersNewConn: 3}
+		IntruderReplicas: map[int]int{4: 12, 9: 7}, APIStalledMs: 85, PeakIntrudersDialed: 3}
 	first := &SampleMs{SentMs: 2, RTTMs: 80, OffsetMs: 31}
 	rep := &Report{
 		Meta:      Meta{OS: "linux/amd64", CPUs: 2, RedisVersion: "7", GoVersion: "go1", BufferMs: 50, Runs: 2},
@@ -220,7 +220,7 @@ func TestOutputsRuns(t *testing.T) {
 		"| scenario | impl | run | admitted/s |",
 		"| herd24 | throttler | 2 | 95.1 | 95.1% | **119** | **19** | 1.60 |",
 		"| herd24 | throttler | 2 | **1** (run 2) | 100, 119 | 0, 19 | -40.0ms (run 2) | 95.0–95.1 | 95.0%–95.1% | 1.50–1.60 |",
-		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 0 | 7 | 0 (intruders on a new connection: 3) | 85 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
+		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 0 | 7 | 0 (intruders that dialed: 3) | 85 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
 		"| herd24 | throttler | 2 | all | 0 | -60.0 / 1.0 / 20.0 / 30.0 | — | — |",
 		"| herd24 | throttler | 2 | 4 | 12 | 12, 0, 0, 0, 0 | — | — | 2.0, 80.00, +31.00 | +2.00 to +31.00 |",
 	} {
