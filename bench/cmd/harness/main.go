@@ -8,6 +8,7 @@
 //	go run ./cmd/harness -scenarios saturate,herd -impls throttler,seed -json out.json -svg chart.svg
 //	go run ./cmd/harness -scenarios storm,storm10,herd24  # opt-in: run only when named
 //	go run ./cmd/harness -scenarios priority,priority-calm -low-share 0.95
+//	go run ./cmd/harness -scenarios herd24 -impls throttler -runs 10 -json out.json
 package main
 
 import (
@@ -33,6 +34,8 @@ func main() {
 		scenarios = flag.String("scenarios", "", "comma-separated scenarios to run, of "+strings.Join(harness.ScenarioNames, ",")+" (default all but the opt-in "+strings.Join(harness.OptInNames, ",")+")")
 		implList  = flag.String("impls", "", "comma-separated implementations (default all: "+strings.Join(impls.Names, ",")+")")
 		duration  = flag.Duration("duration", 0, "override the duration of every timed scenario")
+		calls     = flag.Bool("calls", false, "list every call that reached the API in the JSON (attribution.call_list), not only those of the windows over the limit")
+		runs      = flag.Int("runs", 1, "run each scenario with each implementation this many times (a row per run, and a summary across runs)")
 		buffer    = flag.Duration("buffer", 50*time.Millisecond, "buffer of throttler and seed (admission-to-arrival margin)")
 		lowShare  = flag.Float64("low-share", 0.9, "the share of the limit low-priority calls may fill in the priority scenarios (WithPriorityShare)")
 		jsonOut   = flag.String("json", "", "write the results as JSON to this file")
@@ -48,6 +51,9 @@ func main() {
 	})
 	flag.Parse()
 
+	if *runs < 1 {
+		fatal(fmt.Errorf("-runs %d: must be at least 1", *runs))
+	}
 	if !(*lowShare > 0 && *lowShare <= 1) {
 		fatal(fmt.Errorf("-low-share %g: must be in (0, 1]", *lowShare))
 	}
@@ -67,7 +73,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, LowShare: *lowShare, LowAhead: lowAhead, Quick: *quick, Progress: os.Stderr})
+	rep, err := harness.Run(ctx, harness.Options{Scenarios: sel, Buffer: *buffer, LowShare: *lowShare, LowAhead: lowAhead, Quick: *quick, Runs: *runs, Calls: *calls, Progress: os.Stderr})
 	if err != nil {
 		fatal(err)
 	}

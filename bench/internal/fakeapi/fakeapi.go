@@ -1,12 +1,15 @@
 // Package fakeapi is the third-party API the replicas call: an HTTP server on
 // loopback that answers 200 to everything and records when each call arrived
-// (time.Now() on arrival, in the harness process) and which replica sent it.
+// (time.Now() on arrival, in the harness process), which replica sent it,
+// and the times the replica put in its headers (the server time the call
+// was counted at, when its Wait returned, when it was sent).
 // It enforces no rate; the harness works out afterwards what a strict
 // sliding-window API would have rejected. With SetInFlight it caps the calls
 // it serves at once and holds each one for a while (the inflight scenario).
 package fakeapi
 
 import (
+	"context"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -19,6 +22,23 @@ import (
 // ReplicaHeader carries the replica's index (0, 1, ...).
 const ReplicaHeader = "X-Bench-Replica"
 
+// The times a replica sends with each call, as decimal integers; a header
+// absent or empty is a time not known (the zero Time).
+const (
+	// ScoreHeader: the server time the call was counted at (this
+	// library's Permit.At), in Unix microseconds, Redis's own resolution.
+	ScoreHeader = "X-Bench-Score"
+	// StartedHeader: when the replica called Wait (or Reserve), in Unix
+	// nanoseconds.
+	StartedHeader = "X-Bench-Started"
+	// ReturnedHeader: when the replica's Wait (or Reserve) returned, in
+	// Unix nanoseconds.
+	ReturnedHeader = "X-Bench-Returned"
+	// SentHeader: right before the replica sent the request, in Unix
+	// nanoseconds.
+	SentHeader = "X-Bench-Sent"
+)
+
 // Arrival is one recorded call.
 type Arrival struct {
 	At      time.Time
@@ -28,13 +48,45 @@ type Arrival struct {
 	End time.Time
 	// OverCap: refused (429) because the in-flight cap was full.
 	OverCap bool
+	// Score, Started, Returned and Sent are the replica's ScoreHeader,
+	// StartedHeader, ReturnedHeader and SentHeader (zero when it sent
+	// none). Redis, the replicas and the API run on one machine: these are
+	// wall-clock readings of one clock, comparable with At.
+	Score, Started, Returned, Sent time.Time
+	// NewConn: the call was the first on its connection, which the API
+	// accepted at ConnAt (the server's accept loop took it then).
+	NewConn bool
+	ConnAt  time.Time
 }
+
+// connInfo is what the API knows of a connection: when it was accepted,
+// and how many requests came on it.
+type connInfo struct {
+	at       time.Time
+	requests int
+}
+
+type connKey struct{}
+
+// Stall is a time the API's process did not run a goroutine that asked to
+// run every millisecond: from At, for Len past the millisecond. Calls
+// that reached the API then were timed when it ran again.
+type Stall struct {
+	At  time.Time
+	Len time.Duration
+}
+
+// stallMin is the shortest stall recorded.
+const stallMin = 10 * time.Millisecond
 
 // Server is the fake API.
 type Server struct {
 	URL string
 	srv *http.Server
 	ln  net.Listener
+
+	stop   chan struct{}
+	stalls []Stall // guarded by mu
 
 	mu       sync.Mutex
 	arrivals []*Arrival
@@ -60,10 +112,44 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String() + "/call", ln: ln}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s := &Server{URL: "http://" + ln.Addr().String() + "/call", ln: ln, stop: make(chan struct{})}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, &connInfo{at: time.Now()})
+		}}
 	go func() { _ = s.srv.Serve(ln) }()
+	go s.watch()
 	return s, nil
+}
+
+// watch sleeps a millisecond at a time until Close, and records each wake
+// that came stallMin or more late.
+func (s *Server) watch() {
+	last := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		now := time.Now()
+		if late := now.Sub(last) - time.Millisecond; late >= stallMin {
+			s.mu.Lock()
+			s.stalls = append(s.stalls, Stall{At: last, Len: late})
+			s.mu.Unlock()
+		}
+		last = now
+	}
+}
+
+// Stalls returns the stalls recorded since the last call, and forgets
+// them.
+func (s *Server) Stalls() []Stall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stalls
+	s.stalls = nil
+	return st
 }
 
 // ServeHTTP records the arrival and answers 200.
@@ -73,7 +159,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		replica = -1
 	}
-	a := &Arrival{At: now, Replica: replica}
+	a := &Arrival{At: now, Replica: replica,
+		Score:    header(r, ScoreHeader, time.UnixMicro),
+		Started:  header(r, StartedHeader, nanos),
+		Returned: header(r, ReturnedHeader, nanos),
+		Sent:     header(r, SentHeader, nanos)}
+	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {
+		// A connection's requests come one after another (HTTP/1.1):
+		// its handler runs one at a time.
+		ci.requests++
+		if ci.requests == 1 {
+			a.NewConn, a.ConnAt = true, ci.at
+		}
+	}
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
 	if s.limit == 0 {
@@ -100,6 +198,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// header reads an integer time header with conv; zero when it is absent or
+// not an integer.
+func header(r *http.Request, name string, conv func(int64) time.Time) time.Time {
+	v, err := strconv.ParseInt(r.Header.Get(name), 10, 64)
+	if err != nil || v == 0 {
+		return time.Time{}
+	}
+	return conv(v)
+}
+
+func nanos(ns int64) time.Time { return time.Unix(0, ns) }
+
 // Take returns the arrivals recorded since the last Take, in arrival order,
 // and forgets them.
 func (s *Server) Take() []Arrival {
@@ -115,4 +225,7 @@ func (s *Server) Take() []Arrival {
 }
 
 // Close stops the server.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	close(s.stop)
+	return s.srv.Close()
+}

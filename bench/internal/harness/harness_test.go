@@ -37,9 +37,10 @@ func requireRedis(t *testing.T) {
 
 // TestSmoke runs the saturate scenario, shrunk to 2 processes x 4 goroutines
 // for 1.5s, against this library, through the whole harness: redis-server,
-// fake API, replica processes, metrics and every output format.
+// fake API, replica processes, metrics, the attribution with every call
+// listed, and every output format.
 func TestSmoke(t *testing.T) {
-	rep, row := smoke(t, "saturate", []string{"throttler"}, func(sc *Scenario) {
+	rep, row := smokeWith(t, "saturate", []string{"throttler"}, Options{Calls: true}, func(sc *Scenario) {
 		sc.Procs, sc.Goroutines, sc.Duration = 2, 4, 1500*time.Millisecond
 	})
 	switch {
@@ -61,6 +62,27 @@ func TestSmoke(t *testing.T) {
 	// The library's guarantee, checked at the API.
 	if *row.MaxInWindow > row.Limit || *row.StrictRejects != 0 {
 		t.Errorf("max in window %d (limit %d), strict rejects %d", *row.MaxInWindow, row.Limit, *row.StrictRejects)
+	}
+	// Every call carried its score and times to the API, and each replica
+	// timed its clock samples.
+	a := row.Attrib
+	switch {
+	case a == nil:
+		t.Fatal("no attribution")
+	case a.Calls != row.APICalls || a.Scored != a.Calls:
+		t.Errorf("attribution: %d calls, %d with a score; %d at the API", a.Calls, a.Scored, row.APICalls)
+	case a.ScoresMax == 0 || a.ScoresMax > row.Limit:
+		t.Errorf("attribution: at most %d scores in a window of interval + buffer, limit %d", a.ScoresMax, row.Limit)
+	case a.All.ArrivalScore == nil || a.All.ReturnedScore == nil || a.All.ArrivalReturned == nil || a.All.ArrivalReturned.Min < 0:
+		t.Errorf("attribution: distributions %+v", a.All)
+	case a.Conns.New == 0 || a.Conns.Dialed == 0 || a.Conns.AcceptSent == nil || a.Conns.AcceptSent.Min < 0 || a.Conns.ArrivalAccept.Min < 0:
+		t.Errorf("attribution: connections %+v", a.Conns)
+	case len(a.CallList) != a.Calls || a.CallList[0].ScoreMs == nil || a.CallList[0].EstOffsetMs == nil:
+		t.Errorf("attribution: %d calls listed of %d, the first %+v", len(a.CallList), a.Calls, a.CallList[0])
+	case len(a.Replicas) != 2 || a.Replicas[0].Clock.Samples == 0 || a.Replicas[0].Clock.First == nil:
+		t.Errorf("attribution: replicas %+v", a.Replicas)
+	case a.Tightest != nil && (a.Tightest.MarginMs < 0 || a.Tightest.ScoresSpanMs == nil || *a.Tightest.ScoresSpanMs < row.IntervalMs+50):
+		t.Errorf("attribution: tightest group %+v", *a.Tightest)
 	}
 	checkOutputs(t, rep)
 }
@@ -165,6 +187,52 @@ func TestOutputs(t *testing.T) {
 	}
 	if strings.Contains(rep.SVG(), "<&>") {
 		t.Error("SVG does not escape text")
+	}
+	if strings.Contains(md, "Windows over the limit") {
+		t.Errorf("an attribution section with no window over the limit:\n%s", md)
+	}
+}
+
+// TestOutputsRuns renders a made-up report of two runs, one with a window
+// over the limit, attributed.
+func TestOutputsRuns(t *testing.T) {
+	u1, u2, mx1, mx2, rej1, rej2, j := 0.95, 0.951, 100, 119, 0, 19, 0.99
+	win := OverWindow{FromMs: 1000, ToMs: 1010, PeakStartMs: 3.5, Peak: 119, Excess: 19, First: true, Accounted: 100,
+		PeakIntruders: map[string]int{"early": 12, "late send": 7}, ScoresMax: 100, Cause: "early 12, late send 7",
+		IntruderReplicas: map[int]int{4: 12, 9: 7}, APIStalledMs: 85, PeakIntrudersDialed: 3}
+	first := &SampleMs{SentMs: 2, RTTMs: 80, OffsetMs: 31}
+	rep := &Report{
+		Meta:      Meta{OS: "linux/amd64", CPUs: 2, RedisVersion: "7", GoVersion: "go1", BufferMs: 50, Runs: 2},
+		Scenarios: []ScenarioInfo{{Name: "herd24", Kind: KindAPI, Procs: 24, Goroutines: 25, Limit: 100, IntervalMs: 1000, DurationS: 2, Impls: []string{"throttler"}}},
+		Rows: []Row{
+			{Scenario: "herd24", Impl: "throttler", Run: 1, Limit: 100, IntervalMs: 1000, Utilization: &u1, MaxInWindow: &mx1, StrictRejects: &rej1, Jain: &j,
+				AdmittedPerSec: 95, RoundTripsPerAdm: 1.5, WaitP99Ms: 7000, Attrib: &AttribRow{Calls: 950, Tightest: &TightestGroup{MarginMs: 12.5}}},
+			{Scenario: "herd24", Impl: "throttler", Run: 2, Limit: 100, IntervalMs: 1000, Utilization: &u2, MaxInWindow: &mx2, StrictRejects: &rej2, Jain: &j,
+				AdmittedPerSec: 95.1, RoundTripsPerAdm: 1.6, WaitP99Ms: 7100, Attrib: &AttribRow{Calls: 969, Excess: 19, Windows: []OverWindow{win}, Tightest: &TightestGroup{MarginMs: -40},
+					All:      Deltas{ArrivalScore: &DistMs{N: 969, Min: -60, P50: 1, P99: 20, Max: 30}},
+					Replicas: []AttribReplica{{Replica: 4, Intruders: 12, Classes: map[string]int{"early": 12}, Clock: ClockRow{Samples: 40, First: first, EstOffsetFirstMinMs: 2, EstOffsetFirstMaxMs: 31}}, {Replica: 5}}}},
+		},
+	}
+	rep.Summary = summarize(rep.Rows)
+	checkOutputs(t, rep)
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| scenario | impl | run | admitted/s |",
+		"| herd24 | throttler | 2 | 95.1 | 95.1% | **119** | **19** | 1.60 |",
+		"| herd24 | throttler | 2 | **1** (run 2) | 100, 119 | 0, 19 | -40.0ms (run 2) | 95.0–95.1 | 95.0%–95.1% | 1.50–1.60 |",
+		"| herd24 | throttler | 2 | (3.5, 1003.5] | 119 | 19 | yes | 100 | 12 | 0 | 0 | 7 | 0 (intruders that dialed: 3) | 85 | 4 (12), 9 (7) | 100 | early 12, late send 7 |",
+		"| herd24 | throttler | 2 | all | 0 | -60.0 / 1.0 / 20.0 / 30.0 | — | — |",
+		"| herd24 | throttler | 2 | 4 | 12 | 12, 0, 0, 0, 0 | — | — | 2.0, 80.00, +31.00 | +2.00 to +31.00 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| herd24 | throttler | 2 | 5 |") {
+		t.Errorf("a replica without intruders in the table:\n%s", md)
+	}
+	if s := rep.Summary; len(s) != 1 || s[0].Runs != 2 || !slices.Equal(s[0].RunsOver, []int{2}) || s[0].Jain == nil || *s[0].Margin != (Range{-40, 12.5}) {
+		t.Errorf("Summary = %+v", s)
 	}
 }
 
@@ -355,4 +423,18 @@ func smokeWith(t *testing.T, name string, implNames []string, opt Options, shrin
 	}
 	t.Logf("row: %s", rep.Rows[0].summary())
 	return rep, rep.Rows[0]
+}
+
+func TestStalledIn(t *testing.T) {
+	stalls := []StallMs{{AtMs: 10, LenMs: 20}, {AtMs: 50, LenMs: 5}}
+	for _, c := range []struct {
+		from, to int64 // ms
+		want     float64
+	}{
+		{0, 100, 25}, {15, 52, 17}, {30, 50, 0}, {0, 10, 0}, {54, 60, 1},
+	} {
+		if got := stalledIn(stalls, c.from*1e6, c.to*1e6); got != c.want {
+			t.Errorf("stalledIn [%d, %d) = %v, want %v", c.from, c.to, got, c.want)
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/go-throttler/throttler"
 	"github.com/go-throttler/throttler/bench/internal/fakeapi"
 	"github.com/go-throttler/throttler/bench/internal/impls"
+	"github.com/go-throttler/throttler/bench/internal/metrics"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -95,6 +96,10 @@ type ReplicaResult struct {
 	HighWaitNs     []int64 `json:"high_wait_ns,omitempty"`
 	HighAtNs       []int64 `json:"high_at_ns,omitempty"` // when each of those arrived, after go
 	HighUnfinished int     `json:"high_unfinished,omitempty"`
+	// ClockSamples are the round trips of the replica's Redis client that
+	// carried a TIME (this library's clock samples), as its hook timed
+	// them: see metrics.ClockSample.
+	ClockSamples []metrics.ClockSample `json:"clock_samples,omitempty"`
 }
 
 // ReplicaMain runs a replica from the configuration in ReplicaEnv, talking to
@@ -122,8 +127,44 @@ func harnessCtx(ctx context.Context) context.Context {
 }
 
 // tripCounter is a go-redis hook counting round trips: one per command sent
-// alone, one per pipeline or transaction.
-type tripCounter struct{ n atomic.Int64 }
+// alone, one per pipeline or transaction. It also times those that carry a
+// TIME, this library's clock samples: the hook's send and receive enclose
+// the server's reading as the library's own do (the library's enclose the
+// hook's, and a hand-off to go-redis's goroutine besides, with the default
+// client).
+type tripCounter struct {
+	n atomic.Int64
+
+	mu      sync.Mutex
+	samples []metrics.ClockSample
+}
+
+// timed runs next, and when cmds hold a TIME that succeeded, notes it as a
+// clock sample.
+func (c *tripCounter) timed(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+	var tc *redis.TimeCmd
+	if ctx.Value(harnessCall{}) == nil {
+		for _, cmd := range cmds {
+			if x, ok := cmd.(*redis.TimeCmd); ok {
+				tc = x
+				break
+			}
+		}
+	}
+	if tc == nil {
+		return next()
+	}
+	sent := time.Now()
+	err := next()
+	recv := time.Now()
+	if tc.Err() == nil && !tc.Val().IsZero() {
+		s := metrics.NewClockSample(sent.UnixNano(), recv.UnixNano(), tc.Val().UnixNano())
+		c.mu.Lock()
+		c.samples = append(c.samples, s)
+		c.mu.Unlock()
+	}
+	return err
+}
 
 func (c *tripCounter) count(ctx context.Context, first redis.Cmder) {
 	if ctx.Value(harnessCall{}) != nil {
@@ -140,7 +181,7 @@ func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next
 func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.count(ctx, cmd)
-		return next(ctx, cmd)
+		return c.timed(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
 	}
 }
 
@@ -153,7 +194,7 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			}
 			c.count(ctx, first)
 		}
-		return next(ctx, cmds)
+		return c.timed(ctx, cmds, func() error { return next(ctx, cmds) })
 	}
 }
 
@@ -278,6 +319,9 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		res.LateWakes = int64(t.Stats().LateWakes)
 	}
 	res.RoundTrips = trips.n.Load()
+	trips.mu.Lock()
+	res.ClockSamples = trips.samples
+	trips.mu.Unlock()
 	if admitted != nil {
 		res.Admitted = int64(admitted())
 	}
@@ -362,7 +406,13 @@ func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Cli
 			ping = time.Since(p0)
 		}
 		w0 := time.Now()
-		err := w.Wait(ctx)
+		var score time.Time
+		var err error
+		if cfg.Kind.callsAPI() {
+			score, err = impls.WaitAt(ctx, w)
+		} else {
+			err = w.Wait(ctx)
+		}
 		done := time.Now()
 		if err != nil {
 			if l.waitFailed(ctx, err) {
@@ -374,7 +424,7 @@ func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Cli
 			l.pings = append(l.pings, int64(ping))
 		}
 		if cfg.Kind.callsAPI() {
-			l.called(call(client, cfg))
+			l.called(call(client, cfg, score, w0, done))
 		}
 	}
 }
@@ -425,7 +475,7 @@ func loopInFlight(ctx context.Context, cfg ReplicaConfig, th *throttler.Throttle
 		var began time.Time
 		err := th.Do(ctx, func(context.Context) error {
 			began = time.Now()
-			return call(client, cfg)
+			return call(client, cfg, time.Time{}, w0, began)
 		})
 		if began.IsZero() { // not admitted
 			if l.waitFailed(ctx, err) {
@@ -449,13 +499,13 @@ func loopStorm(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *h
 		w0 := time.Now()
 		deadline := w0.Add(d)
 		wctx, cancel := context.WithDeadline(ctx, deadline)
-		err := w.Wait(wctx)
+		score, err := impls.WaitAt(wctx, w)
 		cancel()
 		done := time.Now()
 		switch {
 		case err == nil:
 			l.admit(w0, done, warmEnd)
-			l.called(call(client, cfg))
+			l.called(call(client, cfg, score, w0, done))
 		case ctx.Err() != nil:
 			l.unfinished = true
 			return
@@ -496,12 +546,14 @@ func loopArrivals(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client
 // returned: a call that arrived during the warm-up waited for it).
 func arrive(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time, l *goroutineLog) {
 	l.arrived = time.Now()
-	if err := w.Wait(ctx); err != nil {
+	score, err := impls.WaitAt(ctx, w)
+	if err != nil {
 		l.waitFailed(ctx, err)
 		return
 	}
-	l.record(l.arrived, time.Now(), !l.arrived.Before(warmEnd))
-	l.called(call(client, cfg))
+	done := time.Now()
+	l.record(l.arrived, done, !l.arrived.Before(warmEnd))
+	l.called(call(client, cfg, score, l.arrived, done))
 }
 
 // refused notes a Wait from w0 with deadline d that failed by its deadline
@@ -533,13 +585,21 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // call makes the API call: not bound to the run's context, so that a call
-// admitted just before the end is still made (it was counted).
-func call(client *http.Client, cfg ReplicaConfig) error {
+// admitted just before the end is still made (it was counted). Its headers
+// carry the replica, score (the server time the call was counted at; zero:
+// not known), when its Wait began and returned, and the moment it is sent.
+func call(client *http.Client, cfg ReplicaConfig, score, started, returned time.Time) error {
 	req, err := http.NewRequest(http.MethodGet, cfg.APIURL, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set(fakeapi.ReplicaHeader, strconv.Itoa(cfg.Index))
+	if !score.IsZero() {
+		req.Header.Set(fakeapi.ScoreHeader, strconv.FormatInt(score.UnixMicro(), 10))
+	}
+	req.Header.Set(fakeapi.StartedHeader, strconv.FormatInt(started.UnixNano(), 10))
+	req.Header.Set(fakeapi.ReturnedHeader, strconv.FormatInt(returned.UnixNano(), 10))
+	req.Header.Set(fakeapi.SentHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
 	resp, err := client.Do(req)
 	if err != nil {
 		return err

@@ -15,6 +15,9 @@ type Report struct {
 	Rows      []Row          `json:"rows"`
 	Latency   []LatencyRow   `json:"latency,omitempty"`
 	Memory    []MemoryRow    `json:"memory,omitempty"`
+	// Summary sums up the runs of each scenario and implementation whose
+	// rows have a max in window, when each ran more than once (-runs).
+	Summary []SummaryRow `json:"summary,omitempty"`
 }
 
 // Meta describes the machine and the run.
@@ -26,6 +29,7 @@ type Meta struct {
 	RedisVersion string  `json:"redis_version"`
 	Quick        bool    `json:"quick"`
 	BufferMs     float64 `json:"buffer_ms"`
+	Runs         int     `json:"runs"` // runs of each scenario and implementation
 }
 
 // ScenarioInfo is a scenario's parameters, as run.
@@ -47,6 +51,7 @@ type ScenarioInfo struct {
 type Row struct {
 	Scenario   string  `json:"scenario"`
 	Impl       string  `json:"impl"`
+	Run        int     `json:"run"` // 1, 2, ... up to Meta.Runs
 	Procs      int     `json:"procs"`
 	Goroutines int     `json:"goroutines"`
 	Limit      int     `json:"limit"`
@@ -103,6 +108,10 @@ type Row struct {
 
 	// Priority: a KindPriority run's figures.
 	Priority *PriorityRow `json:"priority,omitempty"`
+
+	// Attrib attributes the windows over the limit at the API to their
+	// calls, in the scenarios that call it.
+	Attrib *AttribRow `json:"attribution,omitempty"`
 
 	SeriesStepMs int64 `json:"series_step_ms,omitempty"`
 	// Series[i] is the number of API arrivals in the window of length
@@ -187,6 +196,7 @@ type HighCall struct {
 // LatencyRow is the latency scenario for one implementation.
 type LatencyRow struct {
 	Impl      string  `json:"impl"`
+	Run       int     `json:"run"`
 	Samples   int     `json:"samples"`
 	PingP50Us float64 `json:"ping_p50_us"`
 	PingP99Us float64 `json:"ping_p99_us"`
@@ -198,6 +208,7 @@ type LatencyRow struct {
 // MemoryRow is the memory scenario for one implementation.
 type MemoryRow struct {
 	Impl           string  `json:"impl"`
+	Run            int     `json:"run"`
 	Calls          int     `json:"calls"`
 	Members        int64   `json:"members"`
 	Keys           int     `json:"keys"`
@@ -214,8 +225,9 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
+	multi := r.Meta.Runs > 1
 	var rows, llm, inflight, storm, prio []Row
-	for _, row := range r.Rows {
+	for _, row := range r.grouped() {
 		switch {
 		case row.LLM != nil:
 			llm = append(llm, row)
@@ -230,11 +242,11 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if len(rows) > 0 {
-		b.WriteString("| scenario | impl | admitted/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm | Jain | wait p50 | wait p99 |\n")
-		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(runCols("| scenario | impl | admitted/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm | Jain | wait p50 | wait p99 |\n",
+			"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", 1, multi))
 		for _, row := range rows {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.1f | %s | %s | %s |\n",
-				row.Scenario, row.Impl, fmtRate(row.AdmittedPerSec),
+				row.Scenario, row.impl(multi), fmtRate(row.AdmittedPerSec),
 				optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
 				optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0),
 				row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm,
@@ -244,12 +256,12 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	if len(llm) > 0 {
-		b.WriteString("| llm | impl | calls | 429s | 429s after warm-up | tokens per interval | token utilization | max tokens in a window | max requests in a window | RT/call | cmds/call | Redis CPU µs/call | Jain |\n")
-		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(runCols("| llm | impl | calls | 429s | 429s after warm-up | tokens per interval | token utilization | max tokens in a window | max requests in a window | RT/call | cmds/call | Redis CPU µs/call | Jain |\n",
+			"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", 1, multi))
 		for _, row := range llm {
 			l := row.LLM
 			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.1f | %s |\n",
-				row.Scenario, row.Impl, l.Calls, optI(&l.Rejected, 0), optI(&l.RejectedAfterWarmup, 0), l.TokensPerInterval,
+				row.Scenario, row.impl(multi), l.Calls, optI(&l.Rejected, 0), optI(&l.RejectedAfterWarmup, 0), l.TokensPerInterval,
 				optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
 				optI(&l.MaxTokens, l.TokenLimit), optI(&l.MaxRequests, l.RequestLimit),
 				row.RoundTripsPerAdm, row.CommandsPerAdm, row.RedisCPUUsPerAdm,
@@ -258,8 +270,8 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	if len(inflight) > 0 {
-		b.WriteString("| inflight (peers: no cross-process cap) | calls/s | cap | max in flight | mean in flight / cap | refused over cap | RT/adm | reservations/adm | cmds/adm | lease waits/adm | Redis CPU µs/adm | wait p50 | wait p99 |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(runCols("| inflight (peers: no cross-process cap) | calls/s | cap | max in flight | mean in flight / cap | refused over cap | RT/adm | reservations/adm | cmds/adm | lease waits/adm | Redis CPU µs/adm | wait p50 | wait p99 |\n",
+			"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", 0, multi))
 		for _, row := range inflight {
 			f := row.InFlight
 			maxCell := fmt.Sprint(f.Max)
@@ -267,23 +279,27 @@ func (r *Report) Markdown() string {
 				maxCell = "**" + maxCell + "**"
 			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.1f%% | %s | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %s |\n",
-				row.Impl, fmtRate(row.AdmittedPerSec), f.Cap, maxCell, 100*f.Utilization, optI(&f.OverCap, 0),
+				row.impl(multi), fmtRate(row.AdmittedPerSec), f.Cap, maxCell, 100*f.Utilization, optI(&f.OverCap, 0),
 				row.RoundTripsPerAdm, f.ReservationsPerAdm, row.CommandsPerAdm, f.LeaseWaitsPerAdm, row.RedisCPUUsPerAdm,
 				fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms))
 		}
 		b.WriteString("\n")
 	}
 	if len(storm) > 0 {
-		writeStorm(&b, storm)
+		writeStorm(&b, storm, multi)
 	}
 	if len(prio) > 0 {
-		writePriority(&b, prio)
+		writePriority(&b, prio, multi)
 	}
+	if multi {
+		writeSummary(&b, r.Summary)
+	}
+	writeAttrib(&b, r.Rows, multi)
 	if len(r.Latency) > 0 {
 		b.WriteString("| latency (unthrottled, 1 goroutine) | PING p50 | PING p99 | Wait p50 | Wait p99 | Wait/PING p50 |\n")
 		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f |\n", l.Impl,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f |\n", runLabel(l.Impl, l.Run, multi),
 				fmtMs(l.PingP50Us/1000), fmtMs(l.PingP99Us/1000), fmtMs(l.WaitP50Us/1000), fmtMs(l.WaitP99Us/1000), l.RatioP50)
 		}
 		b.WriteString("\n")
@@ -292,7 +308,7 @@ func (r *Report) Markdown() string {
 		b.WriteString("| memory (one window) | calls | members | MEMORY USAGE | bytes/member |\n")
 		b.WriteString("|---|---:|---:|---:|---:|\n")
 		for _, m := range r.Memory {
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f |\n", m.Impl, m.Calls, m.Members, m.Bytes, m.BytesPerMember)
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f |\n", runLabel(m.Impl, m.Run, multi), m.Calls, m.Members, m.Bytes, m.BytesPerMember)
 		}
 		b.WriteString("\n")
 	}
@@ -304,7 +320,7 @@ func (r *Report) Markdown() string {
 	for _, row := range r.Rows {
 		if row.Errors > 0 || row.APIErrors > 0 {
 			notes = append(notes, fmt.Sprintf("- %s/%s: %d wait errors, %d API errors (first: %s)",
-				row.Scenario, row.Impl, row.Errors, row.APIErrors, row.FirstError))
+				row.Scenario, runLabel(row.Impl, row.Run, multi), row.Errors, row.APIErrors, row.FirstError))
 		}
 	}
 	if len(notes) > 0 {
@@ -314,9 +330,9 @@ func (r *Report) Markdown() string {
 }
 
 // writeStorm writes the table of KindStorm rows.
-func writeStorm(b *strings.Builder, rows []Row) {
-	b.WriteString("| storm | impl | Wait calls | failed | RT/Wait | admissions | cmds/adm | utilization | max in window | strict rejects | Redis CPU µs/adm | wait p50 | wait p99 | failed early | failed returned at, % of deadline: p50 | p99 |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+func writeStorm(b *strings.Builder, rows []Row, multi bool) {
+	b.WriteString(runCols("| storm | impl | Wait calls | failed | RT/Wait | admissions | cmds/adm | utilization | max in window | strict rejects | Redis CPU µs/adm | wait p50 | wait p99 | failed early | failed returned at, % of deadline: p50 | p99 |\n",
+		"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", 1, multi))
 	for _, row := range rows {
 		f := row.Storm
 		p50, p99 := "—", "—" // no Wait succeeded after the warm-up
@@ -324,7 +340,7 @@ func writeStorm(b *strings.Builder, rows []Row) {
 			p50, p99 = fmtMs(row.WaitP50Ms), fmtMs(row.WaitP99Ms)
 		}
 		fmt.Fprintf(b, "| %s | %s | %d | %d | %.3f | %d | %.2f | %s | %s | %s | %.1f | %s | %s | %.1f%% | %s | %s |\n",
-			row.Scenario, row.Impl, f.WaitCalls, f.Failed, f.RoundTripsPerWait, f.Admitted, row.CommandsPerAdm,
+			row.Scenario, row.impl(multi), f.WaitCalls, f.Failed, f.RoundTripsPerWait, f.Admitted, row.CommandsPerAdm,
 			optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
 			optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0), row.RedisCPUUsPerAdm,
 			p50, p99, 100*f.EarlyShare, fmtDeadline(f.FailedAtP50), fmtDeadline(f.FailedAtP99))
@@ -333,13 +349,13 @@ func writeStorm(b *strings.Builder, rows []Row) {
 }
 
 // writePriority writes the table of KindPriority rows.
-func writePriority(b *strings.Builder, rows []Row) {
-	b.WriteString("| priority | impl | low share | low Throttler | high arrived | high admitted | high wait p50 | p99 | max | low admitted | low/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm |\n")
-	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+func writePriority(b *strings.Builder, rows []Row, multi bool) {
+	b.WriteString(runCols("| priority | impl | low share | low Throttler | high arrived | high admitted | high wait p50 | p99 | max | low admitted | low/s | utilization | max in window | strict rejects | RT/adm | cmds/adm | Redis CPU µs/adm |\n",
+		"|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", 1, multi))
 	for _, row := range rows {
 		f := row.Priority
 		fmt.Fprintf(b, "| %s | %s | %.2f | %s | %d | %d | %s | %s | %s | %d | %s | %s | %s | %s | %.2f | %.2f | %.1f |\n",
-			row.Scenario, row.Impl, f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted,
+			row.Scenario, row.impl(multi), f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted,
 			fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs), f.LowAdmitted, fmtRate(f.LowPerSec),
 			optF(row.Utilization, func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }),
 			optI(row.MaxInWindow, row.Limit), optI(row.StrictRejects, 0),

@@ -30,6 +30,14 @@ type Options struct {
 	Scenarios []Scenario    // what to run, in order
 	Buffer    time.Duration // the throttler's and the seed's buffer
 	Quick     bool          // recorded in the report
+	// Calls lists every call that reached the API in each row's
+	// attribution (AttribRow.CallList), not only those of the windows over
+	// the limit.
+	Calls bool
+	// Runs is how many times each scenario runs with each of its
+	// implementations (0 means once): run 1 of every scenario and
+	// implementation, then run 2, and so on, each from a FLUSHALL.
+	Runs int
 	// LowShare is PriorityLow's share of the limit in the priority
 	// scenarios (WithPriorityShare); 0 means the library's default, 0.9.
 	LowShare float64
@@ -93,7 +101,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		RedisVersion: srv.Version,
 		Quick:        opt.Quick,
 		BufferMs:     ms(opt.Buffer),
+		Runs:         max(opt.Runs, 1),
 	}}
+	runs := rep.Meta.Runs
 	total := 0
 	for _, sc := range opt.Scenarios {
 		total += len(sc.Impls)
@@ -103,34 +113,50 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			Calls: sc.Calls, Impls: sc.Impls, Description: sc.String(),
 		})
 	}
+	total *= runs
 	n := 0
-	for _, sc := range opt.Scenarios {
-		for _, impl := range sc.Impls {
-			n++
-			fmt.Fprintf(opt.Progress, "[%2d/%d] %-8s %-10s ", n, total, sc.Name, impl)
-			began := time.Now()
-			if sc.Kind == KindMemory {
-				m, err := h.runMemory(ctx, sc, impl)
+	for run := 1; run <= runs; run++ {
+		for _, sc := range opt.Scenarios {
+			for _, impl := range sc.Impls {
+				n++
+				what := fmt.Sprintf("%s/%s", sc.Name, impl)
+				if runs > 1 {
+					what += fmt.Sprintf(" run %d", run)
+				}
+				fmt.Fprintf(opt.Progress, "[%2d/%d] %-8s %-10s ", n, total, sc.Name, impl)
+				if runs > 1 {
+					fmt.Fprintf(opt.Progress, "run %-2d ", run)
+				}
+				began := time.Now()
+				if sc.Kind == KindMemory {
+					m, err := h.runMemory(ctx, sc, impl)
+					if err != nil {
+						fmt.Fprintln(opt.Progress, "failed")
+						return nil, fmt.Errorf("%s: %w", what, err)
+					}
+					m.Run = run
+					rep.Memory = append(rep.Memory, m)
+					fmt.Fprintf(opt.Progress, "%5.1fs  %d members, %d bytes (%.1f/member)\n",
+						time.Since(began).Seconds(), m.Members, m.Bytes, m.BytesPerMember)
+					continue
+				}
+				row, lat, err := h.runReplicas(ctx, sc, impl)
 				if err != nil {
 					fmt.Fprintln(opt.Progress, "failed")
-					return nil, fmt.Errorf("%s/%s: %w", sc.Name, impl, err)
+					return nil, fmt.Errorf("%s: %w", what, err)
 				}
-				rep.Memory = append(rep.Memory, m)
-				fmt.Fprintf(opt.Progress, "%5.1fs  %d members, %d bytes (%.1f/member)\n",
-					time.Since(began).Seconds(), m.Members, m.Bytes, m.BytesPerMember)
-				continue
+				row.Run = run
+				rep.Rows = append(rep.Rows, row)
+				if lat != nil {
+					lat.Run = run
+					rep.Latency = append(rep.Latency, *lat)
+				}
+				fmt.Fprintf(opt.Progress, "%5.1fs  %s\n", time.Since(began).Seconds(), row.summary())
 			}
-			row, lat, err := h.runReplicas(ctx, sc, impl)
-			if err != nil {
-				fmt.Fprintln(opt.Progress, "failed")
-				return nil, fmt.Errorf("%s/%s: %w", sc.Name, impl, err)
-			}
-			rep.Rows = append(rep.Rows, row)
-			if lat != nil {
-				rep.Latency = append(rep.Latency, *lat)
-			}
-			fmt.Fprintf(opt.Progress, "%5.1fs  %s\n", time.Since(began).Seconds(), row.summary())
 		}
+	}
+	if runs > 1 {
+		rep.Summary = summarize(rep.Rows)
 	}
 	return rep, nil
 }
@@ -202,6 +228,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	h.api.Take()
+	h.api.Stalls()
 	if sc.Kind == KindInFlight {
 		h.api.SetInFlight(sc.InFlight, sc.HoldMin, sc.HoldMax)
 		defer h.api.SetInFlight(0, 0, 0)
@@ -280,7 +307,8 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	arrivals := h.api.Take()
-	row, lat := compute(sc, impl, t0, results, arrivals, before, after)
+	stalls := h.api.Stalls()
+	row, lat := compute(sc, impl, h.opt.Buffer, h.opt.Calls, t0, results, arrivals, stalls, before, after)
 	if row.Priority != nil {
 		row.Priority.LowShare = h.lowShare()
 		if h.opt.LowAhead != nil {
@@ -316,8 +344,8 @@ func await(ctx context.Context, ch <-chan error, d time.Duration, what string) e
 }
 
 // compute turns one run's raw results into its row.
-func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, arrivals []fakeapi.Arrival,
-	before, after redisserver.Snapshot) (Row, *LatencyRow) {
+func compute(sc Scenario, impl string, buffer time.Duration, allCalls bool, t0 time.Time, results []ReplicaResult, arrivals []fakeapi.Arrival,
+	stalls []fakeapi.Stall, before, after redisserver.Snapshot) (Row, *LatencyRow) {
 	row := Row{
 		Scenario: sc.Name, Impl: impl, Procs: sc.Procs, Goroutines: sc.Goroutines,
 		Limit: sc.Limit, IntervalMs: ms(sc.Interval), DurationS: sc.Duration.Seconds(),
@@ -389,6 +417,7 @@ func compute(sc Scenario, impl string, t0 time.Time, results []ReplicaResult, ar
 		row.StrictRejects = ptr(metrics.StrictRejects(ts, sc.Limit, w))
 		row.SeriesStepMs = seriesStep.Milliseconds()
 		row.Series = metrics.Rolling(ts, w, int64(seriesStep), int64(sc.Duration))
+		row.Attrib = attribution(sc, buffer, t0, arrivals, stalls, results, allCalls)
 	}
 	for _, c := range perProc {
 		row.PerProc = append(row.PerProc, int64(c))

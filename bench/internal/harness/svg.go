@@ -32,7 +32,8 @@ func (r *Report) SVG() string {
 		}
 		p := panel{info: s}
 		for _, row := range r.Rows {
-			if row.Scenario == s.Name && len(row.Series) > 0 {
+			// One line per implementation: with -runs, its first run's.
+			if row.Scenario == s.Name && len(row.Series) > 0 && row.Run <= 1 {
 				p.rows = append(p.rows, row)
 			}
 		}

@@ -1,6 +1,7 @@
 package impls
 
 import (
+	"context"
 	"time"
 
 	"github.com/go-throttler/throttler"
@@ -38,4 +39,22 @@ func NewPriority(rdb *redis.Client, cfg Config, lowShare float64, opts ...thrott
 	opts = append([]throttler.Option{throttler.WithBuffer(cfg.Buffer),
 		throttler.WithPriorityShare(throttler.PriorityLow, lowShare)}, opts...)
 	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, opts...)
+}
+
+// WaitAt waits on w as its Wait does, and returns the server time the call
+// was counted at, when w knows it: for this library it takes Reserve(ctx,
+// 1) (without WithInFlight, the path of Wait) and returns the permit's At;
+// for the peers, which keep no such time, it calls Wait and returns the
+// zero Time.
+func WaitAt(ctx context.Context, w Waiter) (time.Time, error) {
+	t, ok := w.(*throttler.Throttler)
+	if !ok {
+		return time.Time{}, w.Wait(ctx)
+	}
+	p, err := t.Reserve(ctx, 1)
+	if err != nil {
+		return time.Time{}, err
+	}
+	p.Done() // no place in flight to give back: a formality
+	return p.At(), nil
 }
