@@ -31,7 +31,10 @@
 //
 //	go run ./examples/counters [-style github|openai] [-replicas 3] [-goroutines 10] [-limit 100]
 //		[-window 10s] [-windows 6] [-foreign 40] [-burst 20] [-secondary 50] [-backoff 1s] [-counters=true]
-//		[-reserve-ahead d] [-buffer 50ms]
+//		[-reserve-ahead d] [-buffer 50ms] [-trace file]
+//
+// -trace writes what the run did, one JSON object a line, for working out
+// why a call was refused: see trace.go.
 package main
 
 import (
@@ -62,6 +65,7 @@ type config struct {
 	ahead                                         time.Duration // < 0: the library's default
 	counters                                      bool
 	out                                           io.Writer
+	trace                                         string // a file to write the run's trace to (see tracer); "" = none
 }
 
 func main() {
@@ -78,6 +82,7 @@ func main() {
 	flag.DurationVar(&c.backoff, "backoff", time.Second, "Transport.Backoff: the first back-off from a refusal that does not say until when")
 	flag.DurationVar(&c.buffer, "buffer", 50*time.Millisecond, "throttler.WithBuffer")
 	flag.BoolVar(&c.counters, "counters", true, "set Transport.Counters to the style's preset")
+	flag.StringVar(&c.trace, "trace", "", "write the run's trace to this file, one JSON object a line: every answer, request of ours, Redis round trip and Observer event (see trace.go)")
 	c.ahead = -1
 	flag.Func("reserve-ahead", "throttler.WithReserveAhead (default: the library's, the window capped at 1s)", func(v string) error {
 		d, err := time.ParseDuration(v)
@@ -145,11 +150,20 @@ func run(ctx context.Context, c config, dial func() *redis.Client) (result, erro
 	var (
 		thrs    []*throttler.Throttler
 		clients []*http.Client
+		tc      *tracer
 	)
-	for range c.replicas {
+	if c.trace != "" {
+		tc = newTracer()
+	}
+	for i := range c.replicas {
+		name := fmt.Sprintf("r%d", i)
 		rc := dial()
 		defer rc.Close()
 		opts := []throttler.Option{throttler.WithBuffer(c.buffer)}
+		if tc != nil {
+			rc.AddHook(redisTrace{tc: tc, replica: name, key: key + ":window"})
+			opts = append(opts, throttler.WithObserver(tc.observer(name)))
+		}
 		if c.burst > 0 {
 			opts = append(opts, throttler.WithLimit(key+":burst", c.burst, c.window/10))
 		}
@@ -163,7 +177,11 @@ func run(ctx context.Context, c config, dial func() *redis.Client) (result, erro
 		conns := http.DefaultTransport.(*http.Transport).Clone()
 		conns.MaxIdleConnsPerHost = c.goroutines
 		defer conns.CloseIdleConnections()
-		tr := &throttler.Transport{Base: conns, Route: t.Route(), Backoff: c.backoff}
+		var base http.RoundTripper = conns
+		if tc != nil {
+			base = &tracingRT{tc: tc, base: conns, replica: name}
+		}
+		tr := &throttler.Transport{Base: base, Route: t.Route(), Backoff: c.backoff}
 		if c.counters {
 			tr.Counters = throttler.GitHub()
 			if c.style == fakequota.OpenAI {
@@ -207,8 +225,15 @@ func run(ctx context.Context, c config, dial func() *redis.Client) (result, erro
 	for _, t := range thrs {
 		pauses += t.Stats().Pauses
 	}
-	r := summarize(c, api.Answers(), start)
+	answers := api.Answers()
+	r := summarize(c, answers, start)
 	r.pauses = pauses
+	if tc != nil {
+		if err := tc.write(c.trace, c, start, answers); err != nil {
+			return r, fmt.Errorf("trace: %w", err)
+		}
+		fmt.Fprintf(c.out, "trace written to %s\n", c.trace)
+	}
 	fmt.Fprintf(c.out, "Throttlers' pauses (learned, summed over replicas): %d\n", pauses)
 	return r, nil
 }

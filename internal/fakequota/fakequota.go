@@ -54,6 +54,11 @@ func (s Style) String() string {
 // ConsumerHeader names the consumer of a request.
 const ConsumerHeader = "Consumer"
 
+// TraceHeader, when a request sets it, names the request in its Answer
+// (Answer.Trace), so that a run's trace can tie what a client sent to
+// what the API counted.
+const TraceHeader = "Trace-Id"
+
 // SecondaryMessage is the message of a 403 for the secondary limit.
 const SecondaryMessage = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
 
@@ -85,6 +90,13 @@ type Answer struct {
 	// counted when the response was written: a response to another
 	// consumer with Foreign > 0 reveals their use.
 	Foreign int
+	// Ours is how many calls of the other consumers it counted then.
+	Ours int
+	// Reset is the reset the response stated, as sent: epoch seconds
+	// (GitHub style) or a duration (OpenAI style).
+	Reset string
+	// Trace is the request's TraceHeader, if any.
+	Trace string
 }
 
 // API is the fake. It implements http.Handler and is safe for concurrent
@@ -140,7 +152,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	now := a.cfg.Now()
 	live := a.counted(now)
-	ans := Answer{Consumer: consumer, At: now, Status: http.StatusOK}
+	ans := Answer{Consumer: consumer, At: now, Status: http.StatusOK, Trace: r.Header.Get(TraceHeader)}
 	switch {
 	case a.cfg.Style == GitHub && a.cfg.Secondary > 0 && a.recent(now) >= a.cfg.Secondary:
 		ans.Status, ans.Secondary = http.StatusForbidden, true
@@ -160,14 +172,15 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ans.Foreign++
 		}
 	}
-	a.answers = append(a.answers, ans)
+	ans.Ours = len(live) - ans.Foreign
 	h := w.Header()
 	switch a.cfg.Style {
 	case GitHub:
 		h.Set("X-RateLimit-Limit", strconv.Itoa(a.cfg.Limit))
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(ans.Remaining))
 		h.Set("X-RateLimit-Used", strconv.Itoa(len(live)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(a.WindowStart(now).Add(a.cfg.Window).Unix(), 10))
+		ans.Reset = strconv.FormatInt(a.WindowStart(now).Add(a.cfg.Window).Unix(), 10)
+		h.Set("X-RateLimit-Reset", ans.Reset)
 		h.Set("X-RateLimit-Resource", "core")
 	case OpenAI:
 		reset := time.Duration(0)
@@ -176,8 +189,10 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(a.cfg.Limit))
 		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(ans.Remaining))
-		h.Set("X-Ratelimit-Reset-Requests", reset.Round(time.Millisecond).String())
+		ans.Reset = reset.Round(time.Millisecond).String()
+		h.Set("X-Ratelimit-Reset-Requests", ans.Reset)
 	}
+	a.answers = append(a.answers, ans)
 	a.mu.Unlock()
 
 	h.Set("Content-Type", "application/json")

@@ -86,3 +86,26 @@ func TestOpenAIStyle(t *testing.T) {
 		t.Fatalf("after the first aged out: %d reset %q", w.Code, w.Header().Get("X-Ratelimit-Reset-Requests"))
 	}
 }
+
+// An answer records what its response stated (the reset as sent), the
+// calls of each kind counted, and the request's TraceHeader.
+func TestAnswerTrace(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := New(Config{Style: OpenAI, Limit: 3, Window: 10 * time.Second, Now: func() time.Time { return now }},
+		func(c string) bool { return c == "foreign" })
+	serve(t, a, "foreign")
+	now = now.Add(time.Second)
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set(ConsumerHeader, "r0")
+	req.Header.Set(TraceHeader, "r0-1")
+	w := httptest.NewRecorder()
+	a.ServeHTTP(w, req)
+	ans := a.Answers()
+	got := ans[1]
+	if got.Trace != "r0-1" || got.Foreign != 1 || got.Ours != 1 || got.Remaining != 1 || got.Reset != w.Header().Get("X-Ratelimit-Reset-Requests") || got.Reset != "10s" {
+		t.Fatalf("answer %+v, reset header %q", got, w.Header().Get("X-Ratelimit-Reset-Requests"))
+	}
+	if ans[0].Trace != "" || ans[0].Ours != 0 {
+		t.Fatalf("the foreign call's answer: %+v", ans[0])
+	}
+}
