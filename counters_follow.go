@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -18,18 +19,23 @@ type reading struct {
 	scored     int64
 }
 
-// follower applies the readings of one Transport for one Throttler, one at
-// a time: a reading that comes while another is applied waits as pending,
-// replaced by any later one, and is applied next by the same caller.
+// follower applies the readings of one Transport for one Throttler, one
+// batch at a time: readings that come while a batch is applied wait as
+// pending (the newest maxPending), and are applied together next, in one
+// round trip, by the same caller.
 type follower struct {
 	mu      sync.Mutex
 	busy    bool
-	pending *reading
+	pending []reading
 }
 
-// maxFollowRounds bounds the readings one caller applies for others
-// before its response goes back to it.
-const maxFollowRounds = 3
+// maxFollowRounds bounds the batches one caller applies for others before
+// its response goes back to it, and maxPending the readings one batch
+// holds.
+const (
+	maxFollowRounds = 3
+	maxPending      = 16
+)
 
 // learn applies what resp says of the API's quota, and returns its verdict.
 func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response, body []byte, sent time.Time, scored int64) Verdict {
@@ -85,37 +91,40 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 	v, _ := tr.followers.LoadOrStore(t, &follower{})
 	f := v.(*follower)
 	f.mu.Lock()
+	if len(f.pending) == maxPending {
+		f.pending = slices.Delete(f.pending, 0, 1)
+	}
+	f.pending = append(f.pending, rd)
 	if f.busy {
-		f.pending = &rd
 		f.mu.Unlock()
 		return
 	}
 	f.busy = true
-	f.mu.Unlock()
 	for round := 1; ; round++ {
-		tr.apply(ctx, t, rd)
+		batch := f.pending
+		f.pending = nil
+		f.mu.Unlock()
+		tr.apply(ctx, t, batch)
 		f.mu.Lock()
-		if f.pending == nil || round == maxFollowRounds || caller.Err() != nil {
+		if len(f.pending) == 0 || round == maxFollowRounds || caller.Err() != nil {
 			// Past the bound, or once the caller's context has ended
 			// (the response is its own, the readings of others are not),
-			// the pending reading is dropped: the next response brings a
-			// fresher one. The entry goes with the last reading, so that
+			// the pending readings are dropped: the next response brings
+			// a fresher one. The entry goes with the last batch, so that
 			// a Throttler a Group evicted is not kept alive by it.
 			f.pending, f.busy = nil, false
 			tr.followers.CompareAndDelete(t, f)
 			f.mu.Unlock()
 			return
 		}
-		rd = *f.pending
-		f.pending = nil
-		f.mu.Unlock()
 	}
 }
 
-// apply lowers the shared limit so that, of the calls scored after the
+// apply lowers the shared limit so that, of the calls scored after a
 // reading's request was sent, at most Remaining go before Reset: the
 // limit becomes the calls of ours the API already counted (read from
-// Redis) plus Remaining, until Reset.
+// Redis) plus Remaining, until Reset, in one step for the batch (see
+// counterScript).
 //
 // Why that bound holds: every window of ours that holds a call scored
 // before Reset also holds the calls of ours since the start of the API's
@@ -129,70 +138,58 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 // the limit only goes down, for a later reading may come from an earlier
 // request; a reading with a later reset replaces it, up or down, never
 // above New's limit; one with an earlier reset than the one followed is
-// stale and ignored.
-func (tr *Transport) apply(ctx context.Context, t *Throttler, rd reading) {
+// stale and ignored. A gradual counter's limit is the least that its
+// readings of the last interval imply. A reading that leaves nothing at
+// all pauses every replica until its reset.
+func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 	cr, ok := t.st.(countersReader)
 	if !ok {
 		return
 	}
 	x := t.wins[0]
 	interval := x.interval.Microseconds()
-	reset, sent := t.clock.server(rd.q.Reset), rd.scored
-	if sent == 0 {
-		sent = t.clock.server(rd.sent)
+	a := countersApply{
+		limit:    x.limit,
+		gradual:  batch[len(batch)-1].q.Gradual,
+		interval: interval,
+		tol:      min(time.Second, x.interval/20).Microseconds(),
+		maxFor:   (tr.maxPause() + x.interval).Microseconds(),
+		ttl:      t.ttl().Milliseconds(),
+		channel:  newsChannel(x.key),
 	}
-	// The calls of ours the API had counted when it answered: scored
-	// since the start of its window, and no later than the request's own
-	// call (the Transport reserves it to know its score). A call scored a little before the
-	// request may have reached the API after it; the calls the API counts since the start of its window but
-	// scored before it (the buffer's slack) are left out, which only
-	// lowers the limit.
-	from := reset - interval
-	if rd.q.Gradual {
-		from = t.clock.server(rd.recv) - interval
-	}
-	windows := int64(1)
-	if reset-sent > x.w {
-		windows = (reset - sent + x.w - 1) / x.w
-		from = sent // count nothing: the bound is per window
+	for _, rd := range batch {
+		// The calls of ours the API had counted when it answered: scored
+		// since the start of its window, and no later than the moment the
+		// request was sent, or its own score if later. A call never goes
+		// before its score (see margin.go): one scored later went after
+		// the request, and one scored earlier went before it, unless it
+		// went late. (By the score alone, a request sent late would leave
+		// out the calls scored while it was on its way, and a reading
+		// taken in a burst would count too few of ours.)
+		reset, sent := t.clock.server(rd.q.Reset), max(rd.scored, t.clock.server(rd.sent))
+		r := countersReading{from: reset - interval, to: sent, reset: reset, remaining: rd.q.Remaining, windows: 1}
+		if rd.q.Gradual {
+			r.from = sent - interval
+		}
+		if reset-sent > x.w {
+			r.windows = (reset - sent + x.w - 1) / x.w
+			r.from = sent // count nothing: the bound is per window
+		}
+		a.readings = append(a.readings, r)
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-	got, err := cr.readCounters(rctx, from, sent)
+	got, err := cr.applyCounters(rctx, a)
 	cancel()
 	if err != nil {
 		t.observeRedisError(err)
 		return
 	}
-	n := got.used + rd.q.Remaining
-	if windows > 1 {
-		n = rd.q.Remaining / int(windows)
-	}
-	if n == 0 {
-		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
-		return
-	}
-	limit := t.Limit()
-	serverNow := t.clock.server(t.now())
-	inForce := got.limit > 0 && got.limitEnd > serverNow && got.limit < int64(limit)
-	tol := min(time.Second, x.interval/20).Microseconds()
-	if inForce {
-		switch {
-		case abs64(got.limitEnd-reset) <= tol:
-			if int64(n) >= got.limit {
-				return // the same reset: only lower
-			}
-		case got.limitEnd > reset:
-			return // a later reset is followed already
-		}
-	}
-	if n >= limit {
-		if inForce {
-			t.SetLimit(ctx, limit, time.Second) // ends the lowering; a failure is logged
-		}
-		return
-	}
-	if d := time.Duration(reset-serverNow) * time.Microsecond; d > 0 {
-		t.SetLimit(ctx, n, min(d, tr.maxPause()+x.interval)) // a failure is logged; the response stands
+	t.mu.Lock()
+	t.newsLocked(news{limit: int64(got.limit), limitEnd: got.end, limitSet: true})
+	t.mu.Unlock()
+	if got.zeroUntil > 0 {
+		last := batch[len(batch)-1]
+		t.PauseUntil(ctx, minTime(t.clock.local(got.zeroUntil), last.recv.Add(tr.maxPause())))
 	}
 }
 

@@ -167,7 +167,7 @@ func TestCountersSameResetOnlyLowers(t *testing.T) {
 	reset := time.Now().Add(5 * time.Second)
 	tr := &Transport{Counters: IETF()}
 	apply := func(remaining int, reset time.Time) int {
-		tr.apply(t.Context(), mr, reading{q: Quota{Remaining: remaining, Reset: reset}, sent: time.Now(), recv: time.Now()})
+		tr.apply(t.Context(), mr, []reading{{q: Quota{Remaining: remaining, Reset: reset}, sent: time.Now(), recv: time.Now()}})
 		return mr.Stats().Limit
 	}
 	if got := apply(4, reset); got != 4 {
@@ -189,6 +189,39 @@ func TestCountersSameResetOnlyLowers(t *testing.T) {
 		t.Fatalf("50 left, a later reset: limit %d, want New's 10", got)
 	}
 	waitIdle(t, mr)
+}
+
+// A gradual counter's limit is the least its readings of the last
+// interval imply (another consumer's calls that aged out a moment ago come
+// back), and a reading older than that no longer holds it down; readings
+// applied in one batch all count.
+func TestCountersGradualHoldsTheLeast(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		th := mustNew(t, dial(), key, 10, 10*time.Second, WithLogger(quiet))
+		tr := &Transport{Counters: OpenAI()}
+		now := time.Now()
+		read := func(remaining int, sent time.Time) reading {
+			return reading{q: Quota{Remaining: remaining, Reset: now.Add(10 * time.Second), Gradual: true}, sent: sent, recv: now}
+		}
+		apply := func(batch ...reading) int {
+			tr.apply(t.Context(), th, batch)
+			return th.Stats().Limit
+		}
+		// A reading two intervals old is recorded, but holds nothing now.
+		if got := apply(read(2, now.Add(-20*time.Second))); got != 10 {
+			t.Fatalf("a reading two intervals old: limit %d, want New's 10", got)
+		}
+		if got := apply(read(6, now)); got != 6 {
+			t.Fatalf("6 left now: limit %d, want 6 (the old reading's 2 no longer counts)", got)
+		}
+		if got := apply(read(8, now)); got != 6 {
+			t.Fatalf("8 left a moment later: limit %d, want 6 still, the least of the interval", got)
+		}
+		if got := apply(read(9, now), read(5, now), read(7, now)); got != 5 {
+			t.Fatalf("a batch leaving 9, 5 and 7: limit %d, want 5", got)
+		}
+		waitIdle(t, th)
+	})
 }
 
 // A refusal that says neither until when nor that the counter is at zero

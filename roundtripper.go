@@ -100,27 +100,31 @@ type Transport struct {
 	//     is a fixed window; a gradual one (Quota.Gradual) holds them to
 	//     the calls of ours it counts, which free up as they age out;
 	//   - Remaining below what our window leaves lowers the Throttler's
-	//     first limit until Reset (see Throttler.SetLimit), so that, of
-	//     the calls admitted once every replica has learned of it, at
-	//     most Remaining go before Reset; after Reset, our own window
-	//     rules again. The limit is never raised above New's.
+	//     first limit (see Throttler.SetLimit) to the calls of ours the
+	//     API had counted plus Remaining, so that, of the calls admitted
+	//     once every replica has learned of it, at most Remaining go
+	//     before Reset; a fixed window's limit holds until Reset and only
+	//     goes down within one reset, after which our own window rules
+	//     again; a gradual counter's is the least its readings of the last
+	//     interval imply. The limit is never raised above New's.
 	//
 	// The first limit's interval must be the API's window (an hour for
 	// GitHub's 5000 an hour). Following a counter takes one Redis round
 	// trip per response whose Remaining is below New's limit (to count the
-	// calls of ours the API has counted), at most one at a time per
-	// Throttler: a response read while one is under way leaves its
-	// reading to it, and only the latest waiting reading is applied. The
-	// bound is exact only for calls admitted once the lowered limit
-	// reached their replica (calls already admitted, or admitted by a
-	// replica before its next round trip, are not recalled), and a call
-	// of ours that reached the API after the request that read the
-	// counter although scored before it counts as though the API had
+	// calls of ours the API has counted, compare and write, in one
+	// script), at most one at a time per Throttler: responses read while
+	// one is under way leave their readings to be applied together next.
+	// A lowered limit is published to every replica as it is written, and
+	// calls sleeping toward slots reserved under the higher one reserve
+	// again. The bound is exact only for calls admitted once the lowered
+	// limit reached their replica (calls already sent are not recalled),
+	// and a call of ours that reached the API after the request that read
+	// the counter although scored before it counts as though the API had
 	// counted it: the limit is then too high by such calls until a later
-	// response lowers it. Nothing can foresee what another consumer
-	// spends after the last response read. Use Counters or LimitHeader,
-	// not both: both set the shared limit. Nil (the default): only
-	// Retry-After is read, as described above.
+	// response lowers it. Nothing can foresee what another consumer spends
+	// beyond what the responses showed. Use Counters or LimitHeader, not
+	// both: both set the shared limit. Nil (the default): only Retry-After
+	// is read, as described above.
 	Counters Counters
 
 	// Backoff is how long a refusal that does not say until when pauses

@@ -296,6 +296,11 @@ func (t *Throttler) unreserveAndUnlock(ctx context.Context, w *waiter, o outcome
 	t.owed.giveBack = append(t.owed.giveBack, members...)
 	w.res = queuedAfter(w.res)
 	t.mu.Unlock()
+	// Give the slot back now, not with the round that reserves the call
+	// again (after a pause, that may be far off): until it is gone, the
+	// window counts a call that never went, and so do the readings of an
+	// API's counter (see Transport.Counters).
+	t.nudge()
 	return o, nil
 }
 

@@ -17,8 +17,9 @@
 // since the epoch) the foreign consumer spends -foreign calls, spread over
 // a fifth of the window, straight at the API.
 //
-// It prints, for each window, the calls of ours and of the foreign
-// consumer the API accepted, the share of what the foreign consumer left
+// It prints, for each window, the calls of ours the API accepted and
+// those of the foreign consumer it counted (in OpenAI's style its refused
+// calls count too, as OpenAI's do), the share of what the foreign consumer left
 // that ours used, and our refusals; then a summary: the first response
 // that revealed the foreign use, our refusals (403 or 429) after it, and
 // the share of the remaining quota used over the complete windows after
@@ -280,7 +281,9 @@ func summarize(c config, answers []fakequota.Answer, start time.Time) result {
 			break
 		}
 	}
-	type win struct{ ours, foreign, refused int }
+	// foreign: the foreign consumer's calls the API counted (its refused
+	// ones too, in OpenAI's style, as OpenAI counts them).
+	type win struct{ ours, foreign, foreignRefused, refused int }
 	wins := make([]win, c.windows)
 	for _, a := range answers {
 		i := int(a.At.Sub(start) / c.window)
@@ -289,8 +292,11 @@ func summarize(c config, answers []fakequota.Answer, start time.Time) result {
 		}
 		switch {
 		case a.Consumer == "foreign":
-			if a.Status == http.StatusOK {
+			if a.Status == http.StatusOK || c.style == fakequota.OpenAI {
 				wins[i].foreign++
+			}
+			if a.Status != http.StatusOK {
+				wins[i].foreignRefused++
 			}
 		case a.Status == http.StatusOK:
 			wins[i].ours++
@@ -311,8 +317,8 @@ func summarize(c config, answers []fakequota.Answer, start time.Time) result {
 	}
 	for i, w := range wins {
 		left := c.limit - w.foreign
-		fmt.Fprintf(c.out, "window %d  ours %3d  foreign %3d  used of what was left %5.1f%%  our refusals %d\n",
-			i+1, w.ours, w.foreign, 100*float64(w.ours)/float64(max(left, 1)), w.refused)
+		fmt.Fprintf(c.out, "window %d  ours %3d  foreign %3d (refused %2d)  used of what was left %5.1f%%  our refusals %d\n",
+			i+1, w.ours, w.foreign, w.foreignRefused, 100*float64(w.ours)/float64(max(left, 1)), w.refused)
 		if i > revealWin && revealWin >= 0 {
 			r.ours += w.ours
 			r.remaining += left

@@ -16,9 +16,11 @@
 // In the OpenAI style the quota is a sliding window (at most Limit calls
 // in any Window), stated in x-ratelimit-limit-requests, -remaining-requests
 // and -reset-requests, the time until the window holds no call, as a
-// duration ("9.95s"); a call beyond it is answered 429.
+// duration ("9.95s"); a call beyond it is answered 429, and counts all the
+// same: OpenAI's help center says unsuccessful requests contribute to the
+// per-minute limit, so that resending at once does not work.
 //
-// A refused call is not counted. Each request names its consumer in the
+// In the GitHub style a refused call is not counted. Each request names its consumer in the
 // Consumer header; the API records every answer so that a run can be
 // checked afterwards.
 package fakequota
@@ -106,7 +108,7 @@ type API struct {
 	foreign func(consumer string) bool
 
 	mu       sync.Mutex
-	accepted []call // in order of arrival
+	accepted []call // the calls the quota counts, in order of arrival
 	seconds  []time.Time
 	answers  []Answer
 }
@@ -156,17 +158,19 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case a.cfg.Style == GitHub && a.cfg.Secondary > 0 && a.recent(now) >= a.cfg.Secondary:
 		ans.Status, ans.Secondary = http.StatusForbidden, true
+	case len(live) >= a.cfg.Limit && a.cfg.Style == OpenAI:
+		// Refused, and counted all the same.
+		ans.Status = http.StatusTooManyRequests
+		a.accepted = append(a.accepted, call{at: now, foreign: foreign})
+		live = a.counted(now)
 	case len(live) >= a.cfg.Limit:
 		ans.Status = http.StatusForbidden
-		if a.cfg.Style == OpenAI {
-			ans.Status = http.StatusTooManyRequests
-		}
 	default:
 		a.accepted = append(a.accepted, call{at: now, foreign: foreign})
 		a.seconds = append(a.seconds, now)
 		live = a.counted(now)
 	}
-	ans.Remaining = a.cfg.Limit - len(live)
+	ans.Remaining = max(0, a.cfg.Limit-len(live))
 	for _, c := range live {
 		if c.foreign {
 			ans.Foreign++

@@ -68,7 +68,8 @@ func TestGitHubSecondary(t *testing.T) {
 }
 
 // A sliding window states the time until it holds no call, as a duration,
-// and refuses with 429.
+// and refuses with 429; a refused call counts all the same, as OpenAI's
+// do.
 func TestOpenAIStyle(t *testing.T) {
 	now := time.Unix(1000, 0)
 	a := New(Config{Style: OpenAI, Limit: 2, Window: 10 * time.Second, Now: func() time.Time { return now }}, nil)
@@ -78,12 +79,17 @@ func TestOpenAIStyle(t *testing.T) {
 	if got := w.Header().Get("X-Ratelimit-Reset-Requests"); got != "10s" {
 		t.Fatalf("reset: %q, want 10s", got)
 	}
+	now = now.Add(time.Second)
 	if w := serve(t, a, "r0"); w.Code != 429 || w.Header().Get("X-Ratelimit-Remaining-Requests") != "0" {
 		t.Fatalf("the 3rd call: %d", w.Code)
 	}
-	now = now.Add(6 * time.Second) // the first call has aged out
+	now = now.Add(5 * time.Second) // the first call has aged out, the refused one counts
+	if w := serve(t, a, "r0"); w.Code != 429 {
+		t.Fatalf("with the refused call still counted: %d, want 429", w.Code)
+	}
+	now = now.Add(5 * time.Second) // the two calls at +4s and +5s have aged out
 	if w := serve(t, a, "r0"); w.Code != 200 || w.Header().Get("X-Ratelimit-Reset-Requests") != "10s" {
-		t.Fatalf("after the first aged out: %d reset %q", w.Code, w.Header().Get("X-Ratelimit-Reset-Requests"))
+		t.Fatalf("after the others aged out: %d reset %q", w.Code, w.Header().Get("X-Ratelimit-Reset-Requests"))
 	}
 }
 
