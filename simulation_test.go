@@ -231,7 +231,7 @@ func (w *simWorld) newReplica(i int) *simReplica {
 		// DNS lookup cannot run in the bubble. The Dialer ignores it.
 		Addr: "127.0.0.1:6379",
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return w.net.Dial(i)
+			return w.net.Dial(i, 0)
 		},
 		ContextTimeoutEnabled: sc.CtxClient[i],
 		// No identity handshake: miniredis answers HELLO, but a real
