@@ -834,6 +834,9 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 // share of windows that hold it.
 func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 	sc := w.sc
+	if len(adms) == 0 {
+		return 0, false
+	}
 	span, limit := sc.W(), sc.Limits[0].Limit
 	for _, l := range sc.Limits[1:] {
 		wl := l.Interval + sc.Buffer
