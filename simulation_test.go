@@ -143,7 +143,7 @@ func runSimulation(t *testing.T, sc sim.Scenario, verbose bool) {
 		w.run()
 		w.check()
 		if verbose || t.Failed() {
-			t.Logf("%s\n%s", sc, w.summary())
+			t.Logf("%s\n%s\nfaults: %s", sc, w.summary(), strings.Join(sc.FaultLines(), "; "))
 		}
 		if t.Failed() {
 			t.Logf("replay: go test -run '^TestSimulation$' -sim.seed %d -v .", sc.Seed)
@@ -290,7 +290,7 @@ func (w *simWorld) newReplica(i int) *simReplica {
 			r.admitted[m] = score
 		}
 		r.mu.Unlock()
-		w.rec.Note(i, "reserved n=%d at score %s", len(members), time.UnixMicro(score).Sub(start))
+		w.rec.Note(i, "reserved n=%d at score %s%s", len(members), time.UnixMicro(score).Sub(start), placed(th, r.clock, score))
 	}
 	th.onRelease = func(members []string) {
 		r.mu.Lock()
@@ -302,6 +302,22 @@ func (w *simWorld) newReplica(i int) *simReplica {
 	}
 	r.th = th
 	return r
+}
+
+// placed says where th's estimate of the server's clock places a call
+// scored at score: when, on the server's clock, the local time it converts
+// the score to comes (on the local clock as it is now), if that is off the
+// score by 100µs or more. The simulation knows the true offset: the
+// server's clock is the bubble's, a replica's is off it by its skew.
+func placed(th *Throttler, clock *sim.Clock, score int64) string {
+	off := time.Duration(th.clock.local(score).Add(-clock.Skew()).UnixMicro()-score) * time.Microsecond
+	switch {
+	case off >= 100*time.Microsecond:
+		return fmt.Sprintf(" (the clock estimate sends it %s late)", off)
+	case off <= -100*time.Microsecond:
+		return fmt.Sprintf(" (the clock estimate sends it %s early)", -off)
+	}
+	return ""
 }
 
 // run starts the callers and the faults, ends the traffic at the scenario's
