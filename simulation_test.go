@@ -75,8 +75,29 @@ var simOpen = []simCase{
 	{242, "clock estimate under asymmetric delay: replies 201ms late and a local clock step back of 548ms; calls the restarted estimate placed went 100ms before their scores, more than half the 50ms buffer, while earlier calls went late (55 in a window of 52). The estimate's error bound is half its round trip, and nothing holds calls to the buffer when that bound exceeds it; found when the in-flight scenarios moved this seed's timing (the same seed without them passes)"},
 }
 
+// simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
+// found before the simulator drew faults on the clock estimate (delayed
+// requests, delays drawn per round trip, cold starts: see sim.Generate).
+// Those faults came on a share of the seeds, from a source of their own,
+// leaving every other draw as it was; these seeds run without them, in the
+// world they were found in, so that they still reproduce what they found.
+// A seed found later runs with whatever it drew.
+var simFoundBeforeClockFaults = []uint64{8, 11, 14, 20, 31, 35, 37, 57, 63, 64, 66, 85, 153, 242, 310,
+	377, 406, 663, 762, 803, 1230, 1401, 2370, 2996}
+
+// simScenario is seed's scenario as TestSimulation runs it.
+func simScenario(seed uint64) sim.Scenario {
+	sc := sim.Generate(seed)
+	if slices.Contains(simFoundBeforeClockFaults, seed) {
+		sc = sc.WithoutClockFaults()
+	}
+	return sc
+}
+
 // simCISet is how many seeds, from 1, make the CI seed set. Any run of
-// ten consecutive seeds schedules every fault kind (see sim.Generate).
+// ten consecutive seeds schedules every fault kind of the cycle, and the
+// faults on the clock estimate come on a share of the seeds (see
+// sim.Generate).
 const simCISet = 1000
 
 // TestSimulation runs the seeds the flags name; without flags, the CI seed
@@ -93,7 +114,7 @@ func TestSimulation(t *testing.T) {
 		for _, r := range simRegressions {
 			t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
 				t.Parallel()
-				runSimulation(t, sim.Generate(r.seed), false)
+				runSimulation(t, simScenario(r.seed), false)
 			})
 		}
 		return
@@ -116,7 +137,7 @@ func TestSimulation(t *testing.T) {
 						t.Skipf("open bug, not fixed yet: %s", simOpen[i].bug)
 					}
 					t.Parallel()
-					runSimulation(t, sim.Generate(seed), *simSeed != 0)
+					runSimulation(t, simScenario(seed), *simSeed != 0)
 				})
 			}
 		})
@@ -127,7 +148,7 @@ func TestSimulation(t *testing.T) {
 				if r.seed > simCISet {
 					t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
 						t.Parallel()
-						runSimulation(t, sim.Generate(r.seed), false)
+						runSimulation(t, simScenario(r.seed), false)
 					})
 				}
 			}
@@ -169,7 +190,8 @@ type simWorld struct {
 	store *sim.Store
 	net   *sim.Network
 	rec   *sim.Recorder
-	reps  []*simReplica
+	reps  []*simReplica // each replica's process now
+	old   []*simReplica // processes replaced by a restart (ColdStart)
 
 	stop   chan struct{}      // closed when the run's traffic ends
 	ctx    context.Context    // every call's parent: cancelled to unstick a hung run
@@ -187,9 +209,12 @@ type simWorld struct {
 }
 
 // simReplica is one replica process: its clock, client, Throttler and the
-// members it holds in Redis as far as its hooks tell.
+// members it holds in Redis as far as its hooks tell. A replica's first
+// process is numbered as the replica; one that replaces it after a restart
+// (ColdStart) takes the number its fault gives, after the replicas'.
 type simReplica struct {
-	id    int
+	id    int // the process's number: in the trace, and its admissions'
+	link  int // the replica it runs as: its machine's clock and network link
 	clock *sim.Clock
 	rdb   *redis.Client
 	th    *Throttler
@@ -217,23 +242,27 @@ func newSimWorld(t *testing.T, sc sim.Scenario) *simWorld {
 		outstanding: map[*simCall]struct{}{}, errs: map[string]int{}}
 	w.net = sim.NewNetwork(w.store, sc.Replicas)
 	w.net.SetLatency(sc.Latency)
+	w.net.Seed(sc.Seed)
 	for i := range sc.Replicas {
-		w.reps = append(w.reps, w.newReplica(i))
+		w.reps = append(w.reps, w.newReplica(i, i, 0, sim.NewClock(sc.Skew[i])))
 	}
 	return w
 }
 
-func (w *simWorld) newReplica(i int) *simReplica {
+// newReplica starts process id, replica link's gen-th, on the machine's
+// clock.
+func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 	sc := w.sc
-	r := &simReplica{id: i, clock: sim.NewClock(sc.Skew[i]), admitted: map[string]int64{}}
+	i := id
+	r := &simReplica{id: id, link: link, clock: clock, admitted: map[string]int64{}}
 	r.rdb = redis.NewClient(&redis.Options{
 		// An IP literal: go-redis resolves a host name in NewClient, and a
 		// DNS lookup cannot run in the bubble. The Dialer ignores it.
 		Addr: "127.0.0.1:6379",
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return w.net.Dial(i, 0)
+			return w.net.Dial(link, gen)
 		},
-		ContextTimeoutEnabled: sc.CtxClient[i],
+		ContextTimeoutEnabled: sc.CtxClient[link],
 		// No identity handshake: miniredis answers HELLO, but a real
 		// replica's CLIENT SETINFO would only add noise to the trace.
 		DisableIdentity: true,
@@ -324,11 +353,17 @@ func placed(th *Throttler, clock *sim.Clock, score int64) string {
 // end and waits for every call to return.
 func (w *simWorld) run() {
 	sc := w.sc
-	for _, r := range w.reps {
-		for g := range sc.Goroutines {
-			rng := rand.New(rand.NewPCG(sc.Seed, uint64(r.id*1000+g)))
-			w.wg.Go(func() { w.caller(r, rng) })
+	// A fleet's cold start acts from the first round trip on.
+	for _, f := range sc.Faults {
+		if f.Kind == sim.ColdFleet {
+			w.rec.Note(sim.World, "FAULT %s", f)
+			for i := range sc.Replicas {
+				w.net.Load(i, f.Span, f.D)
+			}
 		}
+	}
+	for _, r := range w.reps {
+		w.startCallers(r)
 	}
 	faults := make(chan struct{})
 	go func() {
@@ -356,6 +391,14 @@ func (w *simWorld) run() {
 		w.t.Errorf("hang: %d calls still running %s after the traffic ended:\n%s", len(lines), bound, strings.Join(lines, "\n"))
 		w.cancel()
 		<-done
+	}
+}
+
+// startCallers starts r's callers.
+func (w *simWorld) startCallers(r *simReplica) {
+	for g := range w.sc.Goroutines {
+		rng := rand.New(rand.NewPCG(w.sc.Seed, uint64(r.id*1000+g)))
+		w.wg.Go(func() { w.caller(r, rng) })
 	}
 }
 
@@ -505,7 +548,9 @@ func (w *simWorld) wait(ctx context.Context, r *simReplica, n int, rng *rand.Ran
 	w.mu.Lock()
 	delete(w.outstanding, c)
 	if err == nil && c.limit.IsZero() && ctx.Err() == nil {
-		w.longest = max(w.longest, waited)
+		// A fleet's cold start slows the calls made during it: a calm
+		// run's bound holds from its end (see checkProgress).
+		w.longest = max(w.longest, w.rec.Since()-max(c.start, sc.StartLoad()))
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -626,6 +671,8 @@ func (w *simWorld) inject() {
 	for _, f := range w.sc.Faults {
 		f := f
 		switch f.Kind {
+		case sim.ColdFleet:
+			continue // armed before the callers start (see run)
 		case sim.Failover:
 			var snap sim.Snapshot
 			steps = append(steps,
@@ -654,7 +701,15 @@ func (w *simWorld) apply(f sim.Fault) {
 	r := w.reps[f.Replica]
 	switch f.Kind {
 	case sim.Delay:
-		w.net.DelayReplies(f.Replica, f.Span, f.D)
+		if f.Jitter {
+			w.net.JitterReplies(f.Replica, f.Span, f.D)
+		} else {
+			w.net.DelayReplies(f.Replica, f.Span, f.D)
+		}
+	case sim.DelayRequests:
+		w.net.DelayRequests(f.Replica, f.Span, f.D, f.Jitter)
+	case sim.ColdStart:
+		w.restart(f)
 	case sim.DropBefore:
 		w.net.DropBefore(f.Replica, f.K)
 	case sim.DropAfter:
@@ -680,6 +735,23 @@ func (w *simWorld) apply(f sim.Fault) {
 			w.rec.Note(f.Replica, "SetLimit(%d, %s): %v", f.K, f.D, err)
 		}
 	}
+}
+
+// restart replaces replica f.Replica's process, killed as Kill kills one
+// (its callers abandoned), by a new one: a new client and Throttler (a
+// fresh estimate of the server's clock, new member ids) and new callers,
+// on the machine's clock, whose round trips are slow and lopsided for
+// f.Span (a machine loaded by the start).
+func (w *simWorld) restart(f sim.Fault) {
+	old := w.reps[f.Replica]
+	old.dead.Store(true)
+	gen := w.net.Restart(f.Replica)
+	w.net.Load(f.Replica, f.Span, f.D)
+	r := w.newReplica(f.Replica, f.K, gen, old.clock)
+	w.old = append(w.old, old)
+	w.reps[f.Replica] = r
+	w.rec.Note(r.id, "started as replica r%d, whose process r%d was killed", f.Replica, old.id)
+	w.startCallers(r)
 }
 
 // check asserts what every run must hold once its calls have returned,
@@ -816,6 +888,15 @@ func (w *simWorld) owner(member string) *simReplica {
 // checkProgress holds a calm run (no fault, no deadline) to its targets:
 // steady-state utilization of at least 0.99 of what the limits allow, and
 // no call waiting longer than maxWait.
+//
+// A fleet's cold start (sim.ColdFleet: every replica's first round trips
+// slow and lopsided) leaves a run calm, with the same workload: it is how
+// a calm fleet starts, not a fault that keeps it from its quota for good.
+// The targets hold once it is over: utilization counts the windows that
+// start a window after its last delayed round trip, and a call's wait is
+// counted from then if it began before (see wait). What the slow start
+// costs is not held to a target; what it leaves behind (members placed by
+// estimates from its samples) is.
 func (w *simWorld) checkProgress(adms []sim.Admission) {
 	if len(adms) == 0 {
 		w.t.Errorf("calm run admitted nothing")
@@ -842,12 +923,12 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 
 // utilization is the admitted units over what the limits allow, averaged
 // over every window of steady state: windows of the tightest limit's
-// interval + buffer starting from one window after the first admission to
-// one window before the traffic ends. A sliding window frees slots in the
-// pattern it filled them in, often bursts, so a single window cut (or a
-// whole number of them) over- or under-counts by where its edges fall; the
-// average over every start point does not: it weighs each admission by the
-// share of windows that hold it.
+// interval + buffer starting from one window after the first admission (or
+// after a fleet's cold start) to one window before the traffic ends. A
+// sliding window frees slots in the pattern it filled them in, often
+// bursts, so a single window cut (or a whole number of them) over- or
+// under-counts by where its edges fall; the average over every start point
+// does not: it weighs each admission by the share of windows that hold it.
 func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 	sc := w.sc
 	if len(adms) == 0 {
@@ -860,7 +941,7 @@ func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 			span, limit = wl, l.Limit
 		}
 	}
-	from, to := adms[0].At+span, sc.Run-span // window starts
+	from, to := max(adms[0].At, sc.StartLoad())+span, sc.Run-span // window starts
 	if to-from < span {
 		return 0, false
 	}
@@ -932,7 +1013,7 @@ func (w *simWorld) summary() string {
 		units += a.N
 	}
 	var rt, errs uint64
-	for _, r := range w.reps {
+	for _, r := range slices.Concat(w.old, w.reps) {
 		s := r.th.Stats()
 		rt += s.RoundTrips
 		errs += s.RedisErrors
@@ -949,7 +1030,7 @@ func (w *simWorld) summary() string {
 // every goroutine of the bubble must then exit (synctest fails otherwise).
 func (w *simWorld) close() {
 	w.cancel()
-	for _, r := range w.reps {
+	for _, r := range slices.Concat(w.old, w.reps) {
 		r.rdb.Close()
 	}
 	w.net.CloseAll()
