@@ -317,38 +317,36 @@ func (n *Network) replyDelay(replica int, undelayed bool) time.Duration {
 	return d
 }
 
-// lockedHandshake reports a request that go-redis sends holding a mutex
-// until its reply is read: CLIENT MAINT_NOTIFICATIONS, which a new
-// connection sends until the server has refused it once (miniredis
-// does). Another connection's downgrade then waits for that mutex, and a
+// lockedHandshake reports a request of a new connection's handshake
+// (HELLO, CLIENT ...), which go-redis may send holding a mutex until its
+// reply is read: a PubSub's while it reconnects (a Close then waits for
+// it), the client's maintenance-notifications lock across CLIENT
+// MAINT_NOTIFICATIONS (another connection's downgrade waits for it). A
 // goroutine waiting for a mutex holds a synctest bubble's clock still: a
-// reply delayed in virtual time would never come. The delays drawn per
-// round trip (DelayRequests, JitterReplies, Load) spare it; a client's
-// first connections only send it, before its first command.
+// request or reply delayed in virtual time would never come, and the run
+// would never end. The delays added for the clock estimate (DelayRequests,
+// JitterReplies, Load) spare the handshake: what they try are the round
+// trips that carry TIME.
 func lockedHandshake(b []byte) bool {
-	name, rest := firstArg(b)
-	if !strings.EqualFold(name, "client") {
-		return false
-	}
-	sub, _ := firstArg(rest)
-	return strings.EqualFold(sub, "maint_notifications")
+	name := firstArg(b)
+	return strings.EqualFold(name, "hello") || strings.EqualFold(name, "client")
 }
 
-// firstArg returns the first bulk string of the RESP request b (after the
-// array header, if b starts with one) and what follows it.
-func firstArg(b []byte) (string, []byte) {
+// firstArg returns the first bulk string of the RESP request b: its
+// command's name.
+func firstArg(b []byte) string {
 	i := 0
 	if len(b) > 0 && b[0] == '*' {
 		_, i = readInt(b, 1)
 	}
 	if i >= len(b) || b[i] != '$' {
-		return "", nil
+		return ""
 	}
 	size, j := readInt(b, i+1)
 	if size < 0 || j+size > len(b) {
-		return "", nil
+		return ""
 	}
-	return string(b[j : j+size]), b[min(len(b), j+size+2):]
+	return string(b[j : j+size])
 }
 
 func (n *Network) forget(c *conn) {

@@ -233,7 +233,8 @@ func TestNetworkRestart(t *testing.T) {
 }
 
 // TestNetworkSparesLockedHandshake: the delays drawn per round trip spare
-// the request go-redis holds a mutex across (see lockedHandshake).
+// a connection's handshake, which go-redis may hold a mutex across (see
+// lockedHandshake).
 func TestNetworkSparesLockedHandshake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := NewStore()
@@ -244,15 +245,18 @@ func TestNetworkSparesLockedHandshake(t *testing.T) {
 		rc := dialResp(t, n, 0, 0)
 		defer rc.c.Close()
 		for range 20 {
-			start := time.Now()
-			rc.send("client", "maint_notifications", "on", "moving-endpoint-type", "none")
-			rc.reply()
-			if d := time.Since(start); d != 0 {
-				t.Fatalf("the handshake took %s", d)
+			for _, req := range [][]string{{"hello", "3"}, {"client", "maint_notifications", "on", "moving-endpoint-type", "none"}} {
+				start := time.Now()
+				rc.send(req...)
+				rc.reply()
+				if d := time.Since(start); d != 0 {
+					t.Fatalf("%s took %s", req[0], d)
+				}
 			}
 		}
 		if !lockedHandshake([]byte("*3\r\n$6\r\nCLIENT\r\n$19\r\nMAINT_NOTIFICATIONS\r\n$2\r\non\r\n")) ||
-			lockedHandshake([]byte("*2\r\n$6\r\nclient\r\n$7\r\nsetinfo\r\n")) || lockedHandshake([]byte("*1\r\n$4\r\nTIME\r\n")) {
+			!lockedHandshake([]byte("*2\r\n$5\r\nhello\r\n$1\r\n3\r\n")) || lockedHandshake([]byte("*1\r\n$4\r\nTIME\r\n")) ||
+			lockedHandshake([]byte("*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n")) {
 			t.Errorf("lockedHandshake tells the wrong requests")
 		}
 	})
