@@ -298,9 +298,8 @@ func (n *Network) onWrite(c *conn, undelayed bool) (send, dropReply bool, hold, 
 	return true, false, hold, later
 }
 
-// replyDelay is how long the reply replica is about to read is delayed;
-// undelayed spares it the delays drawn per round trip.
-func (n *Network) replyDelay(replica int, undelayed bool) time.Duration {
+// replyDelay is how long the reply replica is about to read is delayed.
+func (n *Network) replyDelay(replica int) time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f := n.faults[replica]
@@ -310,7 +309,7 @@ func (n *Network) replyDelay(replica int, undelayed bool) time.Duration {
 		d += f.delay
 	}
 	for _, r := range f.active(now) {
-		if r.side == replies && !undelayed {
+		if r.side == replies {
 			d += f.draw(r)
 		}
 	}
@@ -323,10 +322,11 @@ func (n *Network) replyDelay(replica int, undelayed bool) time.Duration {
 // it), the client's maintenance-notifications lock across CLIENT
 // MAINT_NOTIFICATIONS (another connection's downgrade waits for it). A
 // goroutine waiting for a mutex holds a synctest bubble's clock still: a
-// request or reply delayed in virtual time would never come, and the run
-// would never end. The delays added for the clock estimate (DelayRequests,
-// JitterReplies, Load) spare the handshake: what they try are the round
-// trips that carry TIME.
+// request or reply held in virtual time would never come, and the run
+// would never end (seeds 1069 and 1831, a PubSub reconnecting into a
+// reply delay and into a stall). So a handshake takes no virtual time:
+// no latency, delay or stall holds it (faults act on the commands that
+// follow); a cut still cuts it.
 func lockedHandshake(b []byte) bool {
 	name := firstArg(b)
 	return strings.EqualFold(name, "hello") || strings.EqualFold(name, "client")
@@ -370,14 +370,16 @@ type conn struct {
 	dropReply bool          // the pending request's reply is to be lost
 	pending   bool          // a request was written whose reply was not read yet
 	later     time.Duration // the pending request's reply is delayed this much more (a delay on one side)
-	undelayed bool          // the pending request is spared the delays drawn per round trip (see lockedHandshake)
+	undelayed bool          // the pending request is a handshake, which takes no virtual time (see lockedHandshake)
 	readDL    time.Time
 }
 
-// packet is a request on its way: the server reads it no earlier than due.
+// packet is a request on its way: the server reads it no earlier than
+// due; a handshake (undelayed) at once, even during a stall.
 type packet struct {
-	b   []byte
-	due time.Time
+	b         []byte
+	due       time.Time
+	undelayed bool
 }
 
 // forward hands requests to the server once no stall holds them; after
@@ -396,27 +398,34 @@ func (c *conn) forward() {
 				return
 			}
 		}
-		oneWay := c.net.oneWay()
-		if oneWay > 0 {
-			time.Sleep(oneWay)
-		}
-		// A delayed request; those behind it wait for it, in order.
-		if d := time.Until(p.due.Add(oneWay)); d > 0 {
-			time.Sleep(d)
-		}
 		b := p.b
-		for {
-			until := c.net.holdUntil()
-			d := time.Until(until)
-			if d <= 0 {
-				break
-			}
-			time.Sleep(d)
+		if !p.undelayed {
+			c.hold(p)
 		}
 		c.net.commands.Add(int64(countCommands(b)))
 		if _, err := c.srv.Write(b); err != nil {
 			return
 		}
+	}
+}
+
+// hold waits until request p may reach the server: the way there, its
+// delay (those behind it wait for it, in order) and any stall.
+func (c *conn) hold(p packet) {
+	oneWay := c.net.oneWay()
+	if oneWay > 0 {
+		time.Sleep(oneWay)
+	}
+	if d := time.Until(p.due.Add(oneWay)); d > 0 {
+		time.Sleep(d)
+	}
+	for {
+		until := c.net.holdUntil()
+		d := time.Until(until)
+		if d <= 0 {
+			return
+		}
+		time.Sleep(d)
 	}
 }
 
@@ -436,7 +445,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	c.pending, c.replied, c.dropReply, c.later, c.undelayed = true, false, dropReply, later, undelayed
 	c.mu.Unlock()
-	pk := packet{b: append([]byte(nil), p...)}
+	pk := packet{b: append([]byte(nil), p...), undelayed: undelayed}
 	if hold > 0 {
 		pk.due = time.Now().Add(hold)
 	}
@@ -457,7 +466,11 @@ func (c *conn) Read(p []byte) (int, error) {
 	later, undelayed := c.later, c.undelayed
 	c.mu.Unlock()
 	if first {
-		if d := c.net.replyDelay(c.replica, undelayed) + later; d > 0 {
+		d := later
+		if !undelayed {
+			d += c.net.replyDelay(c.replica)
+		}
+		if d > 0 {
 			if !dl.IsZero() && time.Now().Add(d).After(dl) {
 				time.Sleep(max(0, time.Until(dl)))
 				return 0, os.ErrDeadlineExceeded

@@ -49,8 +49,11 @@ func (rc *respConn) reply() []string {
 	}
 	line = strings.TrimSuffix(line, "\r\n")
 	switch line[0] {
-	case '*':
+	case '*', '~', '>', '%': // arrays, sets, pushes, maps (RESP3, after HELLO 3)
 		k, _ := strconv.Atoi(line[1:])
+		if line[0] == '%' {
+			k *= 2
+		}
 		var out []string
 		for range k {
 			out = append(out, rc.reply()...)
@@ -232,16 +235,20 @@ func TestNetworkRestart(t *testing.T) {
 	})
 }
 
-// TestNetworkSparesLockedHandshake: the delays drawn per round trip spare
-// a connection's handshake, which go-redis may hold a mutex across (see
-// lockedHandshake).
+// TestNetworkSparesLockedHandshake: a connection's handshake, which
+// go-redis may hold a mutex across, takes no virtual time, whatever holds
+// the other requests (see lockedHandshake).
 func TestNetworkSparesLockedHandshake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := NewStore()
 		defer store.Close()
 		n := NewNetwork(store, 1)
+		n.SetLatency(time.Millisecond)
 		n.Load(0, time.Minute, 50*time.Millisecond)
 		n.JitterReplies(0, time.Minute, 50*time.Millisecond)
+		n.DelayRequests(0, time.Minute, 50*time.Millisecond, false)
+		n.DelayReplies(0, time.Minute, 50*time.Millisecond)
+		n.Stall(time.Minute)
 		rc := dialResp(t, n, 0, 0)
 		defer rc.c.Close()
 		for range 20 {
@@ -253,6 +260,12 @@ func TestNetworkSparesLockedHandshake(t *testing.T) {
 					t.Fatalf("%s took %s", req[0], d)
 				}
 			}
+		}
+		start := time.Now()
+		rc.send("TIME")
+		rc.reply()
+		if d := time.Since(start); d < time.Minute {
+			t.Errorf("a command after the handshake took %s, through a stall of a minute", d)
 		}
 		if !lockedHandshake([]byte("*3\r\n$6\r\nCLIENT\r\n$19\r\nMAINT_NOTIFICATIONS\r\n$2\r\non\r\n")) ||
 			!lockedHandshake([]byte("*2\r\n$5\r\nhello\r\n$1\r\n3\r\n")) || lockedHandshake([]byte("*1\r\n$4\r\nTIME\r\n")) ||
