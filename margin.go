@@ -47,9 +47,9 @@ import (
 // says is in force admits nothing (see resolve): either the publisher added
 // its members after this round counted, and its own count saw ours, or the
 // reply shows the margin. A margin stays in force for reserve-ahead, the
-// longest window and twice itself, plus trimSlack, after it was last
-// published: past that, no call placed with it can share a window with a
-// call scored later.
+// longest window, six times itself and twice the buffer after it was last
+// published (see wideFor): past that, no call placed with it can share a
+// window with a call placed later.
 //
 // A margin is kept below what trims allow: members are trimmed trimSlack
 // past their window by the server's own clock, and a round whose estimate
@@ -117,9 +117,16 @@ func (c *config) earlyTolerance() int64 {
 	return min(int64(time.Millisecond/time.Microsecond), c.opt.buffer.Microseconds()/10)
 }
 
-// wideFor is how long a margin published now stays in force (µs).
+// wideFor is how long a margin X published now stays in force (µs): past
+// it, no call placed with X can share a window with a call placed later.
+// A call placed with X lies at most reserve-ahead, a round trip and the
+// estimate's error past the publishing, each of the last two at most
+// X + buffer/4 (the error that called for X); a later call that counts
+// without X must be w + X + its own margin and error away from it, which
+// is at most buffer/4 for a replica with none, and 2X + buffer/4 for one
+// with a smaller margin of its own (a larger one covers X by itself).
 func (c *config) wideFor(margin int64) int64 {
-	return c.opt.ahead.Microseconds() + c.longestW() + 2*margin + trimSlack
+	return c.opt.ahead.Microseconds() + c.longestW() + 6*margin + 2*c.opt.buffer.Microseconds()
 }
 
 // spread is how much wider than its windows a round counts: its own margin

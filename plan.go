@@ -301,10 +301,12 @@ func (p *planner) finish(reqs []request) planOut {
 		// the last slot, exactly one wins.
 		out.exact = true
 	}
-	// A round with callers still waiting carries the probe (and learns
-	// slots) whenever it runs; one that only refused AllowN calls without a
-	// round trip sends it only when quiet() has passed.
-	probe := in.probe && (p.firstKept >= 0 || in.quietDue)
+	// A round whose callers wait for a slot it knows, or that only refused
+	// AllowN calls without a round trip, sends the probe only when quiet()
+	// has passed: the round that claims their slot carries it. (The round
+	// right after a claim would otherwise learn again the slot its reply
+	// told: a round trip per admission for calls held to a share.)
+	probe := in.probe && in.quietDue
 	if out.exact && (len(out.claims) > 0 || (p.firstKept >= 0 && out.sleep == 0) || probe) {
 		// A round near the limit claims at most a fair share: learning more
 		// upcoming slots than that only costs Redis time.

@@ -161,3 +161,24 @@ func TestPlanRefusalSendsNothing(t *testing.T) {
 		t.Fatal("with a quiet probe due, the round sends nothing")
 	}
 }
+
+// A waiter whose known slot lies beyond reserve-ahead sleeps toward it:
+// the round sends nothing, though the probe rides along whenever a round
+// runs (the round that claims the slot carries it), unless a quiet probe is
+// due. TestPriorityShareHoldsForWaiters counted a round trip per admission
+// more before: the round after each claim learned again what its reply had
+// told.
+func TestPlanWaiterForKnownSlotSendsNothing(t *testing.T) {
+	c := testConfig(4, time.Second, 100*time.Millisecond)
+	in := planAt(4)
+	in.probe, in.known.near = true, true
+	in.known.slots = []int64{1_500_000} // 500ms from now, beyond the 100ms reach
+	p := plan(c, in, []request{{n: 1}}, planOut{})
+	if p.each[0].verdict != keep || p.slots != 0 || p.sleep <= 0 {
+		t.Fatalf("waiter for a slot 500ms off: %+v, slots %d, sleep %s; want kept, asleep, nothing sent", p.each[0], p.slots, p.sleep)
+	}
+	in.quietDue = true
+	if p := plan(c, in, []request{{n: 1}}, planOut{}); p.slots == 0 {
+		t.Fatal("with a quiet probe due, the round sends nothing")
+	}
+}

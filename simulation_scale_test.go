@@ -82,11 +82,15 @@ func (w *simWorld) figures() simFigures {
 	}
 	f.utilization, _ = w.utilization(adms)
 	from, to := adms[0].At+w.sc.W(), w.sc.Run-w.sc.W()
-	units := make([]float64, len(w.reps))
+	units := make([]float64, len(w.reps)) // per replica, whichever of its processes admitted them
+	link := map[int]int{}
+	for _, r := range slices.Concat(w.old, w.reps) {
+		link[r.id] = r.link
+	}
 	var waits []time.Duration
 	for _, a := range adms {
 		if a.At >= from && a.At < to {
-			units[a.Replica] += float64(a.N)
+			units[link[a.Replica]] += float64(a.N)
 		}
 		if a.NoLimit {
 			waits = append(waits, a.Waited)

@@ -68,14 +68,38 @@ var simRegressions = []simCase{
 	{762, "a pipeline sent again after a timed-out read ran the lease script twice: the second run refused the place the first had granted, left taken until its lease expired"},
 	{2996, "29 replicas x 4 callers: turns near the limit went to whichever process woke first, and one fell behind for 19.7s against an 18.3s bound"},
 	{242, "replies 201ms late (a lopsided link) and a local clock step back of 548ms: the estimate's error bound (100ms) passed half the 50ms buffer, and calls placed by estimates 100ms apart went within an interval at the API (58 in a window of 52); fixed by the margin (margin.go)"},
+	{384, "a fleet's cold start: margins asked for by its loose first estimates stayed in force after it, and a calm run's wait bound counted them as the library's (237ms against 89ms); the bound now starts once they are over (startCost)"},
+	{567, "a local clock (readings with a monotonic part) stepped back 543ms while a call slept toward its slot: the timer ran its course, the stepped clock said early, and the call slept on and went 543ms late (4 in a window of 3); a sleeper whose timer outran its clock now samples the server's clock"},
+	{875, "a process restarted after a failover to a copy behind, before any replica noticed the loss (the others had fallen back): it cannot tell the lost window from a new key, as the README states; the checker now exempts such a blind process until it learns of the heal's pause"},
 }
 
 // simOpen are seeds that found a bug not fixed yet. The CI set skips them,
 // saying so; -sim.seed runs one. Each is in the README's open problems.
 var simOpen = []simCase{}
 
+// simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
+// found before the simulator drew faults on the clock estimate (delayed
+// requests, delays drawn per round trip, cold starts: see sim.Generate).
+// Those faults came on a share of the seeds, from a source of their own,
+// leaving every other draw as it was; these seeds run without them, in the
+// world they were found in, so that they still reproduce what they found.
+// A seed found later runs with whatever it drew.
+var simFoundBeforeClockFaults = []uint64{8, 11, 14, 20, 31, 35, 37, 57, 63, 64, 66, 85, 153, 242, 310,
+	377, 406, 663, 762, 803, 1230, 1401, 2370, 2996}
+
+// simScenario is seed's scenario as TestSimulation runs it.
+func simScenario(seed uint64) sim.Scenario {
+	sc := sim.Generate(seed)
+	if slices.Contains(simFoundBeforeClockFaults, seed) {
+		sc = sc.WithoutClockFaults()
+	}
+	return sc
+}
+
 // simCISet is how many seeds, from 1, make the CI seed set. Any run of
-// ten consecutive seeds schedules every fault kind (see sim.Generate).
+// ten consecutive seeds schedules every fault kind of the cycle, and the
+// faults on the clock estimate come on a share of the seeds (see
+// sim.Generate).
 const simCISet = 1000
 
 // TestSimulation runs the seeds the flags name; without flags, the CI seed
@@ -92,7 +116,7 @@ func TestSimulation(t *testing.T) {
 		for _, r := range simRegressions {
 			t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
 				t.Parallel()
-				runSimulation(t, sim.Generate(r.seed), false)
+				runSimulation(t, simScenario(r.seed), false)
 			})
 		}
 		return
@@ -115,7 +139,7 @@ func TestSimulation(t *testing.T) {
 						t.Skipf("open bug, not fixed yet: %s", simOpen[i].bug)
 					}
 					t.Parallel()
-					runSimulation(t, sim.Generate(seed), *simSeed != 0)
+					runSimulation(t, simScenario(seed), *simSeed != 0)
 				})
 			}
 		})
@@ -126,7 +150,7 @@ func TestSimulation(t *testing.T) {
 				if r.seed > simCISet {
 					t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
 						t.Parallel()
-						runSimulation(t, sim.Generate(r.seed), false)
+						runSimulation(t, simScenario(r.seed), false)
 					})
 				}
 			}
@@ -142,7 +166,7 @@ func runSimulation(t *testing.T, sc sim.Scenario, verbose bool) {
 		w.run()
 		w.check()
 		if verbose || t.Failed() {
-			t.Logf("%s\n%s", sc, w.summary())
+			t.Logf("%s\n%s\nfaults: %s", sc, w.summary(), strings.Join(sc.FaultLines(), "; "))
 		}
 		if t.Failed() {
 			t.Logf("replay: go test -run '^TestSimulation$' -sim.seed %d -v .", sc.Seed)
@@ -168,7 +192,9 @@ type simWorld struct {
 	store *sim.Store
 	net   *sim.Network
 	rec   *sim.Recorder
-	reps  []*simReplica
+	reps  []*simReplica // each replica's process now
+	old   []*simReplica // processes replaced by a restart (ColdStart)
+	lost  atomic.Bool   // Redis lost the window (a flush, a failover to a copy behind)
 
 	stop   chan struct{}      // closed when the run's traffic ends
 	ctx    context.Context    // every call's parent: cancelled to unstick a hung run
@@ -186,9 +212,12 @@ type simWorld struct {
 }
 
 // simReplica is one replica process: its clock, client, Throttler and the
-// members it holds in Redis as far as its hooks tell.
+// members it holds in Redis as far as its hooks tell. A replica's first
+// process is numbered as the replica; one that replaces it after a restart
+// (ColdStart) takes the number its fault gives, after the replicas'.
 type simReplica struct {
-	id    int
+	id    int // the process's number: in the trace, and its admissions'
+	link  int // the replica it runs as: its machine's clock and network link
 	clock *sim.Clock
 	rdb   *redis.Client
 	th    *Throttler
@@ -196,6 +225,11 @@ type simReplica struct {
 	// FailOpen's exemption: the replica is, or was, degraded.
 	degraded atomic.Bool
 	flips    atomic.Int64
+	// The README's limit on healing a lost window: a process that made no
+	// round trip before Redis lost the window (one started after it)
+	// cannot tell the loss from a new key, and its calls may exceed the
+	// limit until it learns of the heal's pause.
+	blind atomic.Bool
 
 	mu       sync.Mutex
 	admitted map[string]int64 // members admitted through Redis and not given back, by score
@@ -216,23 +250,27 @@ func newSimWorld(t *testing.T, sc sim.Scenario) *simWorld {
 		outstanding: map[*simCall]struct{}{}, errs: map[string]int{}}
 	w.net = sim.NewNetwork(w.store, sc.Replicas)
 	w.net.SetLatency(sc.Latency)
+	w.net.Seed(sc.Seed)
 	for i := range sc.Replicas {
-		w.reps = append(w.reps, w.newReplica(i))
+		w.reps = append(w.reps, w.newReplica(i, i, 0, sim.NewClock(sc.Skew[i])))
 	}
 	return w
 }
 
-func (w *simWorld) newReplica(i int) *simReplica {
+// newReplica starts process id, replica link's gen-th, on the machine's
+// clock.
+func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 	sc := w.sc
-	r := &simReplica{id: i, clock: sim.NewClock(sc.Skew[i]), admitted: map[string]int64{}}
+	i := id
+	r := &simReplica{id: id, link: link, clock: clock, admitted: map[string]int64{}}
 	r.rdb = redis.NewClient(&redis.Options{
 		// An IP literal: go-redis resolves a host name in NewClient, and a
 		// DNS lookup cannot run in the bubble. The Dialer ignores it.
 		Addr: "127.0.0.1:6379",
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return w.net.Dial(i)
+			return w.net.Dial(link, gen)
 		},
-		ContextTimeoutEnabled: sc.CtxClient[i],
+		ContextTimeoutEnabled: sc.CtxClient[link],
 		// No identity handshake: miniredis answers HELLO, but a real
 		// replica's CLIENT SETINFO would only add noise to the trace.
 		DisableIdentity: true,
@@ -247,7 +285,10 @@ func (w *simWorld) newReplica(i int) *simReplica {
 				r.flips.Add(1)
 				w.rec.Note(i, "degraded=%v (%s)", on, sc.Policy)
 			},
-			Paused: func(until time.Time) { w.rec.Note(i, "paused until %s local", until.Format("15:04:05.000000")) },
+			Paused: func(until time.Time) {
+				r.blind.Store(false)
+				w.rec.Note(i, "paused until %s local", until.Format("15:04:05.000000"))
+			},
 			LimitChanged: func(limit int) {
 				w.rec.Note(i, "limit in force now %d", limit)
 			},
@@ -289,7 +330,7 @@ func (w *simWorld) newReplica(i int) *simReplica {
 			r.admitted[m] = score
 		}
 		r.mu.Unlock()
-		w.rec.Note(i, "reserved n=%d at score %s", len(members), time.UnixMicro(score).Sub(start))
+		w.rec.Note(i, "reserved n=%d at score %s%s", len(members), time.UnixMicro(score).Sub(start), placed(th, r.clock, score))
 	}
 	th.onRelease = func(members []string) {
 		r.mu.Lock()
@@ -303,15 +344,37 @@ func (w *simWorld) newReplica(i int) *simReplica {
 	return r
 }
 
+// placed says where th's estimate of the server's clock places a call
+// scored at score: when, on the server's clock, the local time it converts
+// the score to comes (on the local clock as it is now), if that is off the
+// score by 100µs or more. The simulation knows the true offset: the
+// server's clock is the bubble's, a replica's is off it by its skew.
+func placed(th *Throttler, clock *sim.Clock, score int64) string {
+	off := time.Duration(th.clock.local(score).Add(-clock.Skew()).UnixMicro()-score) * time.Microsecond
+	switch {
+	case off >= 100*time.Microsecond:
+		return fmt.Sprintf(" (the clock estimate sends it %s late)", off)
+	case off <= -100*time.Microsecond:
+		return fmt.Sprintf(" (the clock estimate sends it %s early)", -off)
+	}
+	return ""
+}
+
 // run starts the callers and the faults, ends the traffic at the scenario's
 // end and waits for every call to return.
 func (w *simWorld) run() {
 	sc := w.sc
-	for _, r := range w.reps {
-		for g := range sc.Goroutines {
-			rng := rand.New(rand.NewPCG(sc.Seed, uint64(r.id*1000+g)))
-			w.wg.Go(func() { w.caller(r, rng) })
+	// A fleet's cold start acts from the first round trip on.
+	for _, f := range sc.Faults {
+		if f.Kind == sim.ColdFleet {
+			w.rec.Note(sim.World, "FAULT %s", f)
+			for i := range sc.Replicas {
+				w.net.Load(i, f.Span, f.D)
+			}
 		}
+	}
+	for _, r := range w.reps {
+		w.startCallers(r)
 	}
 	faults := make(chan struct{})
 	go func() {
@@ -339,6 +402,14 @@ func (w *simWorld) run() {
 		w.t.Errorf("hang: %d calls still running %s after the traffic ended:\n%s", len(lines), bound, strings.Join(lines, "\n"))
 		w.cancel()
 		<-done
+	}
+}
+
+// startCallers starts r's callers.
+func (w *simWorld) startCallers(r *simReplica) {
+	for g := range w.sc.Goroutines {
+		rng := rand.New(rand.NewPCG(w.sc.Seed, uint64(r.id*1000+g)))
+		w.wg.Go(func() { w.caller(r, rng) })
 	}
 }
 
@@ -488,7 +559,9 @@ func (w *simWorld) wait(ctx context.Context, r *simReplica, n int, rng *rand.Ran
 	w.mu.Lock()
 	delete(w.outstanding, c)
 	if err == nil && c.limit.IsZero() && ctx.Err() == nil {
-		w.longest = max(w.longest, waited)
+		// A fleet's cold start slows the calls made during it: a calm
+		// run's bound holds from its end (see checkProgress).
+		w.longest = max(w.longest, w.rec.Since()-max(c.start, w.startCost()))
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -568,9 +641,11 @@ func (w *simWorld) admit(r *simReplica, n int, waited time.Duration, flips int64
 	}
 	// Admitted while the replica fell back, or may have: FailOpen's calls
 	// count nowhere, FallbackLocal's against the replica's share.
+	// A process blind to a lost window (see simReplica.blind) is exempt
+	// as the README states.
 	fellBack := wasDegraded || r.degraded.Load() || r.flips.Load() != flips
 	w.rec.Admit(sim.Admission{Replica: r.id, N: n, Waited: waited, NoLimit: noDeadline,
-		Exempt: w.sc.Policy == sim.FailOpen && fellBack,
+		Exempt: w.sc.Policy == sim.FailOpen && fellBack || r.blind.Load(),
 		Local:  w.sc.Policy == sim.FallbackLocal && fellBack})
 }
 
@@ -609,6 +684,8 @@ func (w *simWorld) inject() {
 	for _, f := range w.sc.Faults {
 		f := f
 		switch f.Kind {
+		case sim.ColdFleet:
+			continue // armed before the callers start (see run)
 		case sim.Failover:
 			var snap sim.Snapshot
 			steps = append(steps,
@@ -616,7 +693,7 @@ func (w *simWorld) inject() {
 					snap = w.store.Snapshot()
 					w.rec.Note(sim.World, "the copy failover will use syncs for the last time")
 				}},
-				step{f.At, func() { w.net.CloseAll(); w.store.Restore(snap) }})
+				step{f.At, func() { w.net.CloseAll(); w.store.Restore(snap); w.lose() }})
 		default:
 			steps = append(steps, step{f.At, func() { w.apply(f) }})
 		}
@@ -637,7 +714,15 @@ func (w *simWorld) apply(f sim.Fault) {
 	r := w.reps[f.Replica]
 	switch f.Kind {
 	case sim.Delay:
-		w.net.DelayReplies(f.Replica, f.Span, f.D)
+		if f.Jitter {
+			w.net.JitterReplies(f.Replica, f.Span, f.D)
+		} else {
+			w.net.DelayReplies(f.Replica, f.Span, f.D)
+		}
+	case sim.DelayRequests:
+		w.net.DelayRequests(f.Replica, f.Span, f.D, f.Jitter)
+	case sim.ColdStart:
+		w.restart(f)
 	case sim.DropBefore:
 		w.net.DropBefore(f.Replica, f.K)
 	case sim.DropAfter:
@@ -647,6 +732,7 @@ func (w *simWorld) apply(f sim.Fault) {
 	case sim.Flush:
 		w.net.CloseAll()
 		w.store.Flush()
+		w.lose()
 	case sim.Kill:
 		r.dead.Store(true)
 		w.net.Kill(f.Replica)
@@ -663,6 +749,35 @@ func (w *simWorld) apply(f sim.Fault) {
 			w.rec.Note(f.Replica, "SetLimit(%d, %s): %v", f.K, f.D, err)
 		}
 	}
+}
+
+// lose notes that Redis lost the window (a flush, a failover to a copy
+// behind): the processes that made no round trip yet are blind to it.
+func (w *simWorld) lose() {
+	w.lost.Store(true)
+	for _, r := range w.reps {
+		if r.th.Stats().RoundTrips == 0 {
+			r.blind.Store(true)
+		}
+	}
+}
+
+// restart replaces replica f.Replica's process, killed as Kill kills one
+// (its callers abandoned), by a new one: a new client and Throttler (a
+// fresh estimate of the server's clock, new member ids) and new callers,
+// on the machine's clock, whose round trips are slow and lopsided for
+// f.Span (a machine loaded by the start).
+func (w *simWorld) restart(f sim.Fault) {
+	old := w.reps[f.Replica]
+	old.dead.Store(true)
+	gen := w.net.Restart(f.Replica)
+	w.net.Load(f.Replica, f.Span, f.D)
+	r := w.newReplica(f.Replica, f.K, gen, old.clock)
+	r.blind.Store(w.lost.Load())
+	w.old = append(w.old, old)
+	w.reps[f.Replica] = r
+	w.rec.Note(r.id, "started as replica r%d, whose process r%d was killed", f.Replica, old.id)
+	w.startCallers(r)
 }
 
 // check asserts what every run must hold once its calls have returned,
@@ -799,6 +914,17 @@ func (w *simWorld) owner(member string) *simReplica {
 // checkProgress holds a calm run (no fault, no deadline) to its targets:
 // steady-state utilization of at least 0.99 of what the limits allow, and
 // no call waiting longer than maxWait.
+//
+// A fleet's cold start (sim.ColdFleet: every replica's first round trips
+// slow and lopsided) leaves a run calm, with the same workload: it is how
+// a calm fleet starts, not a fault that keeps it from its quota for good.
+// The targets hold once it is over: utilization counts the windows that
+// start a window after its last delayed round trip, and a call's wait is
+// counted from then if it began before (see wait). What the slow start
+// costs is not held to a target; what it leaves behind (members placed by
+// estimates from its samples) is. Its costs include the margins its loose
+// clock estimates asked for, which stay in force a while after it (see
+// startCost).
 func (w *simWorld) checkProgress(adms []sim.Admission) {
 	if len(adms) == 0 {
 		w.t.Errorf("calm run admitted nothing")
@@ -823,16 +949,40 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 	}
 }
 
+// startCost is when what a fleet's cold start costs is over (zero without
+// one): its last delayed round trip, and then the margins its samples
+// asked for (see the library's margin.go): round trips late by up to D one
+// way put an estimate off by up to D/2, and a margin of that much stays in
+// force for reserve-ahead, the longest window, six times itself and twice
+// the buffer.
+func (w *simWorld) startCost() time.Duration {
+	sc := w.sc
+	end := sc.StartLoad()
+	if end == 0 {
+		return 0
+	}
+	var d time.Duration
+	for _, f := range sc.Faults {
+		if f.Kind == sim.ColdFleet {
+			d = max(d, f.D)
+		}
+	}
+	return end + w.reps[0].th.opt.ahead + w.longestW() + 3*d + 2*sc.Buffer
+}
+
 // utilization is the admitted units over what the limits allow, averaged
 // over every window of steady state: windows of the tightest limit's
-// interval + buffer starting from one window after the first admission to
-// one window before the traffic ends. A sliding window frees slots in the
-// pattern it filled them in, often bursts, so a single window cut (or a
-// whole number of them) over- or under-counts by where its edges fall; the
-// average over every start point does not: it weighs each admission by the
-// share of windows that hold it.
+// interval + buffer starting from one window after the first admission (or
+// after a fleet's cold start) to one window before the traffic ends. A
+// sliding window frees slots in the pattern it filled them in, often
+// bursts, so a single window cut (or a whole number of them) over- or
+// under-counts by where its edges fall; the average over every start point
+// does not: it weighs each admission by the share of windows that hold it.
 func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 	sc := w.sc
+	if len(adms) == 0 {
+		return 0, false
+	}
 	span, limit := sc.W(), sc.Limits[0].Limit
 	for _, l := range sc.Limits[1:] {
 		wl := l.Interval + sc.Buffer
@@ -840,7 +990,7 @@ func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 			span, limit = wl, l.Limit
 		}
 	}
-	from, to := adms[0].At+span, sc.Run-span // window starts
+	from, to := max(adms[0].At, w.startCost())+span, sc.Run-span // window starts
 	if to-from < span {
 		return 0, false
 	}
@@ -912,7 +1062,7 @@ func (w *simWorld) summary() string {
 		units += a.N
 	}
 	var rt, errs uint64
-	for _, r := range w.reps {
+	for _, r := range slices.Concat(w.old, w.reps) {
 		s := r.th.Stats()
 		rt += s.RoundTrips
 		errs += s.RedisErrors
@@ -929,7 +1079,7 @@ func (w *simWorld) summary() string {
 // every goroutine of the bubble must then exit (synctest fails otherwise).
 func (w *simWorld) close() {
 	w.cancel()
-	for _, r := range w.reps {
+	for _, r := range slices.Concat(w.old, w.reps) {
 		r.rdb.Close()
 	}
 	w.net.CloseAll()

@@ -55,7 +55,8 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // order they called (an AllowN goes ahead of them; see ContextWithPriority),
 // and one Redis round trip reserves for as many of them as fit. A waiter
 // given a slot in the future sleeps until then without further Redis
-// traffic; a pause or a lowered limit set meanwhile, by any replica,
+// traffic (but for one sample of the server's clock, should a clock passed
+// to WithClock step back meanwhile); a pause or a lowered limit set meanwhile, by any replica,
 // reaches it at once (see PauseUntil).
 func (t *Throttler) WaitN(ctx context.Context, n int) error {
 	_, _, err := t.wait(ctx, "WaitN", n, false)
@@ -187,9 +188,11 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 			t.mu.Lock()
 			news := t.sleepLocked(d)
 			t.mu.Unlock()
+			slept, fired := t.now(), false
 			timer := time.NewTimer(d)
 			select {
 			case <-timer.C:
+				fired = true
 			case <-news: // a pause or a lowered limit: look again
 				woken = true
 			case <-ctx.Done():
@@ -200,6 +203,9 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 			t.mu.Unlock()
 			if ctx.Err() != nil {
 				return proceed, t.abandon(ctx, w)
+			}
+			if fired && t.now().Sub(slept) < d-time.Duration(t.earlyTolerance())*time.Microsecond {
+				t.resampleAfterStep(ctx)
 			}
 		}
 		immediate = false
@@ -244,6 +250,25 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 		return proceed, t.abandon(ctx, w)
 	}
 	return proceed, nil
+}
+
+// resampleAfterStep takes a sample of the server's clock for a sleeper whose
+// timer ran its course while the local clock (see WithClock) counted less:
+// that clock stepped back, and the estimate, which converts with it until a
+// sample shows the step, would have the call sleep on past its slot by as
+// much. (Simulation seed 567: a call went 543ms late, into the next
+// window's calls.) With the step known, the call is late and goes back
+// (see offScoreLocked). Should Redis not answer, the estimate stands.
+func (t *Throttler) resampleAfterStep(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+	sent := t.now()
+	server, err := t.st.now(sctx)
+	if err != nil {
+		t.observeRedisError(err)
+		return
+	}
+	t.clock.observe(sent, t.now(), server)
 }
 
 // lateBeforeSlack is how many times in a row a call is woken late before

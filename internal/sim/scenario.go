@@ -46,17 +46,28 @@ const (
 	ClockStep              // Replica's local clock steps by D
 	Pause                  // Replica calls PauseUntil(now + D)
 	Lower                  // Replica calls SetLimit(K, D)
-	numKinds
+	numKinds               // the kinds seeds cycle through (see drawFaults)
+)
+
+// The kinds that try the clock estimate: drawn on a share of the seeds from
+// a source of their own (see Generate), not in the cycle, so that adding
+// them changed no seed's other draws.
+const (
+	DelayRequests Kind = numKinds + iota // Replica's requests reach Redis D late (Jitter: up to D) for Span
+	ColdStart                            // Replica's process restarts as process K; for Span its round trips are late by up to D, one way at random
+	ColdFleet                            // every replica starts with its round trips late by up to D, one way at random, for Span
+	numAllKinds
 )
 
 var kindNames = [...]string{"delay", "drop-before-send", "drop-after-apply", "stall",
-	"flush", "failover", "kill", "clock-step", "pause", "lower-limit"}
+	"flush", "failover", "kill", "clock-step", "pause", "lower-limit",
+	"delay-requests", "cold-start", "cold-fleet"}
 
 func (k Kind) String() string { return kindNames[k] }
 
 // Kinds lists every event kind.
 func Kinds() []Kind {
-	out := make([]Kind, numKinds)
+	out := make([]Kind, numAllKinds)
 	for i := range out {
 		out[i] = Kind(i)
 	}
@@ -69,16 +80,20 @@ type Fault struct {
 	Kind    Kind
 	Replica int
 	D       time.Duration // delay, stall, clock step, pause or lowering length
-	Span    time.Duration // how long replies are delayed
+	Span    time.Duration // how long replies (or requests) are delayed
 	Lag     time.Duration // how far behind the failover copy is
-	K       int           // requests to cut, or the lowered limit
+	K       int           // requests to cut, the lowered limit, or the restarted process's number
+	// Delays drawn per round trip, from 0 to D, instead of D each: the
+	// shortest of a few round trips is then still late (Delay and
+	// DelayRequests; ColdStart's and ColdFleet's delays always are).
+	Jitter bool
 }
 
-// End is when the fault stops acting: a delayed reply arrives up to D after
-// the span ends, a stall lasts D; the other kinds act at once.
+// End is when the fault stops acting: a delayed reply (or request) arrives
+// up to D after the span ends, a stall lasts D; the other kinds act at once.
 func (f Fault) End() time.Duration {
 	switch f.Kind {
-	case Delay:
+	case Delay, DelayRequests, ColdStart, ColdFleet:
 		return f.At + f.Span + f.D
 	case Stall:
 		return f.At + f.D
@@ -89,8 +104,21 @@ func (f Fault) End() time.Duration {
 func (f Fault) String() string {
 	s := fmt.Sprintf("%s at %s", f.Kind, fmtDur(f.At))
 	switch f.Kind {
-	case Delay:
-		s += fmt.Sprintf(": r%d's replies +%s for %s", f.Replica, fmtDur(f.D), fmtDur(f.Span))
+	case Delay, DelayRequests:
+		what, by := "replies", "+"+fmtDur(f.D)
+		if f.Kind == DelayRequests {
+			what = "requests"
+		}
+		if f.Jitter {
+			by = "+0.." + fmtDur(f.D) + " (drawn per round trip)"
+		}
+		s += fmt.Sprintf(": r%d's %s %s for %s", f.Replica, what, by, fmtDur(f.Span))
+	case ColdStart:
+		s += fmt.Sprintf(": r%d restarts as a new process, r%d; its round trips +0..%s one way (drawn per round trip) for %s",
+			f.Replica, f.K, fmtDur(f.D), fmtDur(f.Span))
+	case ColdFleet:
+		s += fmt.Sprintf(": every replica starts with round trips +0..%s one way (drawn per round trip) for %s",
+			fmtDur(f.D), fmtDur(f.Span))
 	case DropBefore, DropAfter:
 		s += fmt.Sprintf(": r%d's next %d requests", f.Replica, f.K)
 	case Stall:
@@ -146,10 +174,25 @@ type Scenario struct {
 }
 
 // Calm reports a run with nothing that may keep it from using the whole
-// quota: no fault, pause, lowered limit, deadline, cancellation or Allow.
-// Its utilization and waits are checked against targets.
+// quota once it has started: no fault, pause, lowered limit, deadline,
+// cancellation or Allow. Its utilization and waits are checked against
+// targets. A fleet's cold start (ColdFleet) leaves a run calm: it slows
+// the start, and the targets apply once it is over (see StartLoad).
 func (s Scenario) Calm() bool {
-	return len(s.Faults) == 0 && s.Deadline == 0 && s.Cancel == 0 && s.Allow == 0 && s.Think == 0
+	faults := slices.ContainsFunc(s.Faults, func(f Fault) bool { return f.Kind != ColdFleet })
+	return !faults && s.Deadline == 0 && s.Cancel == 0 && s.Allow == 0 && s.Think == 0
+}
+
+// StartLoad is when the fleet's cold start (ColdFleet) stops acting: the
+// last round trip it delays has arrived. Zero without one.
+func (s Scenario) StartLoad() time.Duration {
+	var end time.Duration
+	for _, f := range s.Faults {
+		if f.Kind == ColdFleet {
+			end = max(end, f.End())
+		}
+	}
+	return end
 }
 
 // W is how long an admitted call holds its slot under the first limit:
@@ -209,7 +252,32 @@ func (s Scenario) String() string {
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
 	}
+	// The faults on the clock estimate, which came later than the others
+	// (those are in FaultLines only): a report that prints only this line
+	// still names them.
+	for _, f := range s.Faults {
+		if f.onClock() {
+			fmt.Fprintf(&b, "; %s", f)
+		}
+	}
 	return b.String()
+}
+
+// onClock reports a fault of those that try the clock estimate, drawn
+// after the others from sources of their own (see Generate).
+func (f Fault) onClock() bool { return f.Kind >= numKinds || f.Jitter }
+
+// WithoutClockFaults is the scenario without the faults that try the clock
+// estimate: as Generate drew it before they existed.
+func (s Scenario) WithoutClockFaults() Scenario {
+	var faults []Fault
+	for _, f := range s.Faults {
+		if !f.onClock() {
+			faults = append(faults, f)
+		}
+	}
+	s.Faults = faults
+	return s
 }
 
 // FaultLines describes the faults, one a line, for a trace.
@@ -222,9 +290,10 @@ func (s Scenario) FaultLines() []string {
 }
 
 // Generate draws seed's scenario. The same seed always gives the same
-// scenario. Seeds cycle through the event kinds so that any run of
-// numKinds consecutive seeds schedules each kind at least once, and every
-// fourth seed is calm.
+// scenario. Seeds cycle through the event kinds up to numKinds so that any
+// run of numKinds consecutive seeds schedules each at least once, and
+// every fourth seed is calm; the kinds on the clock estimate, which came
+// later, are drawn on a share of the seeds from sources of their own.
 func Generate(seed uint64) Scenario {
 	r := rand.New(rand.NewPCG(seed, 0x7468726f74746c65))
 	s := Scenario{Seed: seed, Ahead: -1}
@@ -319,7 +388,64 @@ func Generate(seed uint64) Scenario {
 		s.Priorities = true
 		s.LowShare = []float64{0.5, 0.75, 0.9}[pr.IntN(3)]
 	}
+	// And for the faults that try the clock estimate (round trips late on
+	// one side, which its error bound of half the round trip is about):
+	// on a third of the seeds with faults, one more fault of those kinds;
+	// on a sixth of all seeds, calm ones too, a fleet's cold start. Not
+	// with a zero buffer: the buffer is the margin for latency, and with
+	// none any delay is a violation by design (see above).
+	if cr := rand.New(rand.NewPCG(seed, 0x636c6f636b)); !calm && s.Buffer > 0 && cr.IntN(3) == 0 {
+		s.Faults = append(s.Faults, drawClockFault(cr, s))
+	}
+	if fr := rand.New(rand.NewPCG(seed, 0x666c656574)); s.Buffer > 0 && fr.IntN(6) == 0 {
+		// Every process starts at once on a loaded machine (24 processes
+		// on 2 cores): their first samples of the server's clock come from
+		// slow, lopsided round trips. Slow, not failing: within half the
+		// Redis timeout, so that a calm run stays one (a run whose round
+		// trips time out has a Redis outage, which other kinds try).
+		timeout := time.Second
+		if s.Timeout > 0 {
+			timeout = s.Timeout
+		}
+		s.Faults = append(s.Faults, Fault{Kind: ColdFleet, Replica: World,
+			D: logDur(fr, time.Millisecond, min(time.Second, timeout/2)), Span: logDur(fr, 100*time.Millisecond, 10*time.Second)})
+	}
+	// In time order, those drawn later after those drawn first at the
+	// same time; a restarted process takes the next number after the
+	// replicas'.
+	slices.SortStableFunc(s.Faults, func(a, b Fault) int { return int(a.At - b.At) })
+	next := s.Replicas
+	for i := range s.Faults {
+		if s.Faults[i].Kind == ColdStart {
+			s.Faults[i].K = next
+			next++
+		}
+	}
 	return s
+}
+
+// drawClockFault draws one fault that tries the clock estimate: requests
+// late by D, requests or replies late by up to D each (the shortest of
+// eight round trips is then still late, and lopsided), or a replica's
+// process restarting under load, with a fresh estimate whose first samples
+// are slow and lopsided.
+func drawClockFault(r *rand.Rand, s Scenario) Fault {
+	f := Fault{At: time.Duration(float64(s.Run) * (0.1 + 0.7*r.Float64())), Replica: r.IntN(s.Replicas)}
+	// Long enough spans, often, for eight samples of the server's clock
+	// to fall in them (a sample at most every 250ms: eight take 2s or
+	// more).
+	span := logDur(r, 100*time.Millisecond, max(2*s.W(), 10*time.Second))
+	switch r.IntN(4) {
+	case 0:
+		f.Kind, f.D, f.Span = DelayRequests, logDur(r, time.Millisecond, 3*time.Second), span
+	case 1:
+		f.Kind, f.D, f.Span, f.Jitter = DelayRequests, logDur(r, time.Millisecond, 3*time.Second), span, true
+	case 2:
+		f.Kind, f.D, f.Span, f.Jitter = Delay, logDur(r, time.Millisecond, 3*time.Second), span, true
+	default:
+		f.Kind, f.D, f.Span = ColdStart, logDur(r, time.Millisecond, time.Second), logDur(r, 100*time.Millisecond, 10*time.Second)
+	}
+	return f
 }
 
 // drawFaults schedules one to four events; the seed's own kind first, so
