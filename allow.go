@@ -10,7 +10,9 @@ type Result struct {
 	// Allowed reports whether the call was admitted and counted.
 	Allowed bool
 	// Remaining is how many more calls the window around now had room for
-	// right after this decision.
+	// right after this decision, under the whole of the tightest limit: a
+	// caller whose priority is held to a share of it (WithPriorityShare)
+	// may have less.
 	Remaining int
 	// RetryAfter is, when Allowed is false, how long until the requested
 	// calls would have fitted had nobody else taken the room; zero when
@@ -25,8 +27,9 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 }
 
 // AllowN makes one attempt to admit n calls now. n must lie between 1 and
-// the smallest of the Throttler's limits (else the error wraps
-// ErrInvalidArgument). When Allowed is true, the calls are counted. When it
+// the most a call of ctx's priority may take: the smallest of the
+// Throttler's limits, each times the priority's share (see
+// WithPriorityShare; else the error wraps ErrInvalidArgument). When Allowed is true, the calls are counted. When it
 // is false, nothing is counted: the attempt's members are removed before
 // AllowN returns, or, if Redis fails to remove them, by the Throttler's next
 // round trip.

@@ -22,8 +22,9 @@ import (
 // it may have reached the API.
 type Cost struct {
 	// Estimate returns the units to reserve for req: at least 1, at most
-	// the Throttler's smallest limit (else the request fails with an error
-	// wrapping ErrInvalidArgument). Required.
+	// the Throttler's smallest limit, times the share of the request's
+	// priority (see WithPriorityShare; else the request fails with an
+	// error wrapping ErrInvalidArgument). Required.
 	Estimate func(req *http.Request) int
 	// Actual returns what the call cost, from the response and the last
 	// bytes of its body as the caller read them, and false when it cannot

@@ -420,30 +420,3 @@ func (t *Throttler) InFlight(ctx context.Context) (taken, limit int, err error) 
 	}
 	return n, t.lease.n, nil
 }
-
-// Done ends the permit's call: with WithInFlight, its place in flight goes
-// back to every replica at once (one Redis round trip, bounded by the
-// Redis timeout; a place Redis did not take back expires with its lease).
-// Settle calls Done. Only the first call counts; Done is safe to call on
-// any permit, with or without a place.
-func (p *Permit) Done() {
-	p.doneOnce.Do(func() {
-		t := p.t
-		if t.lease == nil || p.lease == "" {
-			return
-		}
-		t.mu.Lock()
-		delete(t.lease.held, p.lease)
-		t.lease.nudge() // it may have nothing left to keep
-		t.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
-		defer cancel()
-		if err := t.st.releaseLeases(ctx, []string{p.lease}, 0); err != nil {
-			t.observeRedisError(err)
-			t.mu.Lock()
-			t.giveLeaseBackLocked(p.lease) // the keeper tries once more
-			t.mu.Unlock()
-		}
-		t.observeInFlight(-1)
-	})
-}

@@ -101,12 +101,14 @@ const (
 // WaitN with more than n calls at once fail while it lasts.
 //
 // Calls of this process holding slots reserved ahead under the higher limit
-// give them back and reserve again, and so do those of every process that
-// hears of it: the change is published as a pause is (see PauseUntil).
-// Other Throttlers learn of it with their next round trip. It returns an
-// error wrapping
-// ErrInvalidArgument when n < 1 or d <= 0, and one wrapping ErrRedis when
-// Redis fails (the change then holds in this process only).
+// give them back and reserve again, and so do those of every process with
+// calls sleeping toward their slots, which hears of it within a Redis round
+// trip of the write (the change is published as a pause is; see
+// PauseUntil); every other Throttler learns of it with its next round
+// trip. SetLimit returns an error wrapping ErrInvalidArgument when n < 1 or
+// d <= 0, and the context's error when ctx has ended (nothing changes then);
+// one wrapping ErrRedis when Redis fails: the change then holds in this
+// process only.
 func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {
 	if n < 1 || d <= 0 {
 		return invalidf("SetLimit(%d, %s): n must be at least 1 and d positive", n, d)

@@ -127,36 +127,18 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithRedisTimeout bounds each Redis round trip the Throttler makes; when it
 // passes, the failure policy decides. Default 1s. A round trip that gives a
-// call's slot back, when the call was refused, abandoned or settled for
-// less, is bounded by the shorter of d and 250ms. How the bound is kept
-// depends on the client:
+// call's slot back (a call refused, abandoned or settled for less) is
+// bounded by the shorter of d and 250ms.
 //
-//   - A client built with ContextTimeoutEnabled (a *redis.Client, including
-//     a failover client, a *redis.ClusterClient or a *redis.Ring) applies
-//     the round trip's deadline to every socket read and write, and to
-//     waiting for a pooled connection and dialing. The round trip runs in
-//     the calling goroutine and ends by its deadline.
-//   - A *redis.Client without it, whose ReadTimeout and WriteTimeout are both
-//     set and no longer than the time the round trip has left (within 2ms:
-//     no longer than d for most round trips), also runs it in the calling
-//     goroutine. go-redis ends the wait for a pooled connection, the dial and
-//     the backoff before a retry at the deadline, but each socket write and
-//     read at those timeouts, so the round trip ends by the later of its
-//     deadline and Redis's last answer to it, plus at most one socket write
-//     and one socket read, each within those timeouts. With timeouts equal
-//     to d, a Redis that hung before the round trip began fails it at its
-//     deadline, give or take 2ms; shorter ones may fail it sooner, or up to
-//     one read timeout past the deadline (go-redis retries a timed-out read
-//     while the deadline is ahead). While a server announces maintenance
-//     (go-redis's maintenance notifications, Redis Cloud and Enterprise),
-//     go-redis may lengthen those timeouts, and the bound with them.
-//   - With any other client (a *redis.Client with go-redis's default
-//     timeouts, 5s in v9.23, or a cluster client or ring without
-//     ContextTimeoutEnabled), the
-//     round trip runs in a helper goroutine and the Throttler stops waiting
-//     for it at its deadline exactly, leaving it to end in the background
-//     at the client's own timeouts. The hand-off costs some tens of
-//     microseconds a round trip.
+// With a client that applies context deadlines to its sockets
+// (ContextTimeoutEnabled), or a *redis.Client whose ReadTimeout and
+// WriteTimeout are both set and no longer than the round trip's bound (d,
+// or 250ms for a give-back; within 2ms), the round trip runs in
+// the calling goroutine and ends by its deadline, give or take one socket
+// read and write at those timeouts. With any other client it runs in a
+// helper goroutine: the Throttler stops waiting for it at the deadline
+// exactly and leaves it to end at the client's own timeouts, which costs
+// some tens of microseconds a round trip.
 func WithRedisTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

@@ -53,10 +53,11 @@ type metaWrite struct {
 // writeMeta writes what plan returns for the server's now to the first
 // limit's key, keeping the key alive at least as long as the pause.
 func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) metaWrite) error {
+	var syncErr error
 	if !t.clock.synced() {
-		if err := t.syncClock(ctx); err != nil {
-			return redisError(err)
-		}
+		// Without a sample the estimate takes the local clock for the
+		// server's: good enough for this process alone, should Redis fail.
+		syncErr = t.syncClock(ctx)
 	}
 	serverNow := t.clock.server(t.now())
 	m := plan(serverNow)
@@ -70,6 +71,10 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		m.apply()
 		t.mu.Unlock()
 		t.nudge()
+	}
+	if syncErr != nil {
+		t.observeRedisError(syncErr)
+		return redisError(syncErr)
 	}
 	ttl := t.ttl()
 	if m.pause > 0 {

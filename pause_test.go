@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // A pause set by one replica holds for another (separate client, separate
@@ -138,4 +141,32 @@ func TestPauseRecallsSleepingWaiters(t *testing.T) {
 		assertWindow(t, scores, 300*time.Millisecond, 2)
 		waitIdle(t, th)
 	})
+}
+
+// A pause and a lowered limit hold in this process at once even when Redis
+// cannot be reached, before the Throttler ever read the server's clock:
+// PauseUntil and SetLimit return ErrRedis, and the change is in force here.
+func TestMetaHoldsLocallyWhenRedisIsDown(t *testing.T) {
+	mr := miniredis.RunT(t)
+	addr := mr.Addr()
+	mr.Close() // nothing listens there now
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	th, err := New(c, "k", 10, time.Second, WithRedisTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := th.PauseUntil(ctx, time.Now().Add(time.Minute)); !errors.Is(err, ErrRedis) {
+		t.Fatalf("PauseUntil with Redis down: %v, want ErrRedis", err)
+	}
+	if s := th.Stats(); s.PausedUntil.IsZero() {
+		t.Fatal("the pause does not hold in this process")
+	}
+	if err := th.SetLimit(ctx, 3, time.Minute); !errors.Is(err, ErrRedis) {
+		t.Fatalf("SetLimit with Redis down: %v, want ErrRedis", err)
+	}
+	if s := th.Stats(); s.Limit != 3 {
+		t.Fatalf("limit in force here %d, want 3", s.Limit)
+	}
 }

@@ -96,8 +96,10 @@ func (p *Permit) At() time.Time {
 //     times; no window is pushed over by anything but an under-estimate.
 //
 // Only the first call of Settle counts: later ones do nothing and return
-// what it returned. Settle ends the call (see Done). Settle takes one Redis round trip, bounded by the
-// Redis timeout. When Redis fails, it returns an error wrapping ErrRedis,
+// what it returned. Settle ends the call (see Done). Settle takes at most
+// one Redis round trip (none when actual equals the estimate), bounded by
+// the Redis timeout, and Done takes one more for a permit holding a place
+// in flight (see WithInFlight). When Redis fails, it returns an error wrapping ErrRedis,
 // and what it could not write (the surplus to remove, the debt to add) is
 // written by the Throttler's next round trip that works (the debt counts
 // in this process's own calls meanwhile, the surplus stops counting with
@@ -118,6 +120,33 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 	})
 	p.Done()
 	return p.err
+}
+
+// Done ends the permit's call: with WithInFlight, its place in flight goes
+// back to every replica at once (one Redis round trip, bounded by the
+// Redis timeout; a place Redis did not take back expires with its lease).
+// Settle calls Done. Only the first call counts; Done is safe to call on
+// any permit, with or without a place.
+func (p *Permit) Done() {
+	p.doneOnce.Do(func() {
+		t := p.t
+		if t.lease == nil || p.lease == "" {
+			return
+		}
+		t.mu.Lock()
+		delete(t.lease.held, p.lease)
+		t.lease.nudge() // it may have nothing left to keep
+		t.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
+		defer cancel()
+		if err := t.st.releaseLeases(ctx, []string{p.lease}, 0); err != nil {
+			t.observeRedisError(err)
+			t.mu.Lock()
+			t.giveLeaseBackLocked(p.lease) // the keeper tries once more
+			t.mu.Unlock()
+		}
+		t.observeInFlight(-1)
+	})
 }
 
 // debtPrefix starts the members a Settle adds as debt, so that Usage can

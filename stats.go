@@ -9,19 +9,22 @@ import (
 // Stats is a snapshot of a Throttler's counters, taken by Stats. Counters
 // start at zero when the Throttler is created and only grow; they are this
 // process's view, not the key's (Usage reads the key).
+//
+// A wait below is one of every face that waits for quota: WaitN (and
+// Wait), Reserve, Do, Wrap and a request through a Transport.
 type Stats struct {
-	// Admitted is how many calls were admitted (a WaitN or AllowN of n
+	// Admitted is how many calls were admitted (a wait or an AllowN of n
 	// counts n), whether Redis or the failure policy admitted them.
 	Admitted uint64
-	// Waited is the total time admitted callers spent in WaitN: divided by
-	// the number of WaitN calls that returned nil, it is the mean wait.
+	// Waited is the total time admitted callers spent waiting: divided by
+	// Waits, it is the mean wait.
 	Waited time.Duration
-	// Waits is how many WaitN calls returned nil.
+	// Waits is how many waits were admitted.
 	Waits uint64
-	// Abandoned is how many WaitN calls returned because their context
-	// ended or its deadline came before their slot.
+	// Abandoned is how many waits returned because their context ended or
+	// its deadline came before their slot.
 	Abandoned uint64
-	// Failed is how many WaitN and AllowN calls returned an error wrapping
+	// Failed is how many waits and AllowN calls returned an error wrapping
 	// ErrRedis.
 	Failed uint64
 	// Refused is how many AllowN calls answered Allowed: false.
@@ -48,7 +51,7 @@ type Stats struct {
 	// place free and waited for one.
 	InFlight   int
 	PlaceWaits uint64
-	// Rejected counts the WaitN calls turned away, by Rejection: their
+	// Rejected counts the waits turned away, by Rejection: their
 	// slot lay past their deadline or their maximum wait, or the queue
 	// was full. Those past their deadline count in Abandoned too.
 	Rejected [numRejections]uint64

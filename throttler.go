@@ -13,8 +13,9 @@
 // earliest future slot and sleeps once until then; it does not poll.
 //
 // A Throttler is safe for concurrent use by multiple goroutines. Waiters on
-// one Throttler are served first in, first out, and their reservations are
-// batched: one Redis round trip serves as many as fit.
+// one Throttler are served by priority (see ContextWithPriority) and, within
+// a priority, in the order they called, an AllowN ahead of them all; their
+// reservations are batched: one Redis round trip serves as many as fit.
 package throttler
 
 import (

@@ -6,7 +6,9 @@ import (
 )
 
 // Usage describes one limit's shared window as Redis holds it, read by
-// Throttler.Usage. Times are on the local clock.
+// Throttler.Usage. NextFree and PausedUntil are on the local clock
+// (converted with the offset the read observed); Now is on the Redis
+// server's.
 type Usage struct {
 	// Key is the sorted set holding the window.
 	Key string

@@ -4,9 +4,9 @@ import (
 	"time"
 )
 
-// waiter is one WaitN or AllowN call in this process. n, deadline, now and
-// wake are set when the call begins; res and left change under the
-// Throttler's mu.
+// waiter is one call waiting for quota in this process (a wait of any face,
+// or an AllowN). n, deadline, cause, now, prio, wake and wantLease are set
+// when the call begins; the other fields change under the Throttler's mu.
 type waiter struct {
 	n        int
 	deadline time.Time // zero without one
