@@ -230,7 +230,7 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
 		end := serverNow + d.Microseconds()
 		return metaWrite{
 			pause: end,
-			set:   []entry{{score: -d.Microseconds(), member: backoffMember}, {score: -end, member: backoffEndMember}},
+			set:   []entry{{score: metaScore(d.Microseconds()), member: backoffMember}, {score: metaScore(end), member: backoffEndMember}},
 			apply: func() { t.pauseLocked(end) },
 			news:  &news{pause: end},
 		}

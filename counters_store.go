@@ -8,16 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Members of the first limit's key that are not calls (see limits.go),
-// written when a Transport backs off from a refusal that states no end:
-// backoffMember's score is minus the back-off's length, backoffEndMember's
-// minus its end, in server microseconds. Every replica reads them before
-// it backs off, so that the back-off grows across replicas.
-const (
-	backoffMember    = "\x00backoff"
-	backoffEndMember = "\x00backoff-end"
-)
-
 // countersRead is what a Transport reads of the shared window before it
 // follows an API's counter or backs off, in one round trip.
 type countersRead struct {
@@ -151,14 +141,6 @@ end
 return {lim, string.format('%.0f', lend), string.format('%.0f', zero)}
 `)
 
-// Members of the first limit's key that hold a gradual counter's lowest
-// implied limit per eighth of the interval (see counterScript): bucket k's
-// index (minus it) and its limit (minus it).
-const (
-	gradualBucketMember = "\x00gb"
-	gradualLimitMember  = "\x00gn"
-)
-
 // applyCounters applies a batch of readings (see counterScript).
 func (s *redisStore) applyCounters(ctx context.Context, a countersApply) (countersApplied, error) {
 	gradual := "0"
@@ -220,6 +202,6 @@ func (s *redisStore) readCounters(ctx context.Context, from, to int64) (counters
 	if len(m) != 4 {
 		return countersRead{}, errors.New("throttler: short ZMSCORE reply")
 	}
-	r.limit, r.limitEnd, r.backoff, r.backoffEnd = -int64(m[0]), -int64(m[1]), -int64(m[2]), -int64(m[3])
+	r.limit, r.limitEnd, r.backoff, r.backoffEnd = metaValue(m[0]), metaValue(m[1]), metaValue(m[2]), metaValue(m[3])
 	return r, nil
 }

@@ -86,7 +86,7 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 	err = t.writeMeta(ctx, func(serverNow int64) metaWrite {
 		end := serverNow + ttl.Microseconds()
 		m := metaWrite{
-			set:   []entry{{score: -int64(limit), member: limitMember}, {score: -end, member: limitEndMember}},
+			set:   []entry{{score: metaScore(int64(limit)), member: limitMember}, {score: metaScore(end), member: limitEndMember}},
 			apply: func() { t.lowerLocked(0, 0) },
 		}
 		if limit < t.Limit() {

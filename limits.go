@@ -75,20 +75,6 @@ func sameSlot(first, key string) error {
 	return nil
 }
 
-// Members of the first limit's sorted set that are not calls. Their scores
-// are negative, where no window counts them and no trim reaches them, and
-// every reservation reads them with the same ZMSCORE that checks the marker:
-// the shared pause and the lowered limit cost no extra command.
-const (
-	// pauseMember's score is minus the server time, in microseconds, before
-	// which no call may go (PauseUntil).
-	pauseMember = "\x00pause"
-	// limitMember's score is minus the lowered limit (SetLimit);
-	// limitEndMember's is minus the server time at which the lowering ends.
-	limitMember    = "\x00limit"
-	limitEndMember = "\x00limit-end"
-)
-
 // SetLimit lowers the first limit (the one given to New) to n calls per
 // interval for every Throttler on the key, for the next d, through Redis.
 // Calls already admitted still count: after lowering from 100 to 50, no new
@@ -123,7 +109,7 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 		}
 		end := serverNow + d.Microseconds()
 		return metaWrite{
-			set:   []entry{{score: int64(-n), member: limitMember}, {score: -end, member: limitEndMember}},
+			set:   []entry{{score: metaScore(int64(n)), member: limitMember}, {score: metaScore(end), member: limitEndMember}},
 			apply: func() { t.lowerLocked(n, end) },
 			news:  &news{limit: int64(n), limitEnd: end, limitSet: true},
 		}

@@ -59,13 +59,6 @@ import (
 // of a second cannot keep calls to any margin the window can hold. Slack
 // never holds a round: it is granted only as far as maxSpread allows.
 
-// Members of the first limit's key that are not calls: the largest margin
-// in force (minus it, in µs) and when it ends (minus the server time).
-const (
-	wideMember    = "\x00wide"
-	wideEndMember = "\x00wide-end"
-)
-
 // maxSpread bounds e + X + P (see hold).
 const maxSpread = trimSlack - int64(100*time.Millisecond/time.Microsecond)
 

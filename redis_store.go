@@ -84,7 +84,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
 	}
 	if a.mark {
-		zs = append(zs, redis.Z{Score: -1, Member: marker})
+		zs = append(zs, redis.Z{Score: float64(metaScore(1)), Member: marker})
 	}
 	c.queueLeases(p)
 	if a.margin > 0 && len(a.adds) > 0 {
@@ -107,7 +107,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		if wi == 0 && a.pause > 0 {
 			// Before the marker: a marker present means the pause written
 			// with it is there too. Every replica listening hears of it.
-			p.ZAddLT(ctx, x.key, redis.Z{Score: float64(-a.pause), Member: pauseMember})
+			p.ZAddLT(ctx, x.key, redis.Z{Score: float64(metaScore(a.pause)), Member: pauseMember})
 			p.Publish(ctx, newsChannel(x.key), news{pause: a.pause}.String())
 		}
 		add := zs
@@ -169,21 +169,22 @@ func (c *attemptCmds) reply() reply {
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
 	found := c.meta.Val()
-	meta := func(i int) int64 {
+	score := func(i int) float64 {
 		if i < len(found) {
-			return -int64(found[i])
+			return found[i]
 		}
 		return 0
 	}
 	r := reply{
 		counts:   make([][]int64, len(s.wins)),
-		noMark:   meta(0) == 0,
-		pause:    max(0, meta(1)),
-		limit:    max(0, meta(2)),
-		limitEnd: max(0, meta(3)),
-		wide:     max(0, meta(4)),
-		wideEnd:  max(0, meta(5)),
-		lost:     a.probe != "" && s.probeIn == 0 && meta(6) == 0,
+		noMark:   metaValue(score(0)) == 0,
+		pause:    metaValue(score(1)),
+		limit:    metaValue(score(2)),
+		limitEnd: metaValue(score(3)),
+		wide:     metaValue(score(4)),
+		wideEnd:  metaValue(score(5)),
+		// The probe, a call of ours (see metaArgs), scores its time.
+		lost: a.probe != "" && s.probeIn == 0 && score(6) == 0,
 	}
 	if c.probe != nil {
 		r.lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
@@ -264,7 +265,7 @@ func (s *redisStore) writeMeta(ctx context.Context, m metaWrite, ttl time.Durati
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if m.pause > 0 {
 				// Negative scores: the lower one is the later pause.
-				p.ZAddLT(ctx, key, redis.Z{Score: float64(-m.pause), Member: pauseMember})
+				p.ZAddLT(ctx, key, redis.Z{Score: float64(metaScore(m.pause)), Member: pauseMember})
 			}
 			if len(m.set) > 0 {
 				zs := make([]redis.Z, len(m.set))
@@ -466,7 +467,7 @@ func (s *redisStore) readMeta(ctx context.Context) (reply, error) {
 	if len(v) != 3 {
 		return reply{}, errors.New("throttler: short ZMSCORE reply")
 	}
-	return reply{pause: max(0, -int64(v[0])), limit: max(0, -int64(v[1])), limitEnd: max(0, -int64(v[2]))}, nil
+	return reply{pause: metaValue(v[0]), limit: metaValue(v[1]), limitEnd: metaValue(v[2])}, nil
 }
 
 // watchNews subscribes to the news published on channel (see news.go).

@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// marker is a member at score -1, where no window counts it and no trim
-// reaches it: how a process tells a window Redis lost from a key that
-// expired (see heal.go).
-const marker = "\x00throttler"
-
 // trimFloor is the lowest score a trim removes: the marker sits below it.
 const trimFloor = "0"
 

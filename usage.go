@@ -76,8 +76,8 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 				u.NextFree = local(free)
 			}
 		}
-		if i == 0 && len(found) > 0 && -int64(found[0]) > now {
-			u.PausedUntil = local(-int64(found[0]))
+		if i == 0 && len(found) > 0 && metaValue(found[0]) > now {
+			u.PausedUntil = local(metaValue(found[0]))
 			u.NextFree = maxTime(u.NextFree, u.PausedUntil)
 		}
 		out[i] = u
@@ -93,7 +93,7 @@ func (t *Throttler) usageLimits(now int64, found []float64) []int {
 		lims[i] = x.limit
 	}
 	if len(found) == 3 {
-		n, end := -int64(found[1]), -int64(found[2])
+		n, end := metaValue(found[1]), metaValue(found[2])
 		if n > 0 && end > now && n < int64(lims[0]) {
 			lims[0] = int(n)
 		}
