@@ -55,7 +55,7 @@ import (
 // for each call (a SHA-256 and a map lookup) rather than keep its result.
 // Eviction also forgets the process's own record of its calls that still
 // count (the probe by which a Throttler notices a Redis that lost the
-// window, see README): a window lost within an interval of the eviction is
+// window, see docs/guarantees.md): a window lost within an interval of the eviction is
 // noticed by the replicas that still hold the key, not by this one.
 //
 // A Group is safe for concurrent use by multiple goroutines.

@@ -20,7 +20,8 @@ var groupKeys = flag.Int("group.keys", 1000, "TestGroupManyKeys: how many keys t
 // key evicted, the goroutines back to what they were before, and, once
 // the window and its TTL have passed, no Redis key left. It reports the
 // heap in use after a GC before, while every key is held, and after
-// eviction, without asserting on them; the README's figures come from
+// eviction, without asserting on them; the figures in docs/benchmarks.md
+// come from
 //
 //	go test -run TestGroupManyKeys -group.keys 100000 -v .
 func TestGroupManyKeys(t *testing.T) {

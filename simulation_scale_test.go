@@ -16,7 +16,7 @@ var simScale = flag.String("sim.scale", "", `simulation: run the named fixed sce
 // TestSimulationScale runs the fixed scenarios of sim.Scale, checks what
 // every seed's run must hold (the invariant, idle Throttlers, no member
 // left behind) and prints their figures, the longest wait among them: the
-// README's table of simulated figures comes from
+// table of simulated figures in docs/simulator.md comes from
 //
 //	go test -run TestSimulationScale -sim.scale all -v .
 //

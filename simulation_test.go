@@ -70,11 +70,11 @@ var simRegressions = []simCase{
 	{242, "replies 201ms late (a lopsided link) and a local clock step back of 548ms: the estimate's error bound (100ms) passed half the 50ms buffer, and calls placed by estimates 100ms apart went within an interval at the API (58 in a window of 52); fixed by the margin (margin.go)"},
 	{384, "a fleet's cold start: margins asked for by its loose first estimates stayed in force after it, and a calm run's wait bound counted them as the library's (237ms against 89ms); the bound now starts once they are over (startCost)"},
 	{567, "a local clock (readings with a monotonic part) stepped back 543ms while a call slept toward its slot: the timer ran its course, the stepped clock said early, and the call slept on and went 543ms late (4 in a window of 3); a sleeper whose timer outran its clock now samples the server's clock"},
-	{875, "a process restarted after a failover to a copy behind, before any replica noticed the loss (the others had fallen back): it cannot tell the lost window from a new key, as the README states; the checker now exempts such a blind process until it learns of the heal's pause"},
+	{875, "a process restarted after a failover to a copy behind, before any replica noticed the loss (the others had fallen back): it cannot tell the lost window from a new key, as docs/guarantees.md states; the checker now exempts such a blind process until it learns of the heal's pause"},
 }
 
 // simOpen are seeds that found a bug not fixed yet. The CI set skips them,
-// saying so; -sim.seed runs one. Each is in the README's open problems.
+// saying so; -sim.seed runs one. Each is in docs/simulator.md's open problems.
 var simOpen = []simCase{}
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
@@ -225,7 +225,7 @@ type simReplica struct {
 	// FailOpen's exemption: the replica is, or was, degraded.
 	degraded atomic.Bool
 	flips    atomic.Int64
-	// The README's limit on healing a lost window: a process that made no
+	// docs/guarantees.md's limit on healing a lost window: a process that made no
 	// round trip before Redis lost the window (one started after it)
 	// cannot tell the loss from a new key, and its calls may exceed the
 	// limit until it learns of the heal's pause.
@@ -642,7 +642,7 @@ func (w *simWorld) admit(r *simReplica, n int, waited time.Duration, flips int64
 	// Admitted while the replica fell back, or may have: FailOpen's calls
 	// count nowhere, FallbackLocal's against the replica's share.
 	// A process blind to a lost window (see simReplica.blind) is exempt
-	// as the README states.
+	// as docs/guarantees.md states.
 	fellBack := wasDegraded || r.degraded.Load() || r.flips.Load() != flips
 	w.rec.Admit(sim.Admission{Replica: r.id, N: n, Waited: waited, NoLimit: noDeadline,
 		Exempt: w.sc.Policy == sim.FailOpen && fellBack || r.blind.Load(),
@@ -810,7 +810,7 @@ func (w *simWorld) checkSafety() {
 // checkInFlight holds the calls in flight to the cap, and looks for places
 // left taken by a live replica that saw no Redis error. A Redis that lost
 // the places (a flush, a failover to a copy behind) forgets the calls in
-// flight then, as the README states: such runs are not held to the cap.
+// flight then, as docs/guarantees.md states: such runs are not held to the cap.
 func (w *simWorld) checkInFlight() {
 	sc := w.sc
 	if sc.InFlight == 0 {

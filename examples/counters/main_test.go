@@ -23,7 +23,7 @@ import (
 // consumer left. Against the sliding window
 // (OpenAI's style) refusals are not checked: there, slots free one at a
 // time, and ours and the foreign consumer's race for them (see the
-// README's figures).
+// figures in docs/counters.md).
 func TestStyles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 6 windows of 2s each")

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Scales names the fixed scenarios whose figures the README gives: sizes
+// Scales names the fixed scenarios whose figures docs/simulator.md gives: sizes
 // the real-time harness cannot reach on a small machine.
 var Scales = []string{"hour", "herd", "herd-faults"}
 
