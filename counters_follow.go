@@ -251,14 +251,14 @@ func (tr *Transport) followLimitHeader(ctx context.Context, t *Throttler, resp *
 	if d <= 0 {
 		d = time.Hour
 	}
-	t.follow(ctx, n, d)
+	t.lowerTo(ctx, n, d)
 }
 
 // retryCallDelay is how long a Transport waits before sending a call again
 // whose refusal concerned it alone (RetryCall): 100ms, doubled with each
 // attempt, at most 2s.
-func retryCallDelay(attempt int) time.Duration {
-	return min(100*time.Millisecond<<min(attempt, 5), 2*time.Second)
+func retryCallDelay(try int) time.Duration {
+	return min(100*time.Millisecond<<min(try, 5), 2*time.Second)
 }
 
 // sleepCtx waits d, or until ctx ends, and reports whether d passed.

@@ -18,7 +18,7 @@ func (retryAfterCounters) Peek(*http.Response) bool { return false }
 
 func (retryAfterCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 	var q Quota
-	if backOff(resp) {
+	if slowDown(resp) {
 		q.pauseFor(resp, now)
 	}
 	return q
@@ -78,7 +78,7 @@ func (g githubCounters) Read(resp *http.Response, body []byte, now time.Time) Qu
 	if followed && okRem && okReset {
 		q.Remaining, q.Reset = rem, reset
 	}
-	if !g.Peek(resp) && !backOff(resp) {
+	if !g.Peek(resp) && !slowDown(resp) {
 		return q
 	}
 	switch {
@@ -156,7 +156,7 @@ func (p pairCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 	if okRem && okReset {
 		q.Remaining, q.Reset = rem, reset
 	}
-	if !backOff(resp) || q.pauseFor(resp, now) || resp.StatusCode != http.StatusTooManyRequests {
+	if !slowDown(resp) || q.pauseFor(resp, now) || resp.StatusCode != http.StatusTooManyRequests {
 		return q
 	}
 	// Requests at zero need no pause: the counter frees a request as one
@@ -229,7 +229,7 @@ func (c ietfCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 			q.Remaining, q.Reset = r, now.Add(time.Duration(min(t, 24*3600))*time.Second)
 		}
 	}
-	if backOff(resp) && !q.pauseFor(resp, now) && resp.StatusCode == http.StatusTooManyRequests && q.stated() && q.Remaining == 0 {
+	if slowDown(resp) && !q.pauseFor(resp, now) && resp.StatusCode == http.StatusTooManyRequests && q.stated() && q.Remaining == 0 {
 		q.Verdict, q.Until = Pause, q.Reset
 	}
 	return q
@@ -255,7 +255,7 @@ func (stripeCounters) Read(resp *http.Response, body []byte, now time.Time) Quot
 		q.Verdict = RetryCall
 		return q
 	}
-	if backOff(resp) {
+	if slowDown(resp) {
 		q.pauseFor(resp, now)
 	}
 	return q

@@ -62,14 +62,14 @@ type decision struct {
 
 // planOut is a planned round.
 type planOut struct {
-	each    []decision // one per request, in queue order
-	claims  []claim    // the claims, in queue order (first is the worker's to set)
-	checks  []int64    // distinct scores among the claims, ascending
-	exact   bool       // send as MULTI/EXEC, and learn upcoming slots
-	slots   int        // how many upcoming free slots to learn (0 = none)
-	soonest int64      // the score of a call that goes when the reply is back
-	room    int        // units of the batch (or fair share) left unclaimed
-	levels  uint8      // the priorities (a bit per level) of the requests claimed or kept
+	each     []decision // one per request, in queue order
+	claims   []claim    // the claims, in queue order (first is the worker's to set)
+	checks   []int64    // distinct scores among the claims, ascending
+	exact    bool       // send as MULTI/EXEC, and learn upcoming slots
+	slots    int        // how many upcoming free slots to learn (0 = none)
+	soonest  int64      // the score of a call that goes when the reply is back
+	room     int        // units of the batch (or fair share) left unclaimed
+	prioMask uint8      // the priorities (a bit per level) of the requests claimed or kept
 	// How long to sleep before the next round when nothing wakes the
 	// worker sooner, and whether to add jitter (a wake-up for a slot
 	// coming within reach: see config.jitter).
@@ -150,7 +150,7 @@ func (p *planner) place(i int, r request) {
 	}
 	if d.verdict == keep || d.verdict == claim1 {
 		p.units += r.n
-		p.out.levels |= 1 << r.prio.level()
+		p.out.prioMask |= 1 << r.prio.level()
 	}
 	switch d.verdict {
 	case keep:

@@ -55,7 +55,7 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 		// A round that claimed nothing says nothing about room.
 		out.near = slices.Contains(out.ok, false)
 		for wi, counts := range r.counts {
-			room := int64(c.smallestCap(a.levels, in.lims[wi]))
+			room := int64(c.smallestCap(a.prioMask, in.lims[wi]))
 			for _, n := range counts {
 				out.near = out.near || n+int64(c.batchUnits()) > room
 			}

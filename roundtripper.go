@@ -207,10 +207,10 @@ func (tr *Transport) base() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-// follow lowers (or restores) the shared limit to what the API stated,
+// lowerTo lowers (or restores) the shared limit to what the API stated,
 // writing to Redis only when that changes what is in force or the lowering
 // is past half its time.
-func (t *Throttler) follow(ctx context.Context, n int, d time.Duration) {
+func (t *Throttler) lowerTo(ctx context.Context, n int, d time.Duration) {
 	t.mu.Lock()
 	serverNow := t.clock.server(t.now())
 	lowered := t.shared.lowered > 0 && serverNow < t.shared.lowerTill
@@ -222,8 +222,8 @@ func (t *Throttler) follow(ctx context.Context, n int, d time.Duration) {
 	t.SetLimit(ctx, n, d) // a failure is logged; the response stands
 }
 
-// backOff reports whether the API asked us to slow down.
-func backOff(resp *http.Response) bool {
+// slowDown reports whether the API asked us to slow down.
+func slowDown(resp *http.Response) bool {
 	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
 }
 

@@ -74,8 +74,8 @@ type Stats struct {
 	ClockError, Margin time.Duration
 }
 
-// counters are the Stats counters that are not state.
-type counters struct {
+// statCounters are the Stats counters that are not state.
+type statCounters struct {
 	admitted, waits, abandoned, failed, refused atomic.Uint64
 	roundTrips, redisErrors, pauses             atomic.Uint64
 	heals, lateWakes                            atomic.Uint64

@@ -82,13 +82,13 @@ type store interface {
 // of two callers racing for the last slot exactly one wins, and the free
 // slots read (for waiters to reserve without polling) agree with that count.
 type attempt struct {
-	remove []string
-	adds   []entry
-	checks []int64 // distinct scores among adds
-	lims   []int   // the limit in force per window
-	slots  int     // k: how many upcoming free slots to learn (0 = none)
-	levels uint8   // the priorities (a bit per level) of its claims and of the calls still waiting
-	// By level, for the priorities in levels that may fill less than the
+	remove   []string
+	adds     []entry
+	checks   []int64 // distinct scores among adds
+	lims     []int   // the limit in force per window
+	slots    int     // k: how many upcoming free slots to learn (0 = none)
+	prioMask uint8   // the priorities (a bit per level) of its claims and of the calls still waiting
+	// By level, for the priorities in prioMask that may fill less than the
 	// highest (see WithPriorityShare): their cap per window, whose free
 	// slots the round trip learns too (when slots > 0). Empty otherwise.
 	lowCaps [levels][]int

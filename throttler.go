@@ -34,7 +34,7 @@ type Throttler struct {
 	st    store // Redis, behind the seam
 	ids   *memberSource
 	clock *clockSync // its own, or its Group's (see withClockSync)
-	stats counters
+	stats statCounters
 
 	mu      sync.Mutex // guards what follows
 	queue   []*waiter  // not yet reserved: AllowN first, then by priority, FIFO within one

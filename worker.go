@@ -265,8 +265,8 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	t.queue = rest
 	sc.batch = batch
 	a.checks = append(a.checks, p.checks...)
-	a.exact, a.slots, a.soonest, a.room, a.levels = p.exact, p.slots, p.soonest, p.room, p.levels
-	a.lowCaps = t.lowCaps(a.levels, a.slots, a.lims, a.lowCaps)
+	a.exact, a.slots, a.soonest, a.room, a.prioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
+	a.lowCaps = t.lowCaps(a.prioMask, a.slots, a.lims, a.lowCaps)
 	sleep = p.sleep
 	if p.jitter {
 		sleep += t.jitter(t.rng)
