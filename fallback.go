@@ -51,13 +51,13 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		t.degradeLocked(now)
 		var requeue []*waiter
 		for _, w := range batch {
-			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-			t.dropLocalLocked(w)
 			if w.caller != present {
+				t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+				t.dropLocalLocked(w)
 				w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 				continue
 			}
-			w.res = queuedAfter(w.res)
+			t.requeueLocked(w)
 			requeue = append(requeue, w)
 		}
 		t.queue = append(requeue, t.queue...)
@@ -249,6 +249,18 @@ func (t *Throttler) recovered() {
 // dropLocalLocked gives back the local-window slot w holds while sharing
 // (see recovered), when w does not keep its reservation: the caller then
 // replaces w's reservation with one that holds no such slot.
+// requeueLocked sends w, whose reservation did not hold, back to the
+// queue's state: its members leave Redis with the next round trip, its
+// slot in the local share is freed, and what it still has in Redis from
+// an earlier attempt stays known (see queuedAfter). The caller puts w back
+// in the queue.
+func (t *Throttler) requeueLocked(w *waiter) {
+	t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+	t.dropLocalLocked(w)
+	w.res = queuedAfter(w.res)
+}
+
+// dropLocalLocked frees w's slot in the local share, if it holds one.
 func (t *Throttler) dropLocalLocked(w *waiter) {
 	if !w.res.localAt.IsZero() && t.local != nil {
 		t.local.release(w.res.localAt, w.n)

@@ -322,11 +322,7 @@ func (p *planner) finish(reqs []request) planOut {
 // capOf is the most units a call of priority p may claim at once: its cap
 // under the tightest limit in force.
 func (p *planner) capOf(prio Priority) int {
-	low := p.in.lims[0]
-	for _, lim := range p.in.lims {
-		low = min(low, p.c.caps(lim)[prio.level()])
-	}
-	return low
+	return p.c.capUnder(slices.Min(p.in.lims), prio)
 }
 
 // addCheck adds score to the distinct, ascending scores checks (claims are

@@ -109,13 +109,17 @@ func (c *config) caps(lim int) levelCaps {
 	return out
 }
 
+// capUnder is the most units one call of priority p may take while the
+// tightest limit in force is lowest: a priority's cap only grows with the
+// limit, so the tightest limit's cap is the least of them all.
+func (c *config) capUnder(lowest int, p Priority) int {
+	return c.caps(lowest)[p.level()]
+}
+
 // checkN reports an n beyond what one call of priority p may take under
 // the configured limits.
 func (c *config) checkN(where string, n int, p Priority) error {
-	most := c.minLimit
-	for _, x := range c.wins {
-		most = min(most, c.caps(x.limit)[p.level()])
-	}
+	most := c.capUnder(c.minLimit, p)
 	if n < 1 || n > most {
 		return invalidf("%s(%d): n must be in 1..%d at priority %s", where, n, most, p)
 	}

@@ -75,7 +75,18 @@ var simRegressions = []simCase{
 
 // simOpen are seeds that found a bug not fixed yet. The CI set skips them,
 // saying so; -sim.seed runs one. Each is in docs/simulator.md's open problems.
-var simOpen = []simCase{}
+//
+// The three below were found by the first chunk of the long run beyond the
+// CI set (seeds 1001-2000) once the faults on the clock estimate came in,
+// and none fails on every run: goroutines that run at the same virtual
+// instant run in the order Go's scheduler picks, so a seed's trace can
+// differ between runs; each must be run a few times to reproduce (seed
+// 1307: 1 failure in 6 runs).
+var simOpen = []simCase{
+	{1307, "FallbackLocal, permits settled to random costs, a failover to a copy 68ms behind, a reply delay and a clock step of 3.2s: a window held 5464 units against the 4856 the checker allows; not attributed yet"},
+	{1723, "FallbackLocal, a cap on calls in flight, a cold fleet and a process restarted mid-run: 12 calls in flight against a cap of 11; not attributed yet"},
+	{1907, "FallbackLocal, settled permits and priorities, requests delayed per round trip: members scored 3.8s ahead, beyond reserve-ahead (21ms), were left in the set; not attributed yet"},
+}
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
 // found before the simulator drew faults on the clock estimate (delayed

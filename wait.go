@@ -311,15 +311,14 @@ func (t *Throttler) offScoreLocked(res reservation) (target time.Time, late time
 func (t *Throttler) unreserveAndUnlock(ctx context.Context, w *waiter, o outcome) (outcome, error) {
 	members := w.res.members
 	t.forgetLocked(members)
-	t.dropLocalLocked(w)
 	if w.now {
+		t.dropLocalLocked(w)
 		w.res, w.caller = reservation{state: stRefused, retry: t.afterPauseLocked(t.now())}, gone
 		t.mu.Unlock()
 		t.release(ctx, members)
 		return refused, nil
 	}
-	t.owed.giveBack = append(t.owed.giveBack, members...)
-	w.res = queuedAfter(w.res)
+	t.requeueLocked(w)
 	t.mu.Unlock()
 	// Give the slot back now, not with the round that reserves the call
 	// again (after a pause, that may be far off): until it is gone, the

@@ -342,9 +342,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		default:
 			// No slot, or no place in flight: its slot goes back, and it
 			// tries again, or waits for a place (see WithInFlight).
-			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-			t.dropLocalLocked(w)
-			w.res = queuedAfter(w.res)
+			t.requeueLocked(w)
 			if !w.needsPlace() || t.parkLocked(w, a) {
 				requeue = append(requeue, w)
 			}
