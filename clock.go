@@ -39,6 +39,11 @@ type clockSync struct {
 	last    int64  // microseconds, the server's clock as it last read it
 	rtt     int64  // microseconds, the shortest recent round trip
 	gen     uint64 // how many times the estimate restarted (a clock step)
+	// The runtime's own clock (time.Now, which never steps) when the last
+	// sample came in, and the estimate's server time then: what
+	// serverByRuntime converts from.
+	anchorRuntime time.Time
+	anchorServer  int64
 }
 
 // newClockSync returns an estimate that, until its first sample, takes the
@@ -101,7 +106,24 @@ func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 		}
 	}
 	c.offset, c.rtt = best.offset, best.rtt
+	c.anchorRuntime, c.anchorServer = time.Now(), c.micros(recv)+c.offset
 	return stepped
+}
+
+// serverByRuntime converts a reading of the runtime's own clock (time.Now)
+// to estimated server microseconds, from the last sample on: unlike the
+// local clock (WithClock's), which may step while Redis cannot be reached
+// to show it, the runtime's never does. Before any sample it is server.
+// (Simulation seeds 1307 and 1907: calls admitted under FallbackLocal
+// while the local clock had stepped 3-4s ahead were written back when
+// Redis answered, scored by the stepped clock, 3-4s in the future.)
+func (c *clockSync) serverByRuntime(rt time.Time, local time.Time) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.anchorRuntime.IsZero() {
+		return c.micros(local) + c.offset
+	}
+	return c.anchorServer + rt.Sub(c.anchorRuntime).Microseconds()
 }
 
 // lastServer is the server's clock as it last read it, in microseconds

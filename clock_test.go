@@ -53,3 +53,22 @@ func TestClockSampleAcrossBackwardStep(t *testing.T) {
 		t.Fatalf("after the next sample, server(400ms) = %d, want about %d", got, at(510).UnixMicro())
 	}
 }
+
+// serverByRuntime converts on the runtime's clock from the last sample: a
+// step of the local clock since that sample changes nothing (the scores of
+// FallbackLocal's write-backs; simulation seeds 1307 and 1907).
+func TestServerByRuntimeIgnoresLocalSteps(t *testing.T) {
+	now := time.Now()
+	c := newClockSync(now)
+	server := now.Add(5 * time.Second) // the server's clock runs 5s ahead
+	c.observe(now, now.Add(2*time.Millisecond), server.Add(time.Millisecond))
+	want := c.server(now.Add(2*time.Millisecond)) + (2 * time.Second).Microseconds()
+	stepped := now.Add(2*time.Second + 3*time.Second) // the local clock, stepped 3s ahead
+	got := c.serverByRuntime(time.Now().Add(2*time.Second), stepped)
+	if d := got - want; d < -50_000 || d > 50_000 {
+		t.Fatalf("serverByRuntime 2s after the sample: %dµs off, want within 50ms (the local step of 3s ignored)", d)
+	}
+	if by := c.server(stepped); by-want < 2_900_000 {
+		t.Fatalf("the local clock's conversion did not see the step either (%dµs): the test proves nothing", by-want)
+	}
+}

@@ -189,7 +189,9 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 		}
 		t.local.take(at, w.n)
 		if !t.health.closed { // a closed client will never write them
-			serverAt := t.clock.server(at)
+			// Scored on the runtime's clock: the local one may have
+			// stepped since the last sample (see serverByRuntime).
+			serverAt := t.clock.serverByRuntime(time.Now().Add(at.Sub(t.now())), at)
 			for range w.n {
 				t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
 			}
