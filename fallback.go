@@ -26,7 +26,9 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		}
 	}
 	if a != nil {
-		t.owed.giveBack = append(t.owed.giveBack, a.remove...)
+		// What a was to give back, and what it added for batch, goes
+		// with every round trip until one after a success (see owed).
+		t.owed.doubt(a, batch, t.opt.policy.kind == policyOpen)
 		for _, e := range a.adds {
 			if !isOurs(e.member, batch) {
 				t.owed.replay = append(t.owed.replay, e) // admitted without Redis: count it once Redis answers
@@ -52,8 +54,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		var requeue []*waiter
 		for _, w := range batch {
 			if w.caller != present {
-				t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-				t.dropLocalLocked(w)
+				t.unholdLocked(w)
 				w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 				continue
 			}
@@ -87,16 +88,16 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 }
 
 // admitDegradedLocked admits w without Redis, to go at at (its slot in the
-// local window at localAt, when FallbackLocal gave it one). An AllowN that
+// local window at shareAt, when FallbackLocal gave it one). An AllowN that
 // could only go later is refused instead.
-func (t *Throttler) admitDegradedLocked(w *waiter, at, localAt time.Time) {
+func (t *Throttler) admitDegradedLocked(w *waiter, at, shareAt time.Time) {
 	if w.now && at.After(t.now()) {
 		w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
 		return
 	}
 	// A reservation settled here is not one a reply just made: it goes
 	// at its time, on a timer.
-	w.settle(reservation{state: stAdmitted, at: at, epoch: t.shared.epoch, localAt: localAt, stale: w.res.stale})
+	w.settle(reservation{state: stAdmitted, at: at, epoch: t.shared.epoch, shareAt: shareAt, stale: w.res.stale})
 }
 
 // idleAfterFailureLocked decides what the worker does after a failure once
@@ -114,20 +115,21 @@ func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 		return 0
 	}
 	if errors.Is(err, redis.ErrClosed) {
-		t.owed.replay, t.owed.healPause, t.owed.giveBack = nil, 0, nil
+		t.owed.replay, t.owed.healPause, t.owed.giveBack, t.owed.recheck = nil, 0, nil, nil
 		return 0
 	}
 	now := t.now()
-	if len(t.owed.giveBack) > 0 {
+	if len(t.owed.giveBack) > 0 || len(t.owed.recheck) > 0 {
 		if t.owed.giveUpAt.IsZero() {
 			t.owed.giveUpAt = now.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
 		}
 		if !now.Before(t.owed.giveUpAt) {
-			t.owed.giveBack = nil // they stop counting on their own, within the crash bound
+			// They stop counting on their own, within the crash bound.
+			t.owed.giveBack, t.owed.recheck = nil, nil
 		}
 	}
 	t.trimReplayLocked(t.clock.server(now))
-	if len(t.owed.replay) > 0 || t.owed.healPause > 0 || len(t.owed.giveBack) > 0 {
+	if t.owed.pending() {
 		return retryRedisAfter
 	}
 	return 0
@@ -172,7 +174,9 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 				"%d calls at once exceed the local fallback's %d per window", w.n, t.local.limit))})
 			continue
 		}
-		at := t.local.slot(start, w.n)
+		rtNow := time.Now() // the local share's clock (see localWindow)
+		rtAt := t.local.slot(rtNow.Add(start.Sub(now)), w.n)
+		at := now.Add(rtAt.Sub(rtNow))
 		if w.now && at.After(now) {
 			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
 			continue
@@ -187,16 +191,16 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 			rest = append(rest, w)
 			continue
 		}
-		t.local.take(at, w.n)
+		t.local.take(rtAt, w.n)
 		if !t.health.closed { // a closed client will never write them
 			// Scored on the runtime's clock: the local one may have
 			// stepped since the last sample (see serverByRuntime).
-			serverAt := t.clock.serverByRuntime(time.Now().Add(at.Sub(t.now())), at)
+			serverAt := t.clock.serverByRuntime(rtAt, at)
 			for range w.n {
 				t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
 			}
 		}
-		t.admitDegradedLocked(w, at, at)
+		t.admitDegradedLocked(w, at, rtAt)
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
@@ -248,24 +252,29 @@ func (t *Throttler) recovered() {
 	}
 }
 
-// dropLocalLocked gives back the local-window slot w holds while sharing
-// (see recovered), when w does not keep its reservation: the caller then
-// replaces w's reservation with one that holds no such slot.
 // requeueLocked sends w, whose reservation did not hold, back to the
-// queue's state: its members leave Redis with the next round trip, its
-// slot in the local share is freed, and what it still has in Redis from
-// an earlier attempt stays known (see queuedAfter). The caller puts w back
-// in the queue.
+// queue's state: what it holds goes back (see unholdLocked), and what it
+// still has in Redis from an earlier attempt stays known (see
+// queuedAfter). The caller puts w back in the queue.
 func (t *Throttler) requeueLocked(w *waiter) {
-	t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-	t.dropLocalLocked(w)
+	t.unholdLocked(w)
 	w.res = queuedAfter(w.res)
 }
 
-// dropLocalLocked frees w's slot in the local share, if it holds one.
+// unholdLocked gives back what w's reservation holds: its members leave
+// Redis with the next round trip, and its slot in the local share is
+// freed. The caller then replaces w's reservation.
+func (t *Throttler) unholdLocked(w *waiter) {
+	t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+	t.dropLocalLocked(w)
+}
+
+// dropLocalLocked gives back the local-window slot w holds while sharing
+// (see recovered), when w does not keep its reservation: the caller then
+// replaces w's reservation with one that holds no such slot.
 func (t *Throttler) dropLocalLocked(w *waiter) {
-	if !w.res.localAt.IsZero() && t.local != nil {
-		t.local.release(w.res.localAt, w.n)
+	if !w.res.shareAt.IsZero() && t.local != nil {
+		t.local.release(w.res.shareAt, w.n)
 	}
 }
 

@@ -23,7 +23,7 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 	}
 	now := t.now()
 	if now.Before(t.health.degraded) || now.Before(t.health.shareUntil) ||
-		(t.local != nil && t.local.holds(now)) {
+		(t.local != nil && t.local.holds(time.Now())) {
 		return false, lastRound
 	}
 	serverNow := t.clock.server(now)

@@ -245,8 +245,30 @@ func (t *Throttler) keep() {
 		if w.subscribe {
 			k.watch = t.st.watchLeases()
 		}
+		if k.done() {
+			return
+		}
 		k.wait(w.wake)
 	}
+}
+
+// done reports whether the keeper has nothing left to do after its turn's
+// writes, and if so marks it gone: it exits at once rather than at its next
+// turn, up to a third of the ttl later.
+func (k *keeper) done() bool {
+	k.t.mu.Lock()
+	defer k.t.mu.Unlock()
+	return k.l.retire()
+}
+
+// retire marks the keeper gone when it has nothing left to do (see
+// wanted), and reports whether it did.
+func (l *leases) retire() bool {
+	if l.wanted() {
+		return false
+	}
+	l.keeper, l.ready = false, false
+	return true
 }
 
 // keeper is the keeper goroutine's own state.
@@ -273,8 +295,7 @@ func (k *keeper) plan() (keeperWork, bool) {
 	t, l := k.t, k.l
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !l.wanted() {
-		l.keeper, l.ready = false, false
+	if l.retire() {
 		return keeperWork{}, false
 	}
 	now := t.now()

@@ -33,10 +33,12 @@ func (c *concurrency) enter() {
 
 func (c *concurrency) leave() { c.now.Add(-1) }
 
-// waitKeeperIdle waits until th's lease keeper has exited.
+// waitKeeperIdle waits until th's lease keeper has exited: once it has
+// given back the last place, within a round trip, not at its next turn (a
+// third of the ttl, 10s by default, later).
 func waitKeeperIdle(t *testing.T, th *Throttler) {
 	t.Helper()
-	waitLocked(t, th, 10*time.Second, "lease keeper still running 10s after the last call ended", func() bool { return !th.lease.keeper })
+	waitLocked(t, th, 2*time.Second, "lease keeper still running 2s after the last call ended", func() bool { return !th.lease.keeper })
 }
 
 // Three replicas capped at 3 calls in flight: never more than 3 run at

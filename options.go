@@ -68,7 +68,9 @@ func WithBuffer(d time.Duration) Option {
 // WithClock sets the local clock, for tests and simulations. Window
 // arithmetic uses the Redis server's clock; the local clock only converts
 // server times into local sleeps, so a skewed local clock does not change
-// what is admitted. Default time.Now.
+// what is admitted; FallbackLocal's local share counts real time (the
+// runtime's monotonic clock), so a step of the local clock does not change
+// it either. Default time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) error {
 		if now == nil {

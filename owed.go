@@ -1,6 +1,10 @@
 package throttler
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"time"
+)
 
 // owed is what this process still has to write to Redis, with the next
 // round trip that works, guarded by the Throttler's mu. A worker runs while
@@ -12,11 +16,58 @@ type owed struct {
 	replay    []entry   // calls admitted without Redis (FallbackLocal), to count once it answers
 	mark      bool      // the marker was missing: write it
 	healPause int64     // server µs: the end of a heal pause to write (0 = none); see heal.go
+
+	// A round trip that failed may still be applied, late: a stalled
+	// server reads the request of a connection its client closed after
+	// the requests of newer ones, in any order (simulation seed 1907: a
+	// member added by a round trip that timed out came in after the round
+	// trip that gave it back). So what a failed round trip added for its
+	// batch, or was to give back, goes with every round trip until one
+	// planned after a round trip succeeded, which reaches the server after
+	// every request it read before that success. A set: every failure in
+	// a row doubts the same members again.
+	recheck    map[string]struct{}
+	recheckDue bool // one did: the next round trip carries recheck
 }
 
 // pending reports whether anything is left to write.
 func (o *owed) pending() bool {
-	return len(o.giveBack) > 0 || len(o.replay) > 0 || o.healPause > 0
+	return len(o.giveBack) > 0 || len(o.replay) > 0 || o.healPause > 0 || len(o.recheck) > 0
+}
+
+// doubt notes what failed attempt a may still write late: the members it
+// added for batch (calls given back, or, under FailOpen, admitted and
+// counted: those must stay) and those it was to give back.
+func (o *owed) doubt(a *attempt, batch []*waiter, keep bool) {
+	if o.recheck == nil {
+		o.recheck = map[string]struct{}{}
+	}
+	for _, m := range a.remove {
+		o.recheck[m] = struct{}{}
+	}
+	if !keep {
+		for _, e := range a.adds {
+			if isOurs(e.member, batch) {
+				o.recheck[e.member] = struct{}{}
+			}
+		}
+	}
+	o.recheckDue = false
+}
+
+// takeRecheck returns the members to give back again. Every round trip
+// carries them (so the worker, which runs while they are listed, always has
+// a round trip to make) until one planned after a round trip succeeded:
+// that one takes them off the list.
+func (o *owed) takeRecheck() []string {
+	if len(o.recheck) == 0 {
+		return nil
+	}
+	r := slices.Collect(maps.Keys(o.recheck))
+	if o.recheckDue {
+		o.recheck, o.recheckDue = nil, false
+	}
+	return r
 }
 
 // sent notes what attempt a, whose round trip succeeded, wrote: its heal
@@ -26,4 +77,5 @@ func (o *owed) sent(a *attempt) {
 	if a.pause >= o.healPause {
 		o.healPause = 0
 	}
+	o.recheckDue = len(o.recheck) > 0
 }

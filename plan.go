@@ -32,14 +32,23 @@ type planIn struct {
 	// plan takes slots from (nil = not sharing), and when sharing ends.
 	sharing    *localWindow
 	shareUntil time.Time
-	probe      bool // the round trip carries a probe (see lossChecksLocked)
-	quietDue   bool // no round trip reached Redis for quiet()
+	// The runtime's clock (time.Now) at now: the local share keeps its
+	// log on it (see localWindow), not on the local clock, which may step.
+	runtime  time.Time
+	probe    bool // the round trip carries a probe (see lossChecksLocked)
+	quietDue bool // no round trip reached Redis for quiet()
 	// How much wider than its windows the round counts each claim's
 	// neighbourhood, each way (µs), and whether it must claim nothing
 	// until the clock estimate is tighter (see margin.go).
 	widen int64
 	hold  bool
 }
+
+// toRuntime converts a local time to the runtime's clock, and fromRuntime
+// back, as they stood at in.now.
+func (in *planIn) toRuntime(local time.Time) time.Time { return in.runtime.Add(local.Sub(in.now)) }
+
+func (in *planIn) fromRuntime(rt time.Time) time.Time { return in.now.Add(rt.Sub(in.runtime)) }
 
 // verdict is what a round does with one request.
 type verdict uint8
@@ -55,7 +64,7 @@ const (
 type decision struct {
 	verdict verdict
 	score   int64     // claim1: the slot claimed, server µs
-	localAt time.Time // claim1: its slot in the local share while sharing (zero = none)
+	shareAt time.Time // claim1: its slot in the local share while sharing, on the runtime's clock (zero = none)
 	err     error     // fail
 	retry   time.Time // refuse: when it might fit
 }
@@ -194,21 +203,21 @@ func (p *planner) placeNow(r request) decision {
 	if len(p.out.claims) > 0 && r.n > p.room {
 		return decision{verdict: keep} // in the next round, at once
 	}
-	var localAt time.Time
+	var shareAt time.Time
 	if in.sharing != nil {
 		if r.n > in.sharing.limit {
 			return decision{verdict: refuse, retry: in.shareUntil}
 		}
-		if localAt = in.sharing.slot(in.now, r.n); localAt.After(in.now) {
-			return decision{verdict: refuse, retry: localAt}
+		if shareAt = in.sharing.slot(in.runtime, r.n); shareAt.After(in.runtime) {
+			return decision{verdict: refuse, retry: in.fromRuntime(shareAt)}
 		}
-		in.sharing.take(localAt, r.n)
+		in.sharing.take(shareAt, r.n)
 	}
 	if p.known {
 		p.pos += r.n
 	}
 	p.maxNow = max(p.maxNow, r.n)
-	return decision{verdict: claim1, score: p.soonest, localAt: localAt}
+	return decision{verdict: claim1, score: p.soonest, shareAt: shareAt}
 }
 
 // placeWait decides a WaitN's request: the earliest slot known for it,
@@ -236,7 +245,7 @@ func (p *planner) placeWait(r request) decision {
 		}
 		g = max(p.floor, slots[p.pos+r.n-1])
 	}
-	var localAt time.Time
+	var shareAt time.Time
 	if in.sharing != nil {
 		// Just back from the fallback: also within this process's share.
 		if r.n > in.sharing.limit {
@@ -244,8 +253,8 @@ func (p *planner) placeWait(r request) decision {
 		} else {
 			// Any time after the local slot fits it; record the call at
 			// the time it will go.
-			g = max(g, in.clock.server(in.sharing.slot(in.now, r.n)))
-			localAt = in.clock.local(g)
+			g = max(g, in.clock.server(in.fromRuntime(in.sharing.slot(in.runtime, r.n))))
+			shareAt = in.toRuntime(in.clock.local(g))
 		}
 	}
 	if !r.deadline.IsZero() {
@@ -277,10 +286,10 @@ func (p *planner) placeWait(r request) decision {
 		p.full = true
 		return decision{verdict: keep}
 	}
-	if !localAt.IsZero() {
-		in.sharing.take(localAt, r.n)
+	if !shareAt.IsZero() {
+		in.sharing.take(shareAt, r.n)
 	}
-	return decision{verdict: claim1, score: g, localAt: localAt}
+	return decision{verdict: claim1, score: g, shareAt: shareAt}
 }
 
 // finish completes the plan once every request is placed: how long a round

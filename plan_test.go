@@ -22,7 +22,7 @@ func testConfig(limit int, interval, ahead time.Duration) *config {
 // round trip.
 func planAt(lims ...int) planIn {
 	epoch := time.Unix(0, 0)
-	return planIn{now: epoch, clock: clockView{epoch: epoch, offset: 1_000_000, rtt: 1000}, lims: lims}
+	return planIn{now: epoch, runtime: epoch, clock: clockView{epoch: epoch, offset: 1_000_000, rtt: 1000}, lims: lims}
 }
 
 func TestPlanFarFromLimitClaimsNow(t *testing.T) {

@@ -78,6 +78,36 @@ func TestFallbackLocal(t *testing.T) {
 	waitIdle(t, th)
 }
 
+// TestFallbackLocalShareIgnoresClockSteps: the local share bounds calls in
+// real time. A local clock (WithClock) that steps a whole window ahead while
+// Redis is down must not age the share's calls out of it and admit a
+// second share at once. (Simulation seed 5417: a step of 156ms admitted 9
+// calls more than a share of 9.)
+func TestFallbackLocalShareIgnoresClockSteps(t *testing.T) {
+	const interval = 2 * time.Second
+	var mu sync.Mutex
+	var skew time.Duration
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Add(skew)
+	}
+	th := mustNew(t, deadRedis(t), "k", 4, interval, WithLogger(quiet), WithClock(clock),
+		WithFailurePolicy(FallbackLocal(0.5)))
+	for i := range 2 {
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait #%d within the local share: %v", i, err)
+		}
+	}
+	mu.Lock()
+	skew = interval + 100*time.Millisecond // the local clock steps past the window
+	mu.Unlock()
+	if res, err := th.Allow(context.Background()); err != nil || res.Allowed || res.RetryAfter < interval/2 {
+		t.Fatalf("Allow after the local clock stepped a window ahead: got (%+v, %v), want refused for about a window (the share is spent in real time)", res, err)
+	}
+	waitIdle(t, th)
+}
+
 // TestFallbackLocalEveryLimit: the local share applies to every limit, not
 // only New's: 1/2 of {k}a's 8 per 2s is 4, but 1/2 of {k}b's 4 per 2s is 2,
 // so only 2 calls go in a window. (The simulation found the second limit

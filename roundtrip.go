@@ -94,22 +94,31 @@ func sane(tail []entry, limit int64) []entry {
 // replica's calls are placed by their estimates.
 func (t *Throttler) syncClock(ctx context.Context) error {
 	for i := 0; ; i++ {
-		sctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-		sent := t.now()
-		server, err := t.st.now(sctx)
-		cancel()
-		if err != nil {
+		if err := t.sampleClock(ctx); err != nil {
 			if i > 0 {
 				return nil // the samples taken stand
 			}
 			return err
 		}
-		t.clock.observe(sent, t.now(), server)
 		e := t.clock.view().errBound()
 		if i+1 == firstSamples || e <= tightSample || t.margin(e, 0) == 0 && i > 0 {
 			return nil
 		}
 	}
+}
+
+// sampleClock takes one sample of the server's clock (TIME), bounded by the
+// Redis timeout.
+func (t *Throttler) sampleClock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+	defer cancel()
+	sent := t.now()
+	server, err := t.st.now(ctx)
+	if err != nil {
+		return err
+	}
+	t.clock.observe(sent, t.now(), server)
+	return nil
 }
 
 // firstSamples bounds the round trips syncClock makes, and tightSample is

@@ -260,15 +260,9 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 // window's calls.) With the step known, the call is late and goes back
 // (see offScoreLocked). Should Redis not answer, the estimate stands.
 func (t *Throttler) resampleAfterStep(ctx context.Context) {
-	sctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-	defer cancel()
-	sent := t.now()
-	server, err := t.st.now(sctx)
-	if err != nil {
+	if err := t.sampleClock(ctx); err != nil {
 		t.observeRedisError(err)
-		return
 	}
-	t.clock.observe(sent, t.now(), server)
 }
 
 // lateBeforeSlack is how many times in a row a call is woken late before

@@ -211,7 +211,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	if sc.a == nil {
 		sc.a = new(attempt)
 	}
-	*sc.a = attempt{remove: t.owed.giveBack, adds: append(sc.a.adds[:0], t.owed.replay...),
+	*sc.a = attempt{remove: append(t.owed.giveBack, t.owed.takeRecheck()...), adds: append(sc.a.adds[:0], t.owed.replay...),
 		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls, lowCaps: sc.a.lowCaps}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
@@ -222,7 +222,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	a.clockGen = view.gen
 	t.marginLocked(a, view, serverNow)
 
-	in := planIn{now: now, clock: view, lims: a.lims, pausedTill: t.shared.pausedTill, known: t.known,
+	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.lims, pausedTill: t.shared.pausedTill, known: t.known,
 		probe: a.probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.widen, hold: a.hold}
 	if now.Before(t.health.shareUntil) && t.local != nil {
 		in.sharing, in.shareUntil = t.local.clone(), t.health.shareUntil
@@ -246,8 +246,8 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 		case refuse:
 			w.settle(reservation{state: stRefused, retry: d.retry, stale: w.res.held()})
 		case claim1:
-			if !d.localAt.IsZero() {
-				t.local.take(d.localAt, w.n)
+			if !d.shareAt.IsZero() {
+				t.local.take(d.shareAt, w.n)
 			}
 			t.askPlaceLocked(a, w)
 			first := len(a.adds)
@@ -256,7 +256,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 				members[j] = t.ids.next()
 				a.adds = append(a.adds, entry{score: d.score, member: members[j]})
 			}
-			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, localAt: d.localAt}
+			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.shareAt}
 			claims[len(batch)].first = first
 			batch = append(batch, w)
 		}
@@ -318,10 +318,10 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			w.settle(reservation{state: stFailed})
 		case w.caller == leaving:
 			// Its caller is leaving, and gives back what it holds.
-			w.settle(reservation{state: stFailed, stale: w.res.held(), localAt: w.res.localAt})
+			w.settle(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
 		case res.ok[i] && !w.needsPlace():
 			admitted++
-			w.settle(reservation{state: stAdmitted, members: w.res.members, localAt: w.res.localAt,
+			w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
 				at: t.clock.local(c.score), score: c.score, margin: a.margin, immediate: res.immediate[i],
 				epoch: t.shared.epoch, remaining: res.remaining[i]})
 			t.health.journal.add(c.score, w.res.members)

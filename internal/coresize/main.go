@@ -131,7 +131,7 @@ func main() {
 // before and after the reservation became one value.
 var waiterFields = map[string]bool{
 	"state": true, "cancelled": true, "gone": true, "immediate": true,
-	"at": true, "members": true, "stale": true, "epoch": true, "localAt": true, "err": true,
+	"at": true, "members": true, "stale": true, "epoch": true, "localAt": true, "shareAt": true, "err": true,
 	"res": true, "left": true, "caller": true,
 }
 

@@ -7,8 +7,10 @@ import (
 
 // Clock is a replica's local clock: the bubble's virtual clock off by a
 // skew that can step mid-run, as NTP steps a wall clock. Its readings keep
-// Go's monotonic reading, so, as with a real wall-clock step, durations
-// between readings (Sub) are unaffected while wall times (Unix) jump.
+// a monotonic reading, but the skew moves it with the wall time (Add does
+// both), so durations between readings across a step (Sub) show the step,
+// as with a clock handed to WithClock that has no monotonic reading: the
+// library must never take a duration on it for one measured in real time.
 type Clock struct {
 	skew atomic.Int64 // nanoseconds
 }
