@@ -9,10 +9,12 @@ import (
 type Result struct {
 	// Allowed reports whether the call was admitted and counted.
 	Allowed bool
-	// Remaining is how many more calls the window around now had room for
-	// right after this decision, under the whole of the tightest limit: a
-	// caller whose priority is held to a share of it (WithPriorityShare)
-	// may have less.
+	// Remaining is, when a Redis round trip decided, the least room any
+	// limit in force had left right after it, counting every call within
+	// one window either side of this call's slot; zero when no round trip
+	// decided (a shared pause, the failure policy). It counts the whole of
+	// each limit: a caller whose priority is held to a share of it (see
+	// WithPriorityShare) may have less.
 	Remaining int
 	// RetryAfter is, when Allowed is false, how long until the requested
 	// calls would have fitted had nobody else taken the room; zero when
@@ -26,13 +28,14 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 	return t.AllowN(ctx, 1)
 }
 
-// AllowN makes one attempt to admit n calls now. n must lie between 1 and
-// the most a call of ctx's priority may take: the smallest of the
-// Throttler's limits, each times the priority's share (see
-// WithPriorityShare; else the error wraps ErrInvalidArgument). When Allowed is true, the calls are counted. When it
-// is false, nothing is counted: the attempt's members are removed before
-// AllowN returns, or, if Redis fails to remove them, by the Throttler's next
-// round trip.
+// AllowN makes one attempt to admit n calls now. n must be at least 1 and
+// at most the smallest limit in force (New's and WithLimit's, the first as
+// lowered by SetLimit) times the share of ctx's priority (see
+// WithPriorityShare), rounded down, or 1 if that is less; otherwise AllowN
+// returns an error wrapping ErrInvalidArgument. When Allowed is true, the
+// calls are counted. When it is false, nothing is counted: the attempt's
+// members are removed before AllowN returns, or, if Redis fails to remove
+// them, by the Throttler's next round trip.
 //
 // AllowN takes the same path as WaitN, as a claim that may not wait: it
 // sees shared pauses, lowered limits and lost windows alike, and its round

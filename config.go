@@ -56,10 +56,12 @@ func (c *config) jitter(r *rand.Rand) time.Duration {
 }
 
 // jitterSpan is the span jitter draws from: a quarter of reserve-ahead, at
-// most 250ms, or the spacing of the limit's slots if longer (at most 10ms).
+// most 250ms, or the spacing of the limit's slots if longer (at most 10ms),
+// but never more than half of reserve-ahead, so that a process that wakes
+// at the end of the span still reserves its slot before it is due.
 func (c *config) jitterSpan() time.Duration {
 	spacing := time.Duration(c.wins[0].w) * time.Microsecond / time.Duration(c.wins[0].limit)
-	return max(min(c.opt.ahead/4, 250*time.Millisecond), min(spacing, 10*time.Millisecond))
+	return min(max(min(c.opt.ahead/4, 250*time.Millisecond), min(spacing, 10*time.Millisecond)), c.opt.ahead/2)
 }
 
 // fairShare is how many slots a round near the limit may take: about a

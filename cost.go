@@ -17,14 +17,16 @@ import (
 // The body is not buffered and what the caller reads is unchanged: Actual
 // sees the last TailBytes bytes the caller read, where a JSON body's usage
 // and a streamed response's last event are. The read that reaches the end
-// of the body, or Close, takes the settle's Redis round trip (bounded by
-// the Redis timeout). A request whose round trip fails keeps its estimate:
-// it may have reached the API.
+// of the body, or Close, makes the settle's Redis call, if any (see
+// Permit.Settle), and with WithInFlight one more to give the place back
+// (see Permit.Done), each bounded by the Redis timeout. A request whose
+// round trip fails keeps its estimate: it may have reached the API.
 type Cost struct {
-	// Estimate returns the units to reserve for req: at least 1, at most
-	// the Throttler's smallest limit, times the share of the request's
-	// priority (see WithPriorityShare; else the request fails with an
-	// error wrapping ErrInvalidArgument). Required.
+	// Estimate returns the units to reserve for req: at least 1 and at
+	// most the smallest limit in force times the share of the request's
+	// priority, rounded down, or 1 if that is less (see Throttler.AllowN);
+	// otherwise the request fails with an error wrapping
+	// ErrInvalidArgument. Required.
 	Estimate func(req *http.Request) int
 	// Actual returns what the call cost, from the response and the last
 	// bytes of its body as the caller read them, and false when it cannot

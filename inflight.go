@@ -26,8 +26,10 @@ import (
 // back wakes the process first in line, which sends one waiter back to
 // reserve (processes take turns; a process woken with no waiter left
 // passes the wake on). A killed process's leases are waited out until
-// they expire; a wake lost with a process that died is made up within
-// ttl/3, when every process with waiters tries again.
+// they expire. A process that died in line leaves it, without taking a
+// wake, once it has been silent for ttl; a wake lost with a process that
+// died after it was woken is made up within ttl/3, when every process
+// with waiters tries again.
 //
 // ttl bounds what a killed process costs: a process renews the leases it
 // holds every ttl/3, so a call may run as long as it needs, and a process

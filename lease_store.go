@@ -14,8 +14,9 @@ import (
 // ARGV[2] leases are live, and keeps the keys ARGV[3] ms. When it refuses
 // an id, or ARGV[5] is "1" (the process still has waiters), it puts the
 // process ARGV[4] in the line for places (KEYS[2], by the time it joined;
-// NX keeps its turn). It returns how many it granted and the earliest
-// live lease's expiry (server µs, 0 = none).
+// NX keeps its turn). While ARGV[4] is in line, every run marks it as seen
+// now (KEYS[3], which holds only processes in line; see releaseScript). It returns how many it granted and the
+// earliest live lease's expiry (server µs, 0 = none).
 //
 // An id already in the set counts as granted (its expiry renewed): the
 // script may run twice for one attempt, when the client sends a pipeline
@@ -51,28 +52,48 @@ if granted < #ARGV - 5 or ARGV[5] == '1' then
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
+if redis.call('ZSCORE', KEYS[2], ARGV[4]) then
+  redis.call('ZADD', KEYS[3], now, ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+else
+  redis.call('ZREM', KEYS[3], ARGV[4])
+end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {granted, first[2] or '0'}
 `)
 
-// releaseScript takes the places ARGV[2:] back (KEYS[1]) and, for each
+// releaseScript takes the places ARGV[3:] back (KEYS[1]) and, for each
 // place that was live plus ARGV[1] more, wakes the process first in line
 // (KEYS[2]): it leaves the line, and its name is published on the places'
 // channel. It returns how many it woke.
 //
 // One process per place, not every waiting one: a release that woke them
 // all would cost a round trip per waiting process, all but one refused.
+//
+// A process in line not seen for ARGV[2] µs (KEYS[3]: when each last ran
+// the lease script) leaves the line without a wake: a process with waiters
+// for a place tries again at least every third of the ttl, so one silent
+// for a whole ttl was killed or is cut off from Redis, and a wake sent to
+// it would be lost, costing each live process in line behind it a third
+// of the ttl (simulation seed 5046: three processes killed in line, a cap
+// of 1, and the live process's five waiters kept 29s).
 var releaseScript = redis.NewScript(`
+local t = redis.call('TIME')
+local stale = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[2])
 local freed = tonumber(ARGV[1])
-if #ARGV > 1 then
-  freed = freed + redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
+if #ARGV > 2 then
+  freed = freed + redis.call('ZREM', KEYS[1], unpack(ARGV, 3))
 end
 local woken = 0
-for i = 1, freed do
+while woken < freed do
   local p = redis.call('ZPOPMIN', KEYS[2])
   if #p == 0 then break end
-  redis.call('PUBLISH', KEYS[1], p[1])
-  woken = woken + 1
+  local seen = redis.call('ZSCORE', KEYS[3], p[1])
+  redis.call('ZREM', KEYS[3], p[1])
+  if seen and tonumber(seen) >= stale then
+    redis.call('PUBLISH', KEYS[1], p[1])
+    woken = woken + 1
+  end
 end
 return woken
 `)
@@ -80,6 +101,10 @@ return woken
 // lineKey is the key of the line of processes waiting for a place in
 // flight: in key's Redis Cluster slot.
 func lineKey(key string) string { return "{" + hashTag(key) + "}:line:" + key }
+
+// seenKey is the key of when each process in line for key's places last
+// asked for one (server µs): in key's Redis Cluster slot.
+func seenKey(key string) string { return "{" + hashTag(key) + "}:seen:" + key }
 
 // queueLeases queues the lease script for a's places, when it asks for any.
 func (c *attemptCmds) queueLeases(p redis.Pipeliner) {
@@ -99,7 +124,7 @@ func (c *attemptCmds) queueLeases(p redis.Pipeliner) {
 	// EVAL, not EVALSHA: a script Redis lost (a restart, a failover)
 	// would fail the whole transaction. Redis keeps the compiled script by
 	// its body's digest; sending the body costs a few hundred bytes.
-	c.leases = leaseScript.Eval(c.ctx, p, []string{l.key, lineKey(l.key)}, args...)
+	c.leases = leaseScript.Eval(c.ctx, p, []string{l.key, lineKey(l.key), seenKey(l.key)}, args...)
 }
 
 // leaseReply reads the lease script's answer into r.
@@ -125,13 +150,13 @@ func leaseKeyTTL(ttl time.Duration) time.Duration { return 2 * ttl }
 
 func (s *redisStore) releaseLeases(ctx context.Context, ids []string, pass int) error {
 	l := s.lease
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, pass)
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, pass, l.ttl.Microseconds())
 	for _, id := range ids {
 		args = append(args, id)
 	}
 	return s.bounded(ctx, func(ctx context.Context) error {
-		return releaseScript.Eval(ctx, s.rdb, []string{l.key, lineKey(l.key)}, args...).Err()
+		return releaseScript.Eval(ctx, s.rdb, []string{l.key, lineKey(l.key), seenKey(l.key)}, args...).Err()
 	})
 }
 

@@ -18,15 +18,17 @@ type window struct {
 // WithLimit adds a limit that every call also counts against: at most limit
 // calls in any window of length interval, kept in its own sorted set under
 // key. A call is admitted only when every limit of the Throttler has room,
-// in one Redis round trip, and a call refused by one limit leaves no member
-// in the others. Use it for an API that states several limits at once (10
-// per second and 5000 per hour), or for per-user and per-account quotas.
+// in one Redis round trip; the members of a call any limit refuses are
+// removed from every key. Use it for an API that states several limits at
+// once (10 per second and 5000 per hour), or for per-user and per-account
+// quotas.
 //
 // All keys of one Throttler must hash to the same Redis Cluster slot: give
 // them the same {tag}, as in "{github}:hourly" and "{github}:burst". New
-// refuses keys that do not share one, whatever the client, so that code
-// tested on one server keeps working on a Cluster. Other Throttlers that
-// share one of the keys must use the same limit and interval for it.
+// refuses keys whose {tag}s (or, without one, whole keys) differ, whatever
+// the client, so that code tested on one server keeps working on a
+// Cluster. Other Throttlers that share one of the keys must use the same
+// limit and interval for it.
 func WithLimit(key string, limit int, interval time.Duration) Option {
 	return func(o *options) error {
 		if err := checkWindow("WithLimit", key, limit, interval); err != nil {
@@ -83,8 +85,9 @@ func sameSlot(first, key string) error {
 // The lowered limit never exceeds the one given to New: a Throttler that
 // reads a lower one uses it, and n at or above New's limit ends a lowering.
 // It lasts for d, or until the key goes unused for longer than its TTL
-// (the longest interval + buffer + reserve-ahead + 2s) and Redis drops it. Calls of
-// WaitN with more than n calls at once fail while it lasts.
+// (the longest interval + buffer + reserve-ahead + 2s) and Redis drops it.
+// While it lasts, a call of more units than the lowered limit allows its
+// priority (see AllowN) fails with an error wrapping ErrInvalidArgument.
 //
 // Calls of this process holding slots reserved ahead under the higher limit
 // give them back and reserve again, and so do those of every process with
@@ -92,8 +95,9 @@ func sameSlot(first, key string) error {
 // trip of the write (the change is published as a pause is; see
 // PauseUntil); every other Throttler learns of it with its next round
 // trip. SetLimit returns an error wrapping ErrInvalidArgument when n < 1 or
-// d <= 0, and the context's error when ctx has ended (nothing changes then);
-// one wrapping ErrRedis when Redis fails: the change then holds in this
+// d <= 0, and one wrapping ctx.Err() when ctx had ended before the call:
+// nothing changes then. It returns an error wrapping ErrRedis when Redis
+// fails or ctx ends during the write: the change then holds in this
 // process only.
 func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {
 	if n < 1 || d <= 0 {

@@ -127,20 +127,18 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithRedisTimeout bounds each Redis round trip the Throttler makes; when it
-// passes, the failure policy decides. Default 1s. A round trip that gives a
-// call's slot back (a call refused, abandoned or settled for less) is
-// bounded by the shorter of d and 250ms.
+// WithRedisTimeout bounds each Redis round trip the Throttler makes (Usage's
+// two share one bound; Pub/Sub subscriptions have none); one that times out
+// is a Redis failure (see WithFailurePolicy). Default 1s; d must be
+// positive. A round trip that gives a slot back (a call refused, abandoned
+// or settled for less) is bounded by the shorter of d and 250ms.
 //
-// With a client that applies context deadlines to its sockets
-// (ContextTimeoutEnabled), or a *redis.Client whose ReadTimeout and
-// WriteTimeout are both set and no longer than the round trip's bound (d,
-// or 250ms for a give-back; within 2ms), the round trip runs in
-// the calling goroutine and ends by its deadline, give or take one socket
-// read and write at those timeouts. With any other client it runs in a
-// helper goroutine: the Throttler stops waiting for it at the deadline
-// exactly and leaves it to end at the client's own timeouts, which costs
-// some tens of microseconds a round trip.
+// With ContextTimeoutEnabled, or a *redis.Client whose ReadTimeout and
+// WriteTimeout are both set and at most the bound (within 2ms), the round
+// trip runs in the calling goroutine and ends by its deadline, give or take
+// one socket write and read at those timeouts. With any other client it
+// runs in a helper goroutine, which the Throttler stops waiting for at the
+// deadline, leaving the call to end at the client's own timeouts.
 func WithRedisTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

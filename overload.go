@@ -12,8 +12,8 @@ import (
 // lower priority. Both are decided from what the process already knows,
 // without a Redis round trip.
 
-// WithMaxWait bounds how long a WaitN (and a call through Do, Wrap or the
-// Transport) may wait for its slot: as though its context had a deadline d
+// WithMaxWait bounds how long a call that waits (Wait, WaitN, Reserve, Do,
+// Wrap, a Transport's request) may wait for its slot: as though its context had a deadline d
 // after the call, unless its own deadline is sooner. A call whose earliest
 // slot lies further away fails at once, without sleeping; one still queued
 // when d has passed fails then. Either error wraps ErrMaxWait and
@@ -28,9 +28,10 @@ func WithMaxWait(d time.Duration) Option {
 	}
 }
 
-// WithMaxQueue bounds how many WaitN calls of this Throttler may wait at
-// once (from the call until it returns, sleeping toward a reserved slot
-// included; AllowN calls never wait). A call that finds n waiting sheds the
+// WithMaxQueue bounds how many calls of this Throttler may wait at once
+// (Wait, WaitN, Reserve, Do, Wrap, a Transport's requests: from the call
+// until it returns, sleeping toward a reserved slot included; AllowN calls
+// never wait). A call that finds n waiting sheds the
 // most recent call of the lowest priority below its own that has no slot
 // yet, which fails with an error wrapping ErrQueueFull; when there is none,
 // the new call fails at once with such an error instead. Default none; n

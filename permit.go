@@ -96,16 +96,18 @@ func (p *Permit) At() time.Time {
 //     times; no window is pushed over by anything but an under-estimate.
 //
 // Only the first call of Settle counts: later ones do nothing and return
-// what it returned. Settle ends the call (see Done). Settle takes at most
-// one Redis round trip (none when actual equals the estimate), bounded by
-// the Redis timeout, and Done takes one more for a permit holding a place
-// in flight (see WithInFlight). When Redis fails, it returns an error wrapping ErrRedis,
-// and what it could not write (the surplus to remove, the debt to add) is
-// written by the Throttler's next round trip that works (the debt counts
-// in this process's own calls meanwhile, the surplus stops counting with
-// the window regardless). A permit admitted without Redis (FailOpen, or
-// FallbackLocal while Redis failed) settles nothing. actual below 0 is an
-// error wrapping ErrInvalidArgument, and does not settle the permit.
+// what it returned. Settle ends the call: it calls Done. The settle makes
+// at most one Redis call (none when actual equals the estimate), bounded
+// by the Redis timeout (and by 250ms for a surplus), and Done makes one
+// more for a permit holding a place in flight (see WithInFlight), so
+// Settle takes up to two. When the settle's call fails, Settle returns an
+// error wrapping ErrRedis, and what it could not write (the surplus to
+// remove, the debt to add) is written by the Throttler's next round trip
+// that works (the debt counts in this process's own calls meanwhile, the
+// surplus stops counting with the window regardless). A permit admitted
+// without Redis (FailOpen, or FallbackLocal while Redis failed) settles
+// nothing. actual below 0 is an error wrapping ErrInvalidArgument, and
+// neither settles nor ends the permit.
 func (p *Permit) Settle(ctx context.Context, actual int) error {
 	if actual < 0 {
 		return invalidf("Settle(%d): actual must not be negative", actual)
@@ -123,10 +125,11 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 }
 
 // Done ends the permit's call: with WithInFlight, its place in flight goes
-// back to every replica at once (one Redis round trip, bounded by the
-// Redis timeout; a place Redis did not take back expires with its lease).
-// Settle calls Done. Only the first call counts; Done is safe to call on
-// any permit, with or without a place.
+// back to every replica at once (one Redis call, bounded by the Redis
+// timeout; a place Redis did not take back is given back once more in the
+// background, and otherwise expires with its lease). Settle calls Done.
+// Only the first call counts; Done is safe to call on any permit, with or
+// without a place.
 func (p *Permit) Done() {
 	p.doneOnce.Do(func() {
 		t := p.t

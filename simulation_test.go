@@ -79,6 +79,10 @@ var simRegressions = []simCase{
 	{5669, "the same as 3513: a cold fleet's delayed round trips, a cap of 16"},
 	{1723, "a process killed with a call of 32s in flight whose lease, granted 3s before the kill, lapsed 27s after its grant: the checker counted the dead process's call past its lease, which WithInFlight does not promise; it now stops counting a killed process's call when its lease leaves the set"},
 	{4149, "a think time of 35m begun just before the traffic ended outlasted the bound on a hang (0 calls running); callers now stop thinking when the traffic ends. (Its first failure, 5282 round trips for 66 admissions, did not come back in 36 runs.)"},
+	{5046, "FailOpen, a cap of 1 in flight, three processes killed while in the line for places: each took a wake with it when it reached the head, made up a third of the ttl later (five waiters kept 29s); a release now passes over a process silent in line for a ttl"},
+	{6960, "one process, 3 per 11ms with 1.5ms reserve-ahead: the jitter span was the limit's spacing (3.8ms), longer than reserve-ahead, and wakes came after their slots were due (0.917 of the quota against 0.99); the span is now at most half of reserve-ahead"},
+	{6384, "below target by the checker's measure only: 54 per 2m6s and 140 per 4m39s, where the second's first window fills before the first's rate is reached; the run used 0.925 of the first's rate, all the limits allow (bestUtilization), against a target of 0.94 of the rate"},
+	{2840, "two limits of near-equal rates and weighted calls of up to 90 units used 0.888 of the tightest rate against 0.9135: of what the limits allow (0.902, bestUtilization), 0.984"},
 }
 
 // simOpen are seeds that found a bug not fixed yet. The CI set skips them,
@@ -86,12 +90,11 @@ var simRegressions = []simCase{
 //
 // None fails on every run: goroutines that run at the same virtual instant
 // run in the order Go's scheduler picks, so a seed's trace can differ
-// between runs; each must be run a few times to reproduce (seed 5046: 6
-// failures in 20 runs).
+// between runs; each must be run a few times to reproduce (seed 5046, now
+// fixed: 6 failures in 20 runs).
 var simOpen = []simCase{
-	{5046, "FailOpen, a cap of 1 call in flight, requests delayed per round trip, skews of seconds: 5 calls still running 29s after the traffic ended (a hang); not attributed"},
-	{5268, "FallbackLocal, 43 replicas x 1 caller on 35 per 3.5 minutes with a 13.5s buffer: a call without deadline waited 18m32s against a bound of 15m46s; not attributed"},
-	{2840, "below target, not a safety check: a calm run with two limits of near-equal rates and weighted calls of up to 90 units used 0.883-0.888 of the quota against its 0.9135 target (see docs/simulator.md)"},
+	{7905, "FailOpen, a clock step of 1.6s, failovers: r1's round trip, planned with the stepped estimate, failed and FailOpen admitted its calls, keeping their members (they went), scored 1.6s ahead, beyond reserve-ahead: they count at the wrong time. Found by seeds 7001-8000; fails on the commit before this session's too"},
+	{5268, "a calm run, 43 processes x 1 caller on 35 per 3.5 minutes: a caller waited 18m32s against a bound of 15m46s. Attributed: the slots free in a burst at each window's start, every waiting process wakes for them at a random point of the jitter span, and the turns go to the first 35 to wake; turns are drawn at random, not by how long a process has waited, and r28 lost four in a row (every run draws the same, from the seed). Turns by lost turns would bound it, but move the herd figures: left for the herd work"},
 }
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
@@ -1016,8 +1019,10 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 		// (the hang check).
 		return
 	}
-	if u, ok := w.utilization(adms); ok && u < w.utilizationTarget() && w.sc.Settle == 0 {
-		w.t.Errorf("utilization %.4f < %.4f of limit*interval/(interval+buffer)", u, w.utilizationTarget())
+	if u, ok := w.utilization(adms); ok && w.sc.Settle == 0 {
+		if target := w.utilizationTarget() * w.bestUtilization(adms[0].At); u < target {
+			w.t.Errorf("utilization %.4f < %.4f of limit*interval/(interval+buffer)", u, target)
+		}
 	}
 	if w.longest > w.maxWait() {
 		w.t.Errorf("a call without deadline waited %s > the bound %s", w.longest, w.maxWait())
@@ -1079,21 +1084,59 @@ func (w *simWorld) utilization(adms []sim.Admission) (float64, bool) {
 	return held / (float64(limit) * float64(to-from)), true
 }
 
-// utilizationTarget is what a calm run must use of its quota: 0.99 for
-// calls of one unit under one limit. Calls of up to MaxN units are served
-// first come first served, so the head of a queue that needs n units
-// leaves up to n-1 free slots unused until the n-th frees: up to
-// (MaxN-1)/limit of a window. Several limits each free slots in their own
-// pattern, and the earliest slot that fits all of them can settle into a
-// schedule below the tightest limit's rate: there, 5% less (the worst seen
-// over seeds 1-400 was 0.98).
+// bestUtilization is what the limits themselves let a run use of the
+// tightest rate, measured as utilization measures it: the utilization of
+// the earliest schedule, with callers always waiting from the first
+// admission on (each unit admitted at the earliest instant every limit's
+// window has room for it). At most 1. Below 1 when a longer limit binds
+// over the run although its rate is the looser (seed 6384: 54 per 2m6s
+// and 140 per 4m39s, where three windows of the first would hold 162: the
+// second's first window fills, and no schedule reaches the first's rate
+// in a run of three of its windows; 0.925 of it).
+func (w *simWorld) bestUtilization(first time.Duration) float64 {
+	sc := w.sc
+	var adms []sim.Admission
+	inWindow := func(i int, at time.Duration) (held int, frees time.Duration) {
+		wl := sc.Limits[i].Interval + sc.Buffer
+		frees = -1
+		for j := len(adms) - 1; j >= 0 && adms[j].At > at-wl; j-- {
+			held += adms[j].N
+			frees = adms[j].At + wl // the oldest in the window, once it leaves
+		}
+		return held, frees
+	}
+	for at := first; at < sc.Run; {
+		room, next := math.MaxInt, time.Duration(math.MaxInt64)
+		for i, l := range sc.Limits {
+			held, frees := inWindow(i, at)
+			room = min(room, l.Limit-held)
+			if held >= l.Limit {
+				next = min(next, frees)
+			}
+		}
+		if room > 0 {
+			adms = append(adms, sim.Admission{At: at, N: room})
+			continue
+		}
+		at = next
+	}
+	u, ok := w.utilization(adms)
+	if !ok {
+		return 1
+	}
+	return min(1, u)
+}
+
+// utilizationTarget is what a calm run must use of what its limits allow
+// (see bestUtilization): 0.99 for calls of one unit. Calls of up to MaxN
+// units are served first come first served, so the head of a queue that
+// needs n units leaves up to n-1 free slots unused until the n-th frees: up
+// to (MaxN-1)/limit of a window. (Several limits had 5% less before
+// bestUtilization showed how much of the tightest rate they allow at all:
+// seeds 2840 and 6384 used 0.98-1.00 of it.)
 func (w *simWorld) utilizationTarget() float64 {
 	sc := w.sc
-	target := 0.99 - float64(sc.MaxN-1)/float64(sc.MinLimit())
-	if len(sc.Limits) > 1 {
-		target -= 0.05
-	}
-	return target
+	return 0.99 - float64(sc.MaxN-1)/float64(sc.MinLimit())
 }
 
 // maxWait bounds the wait of a call without deadline in a calm run. Every
@@ -1145,7 +1188,7 @@ func (w *simWorld) summary() string {
 	s := fmt.Sprintf("admitted %d calls (%d units); round trips %d; commands %d; redis errors %d; other outcomes %v; longest wait without deadline %s (bound %s)",
 		len(adms), units, rt, w.net.Commands(), errs, w.errs, w.longest, w.maxWait())
 	if u, ok := w.utilization(adms); ok {
-		s += fmt.Sprintf("; utilization %.4f", u)
+		s += fmt.Sprintf("; utilization %.4f (the limits allow %.4f)", u, w.bestUtilization(adms[0].At))
 	}
 	return s
 }

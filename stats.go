@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Stats is a snapshot of a Throttler's counters, taken by Stats. Counters
-// start at zero when the Throttler is created and only grow; they are this
-// process's view, not the key's (Usage reads the key).
+// Stats is a snapshot of a Throttler's counters and state, taken by Stats.
+// Counters start at zero when the Throttler is created and only grow;
+// InFlight and the fields after Rejected are state. All are this process's
+// view, not the key's (Usage reads the key).
 //
 // A wait below is one of every face that waits for quota: WaitN (and
 // Wait), Reserve, Do, Wrap and a request through a Transport.
@@ -16,13 +17,14 @@ type Stats struct {
 	// Admitted is how many calls were admitted (a wait or an AllowN of n
 	// counts n), whether Redis or the failure policy admitted them.
 	Admitted uint64
-	// Waited is the total time admitted callers spent waiting: divided by
-	// Waits, it is the mean wait.
+	// Waited is the total time the waits counted in Waits took, from the
+	// call to its return: divided by Waits, it is the mean wait.
 	Waited time.Duration
 	// Waits is how many waits were admitted.
 	Waits uint64
 	// Abandoned is how many waits returned because their context ended or
-	// its deadline came before their slot.
+	// its deadline came before their slot (a wait WithMaxWait ended counts
+	// in Rejected only).
 	Abandoned uint64
 	// Failed is how many waits and AllowN calls returned an error wrapping
 	// ErrRedis.
@@ -66,7 +68,8 @@ type Stats struct {
 	// failure policy (FailOpen or FallbackLocal) instead of Redis.
 	Degraded bool
 	// ClockError bounds the error of this process's estimate of the Redis
-	// server's clock: half the shortest of its recent round trips.
+	// server's clock: half the shortest of its recent round trips, plus
+	// 2µs for rounding.
 	// Margin is how much wider than interval + buffer, each way, the last
 	// round trip counted its calls' neighbourhoods: zero unless a clock
 	// error past a quarter of the buffer, here or on another replica, or
@@ -131,8 +134,8 @@ func (t *Throttler) Stats() Stats {
 // quickly and must not call the Throttler's methods. Counting, recording a
 // histogram sample or logging is fine.
 type Observer struct {
-	// Admitted is called when a WaitN or AllowN call admits n calls, with
-	// how long the caller waited (zero for AllowN).
+	// Admitted is called when a wait (see Stats) or an AllowN call admits
+	// n calls, with how long the caller waited (zero for AllowN).
 	Admitted func(n int, waited time.Duration)
 	// Paused is called when the Throttler sets or learns of a shared pause
 	// (PauseUntil, or a Transport that saw Retry-After), with its end.
@@ -152,7 +155,8 @@ type Observer struct {
 	// PlaceWait is called each time a call finds every place in flight
 	// taken and waits for one.
 	PlaceWait func()
-	// Rejected is called each time a WaitN call is turned away, with why.
+	// Rejected is called each time a wait (see Stats) is turned away, with
+	// why.
 	Rejected func(why Rejection)
 	// Degraded is called with true when Redis fails and calls start to
 	// follow the FailOpen or FallbackLocal policy, and with false once
@@ -219,7 +223,7 @@ func (t *Throttler) observeWait(n int, start time.Time, err error) {
 	}
 }
 
-// Rejection is why a WaitN call was turned away without its slot.
+// Rejection is why a wait (see Stats) was turned away without its slot.
 type Rejection uint8
 
 const (

@@ -13,9 +13,10 @@
 // earliest future slot and sleeps once until then; it does not poll.
 //
 // A Throttler is safe for concurrent use by multiple goroutines. Waiters on
-// one Throttler are served by priority (see ContextWithPriority) and, within
-// a priority, in the order they called, an AllowN ahead of them all; their
-// reservations are batched: one Redis round trip serves as many as fit.
+// one Throttler are served by priority (see ContextWithPriority), then in
+// the order they joined the queue (see WaitN), with AllowN calls ahead of
+// them all; their reservations are batched: one Redis round trip serves as
+// many as fit.
 package throttler
 
 import (
@@ -38,7 +39,7 @@ type Throttler struct {
 
 	mu      sync.Mutex // guards what follows
 	queue   []*waiter  // not yet reserved: AllowN first, then by priority, FIFO within one
-	waiting int        // WaitN calls between enterLocked and leaveLocked (see WithMaxQueue)
+	waiting int        // waits (any face) between enterLocked and leaveLocked (see WithMaxQueue)
 	running bool       // a worker goroutine serves the queue
 	kick    chan struct{}
 	known   known        // what the last reply told of the room ahead

@@ -38,10 +38,10 @@ type Usage struct {
 }
 
 // Usage reads every limit's window from Redis, the first limit (New's)
-// first, in two round trips. It changes nothing and admits nothing; it is
-// meant for dashboards and the throttler command: it reads the members of
-// every window (to tell debt from calls), up to limit members each. It returns an error
-// wrapping ErrRedis when Redis fails.
+// first, in two round trips bounded together by the Redis timeout. It
+// changes nothing and admits nothing; it is meant for dashboards and the
+// throttler command: it reads every member counted in Used (to tell debt
+// from calls). It returns an error wrapping ErrRedis when Redis fails.
 func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()

@@ -17,10 +17,10 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // window that holds it.
 //
 // WaitN returns an error, and counts nothing, when:
-//   - n is below 1 or above the smallest of the Throttler's limits, or of
-//     its priority's caps under them (see WithPriorityShare; the error
-//     wraps ErrInvalidArgument), or above the first limit as lowered by
-//     SetLimit;
+//   - n is below 1, or above the smallest limit in force (New's and
+//     WithLimit's, the first as lowered by SetLimit) times the share of
+//     ctx's priority (see WithPriorityShare), rounded down, or 1 if that
+//     is less: the error wraps ErrInvalidArgument;
 //   - ctx ends first, or by the time the call's slot comes (its deadline
 //     passed counts, even before ctx.Err says so): the error wraps ctx.Err()
 //     (errors.Is(err, ctx.Err()) holds; context.DeadlineExceeded for a
@@ -34,8 +34,12 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //   - the earliest slot the call can get is after ctx's deadline, or less
 //     than a millisecond before it: WaitN returns at once, without
 //     sleeping, with an error wrapping context.DeadlineExceeded;
+//   - WithMaxWait's bound passes first, or comes before the earliest slot,
+//     as for ctx's deadline above: the error also wraps ErrMaxWait;
+//   - WithMaxQueue turns the call away: the error wraps ErrQueueFull;
 //   - Redis fails and the policy is FailClosed: the error wraps ErrRedis and
-//     the Redis error, after at most the Redis timeout.
+//     the Redis error, after at most the Redis timeout; or FallbackLocal
+//     cannot serve the call (see FallbackLocal): the error wraps ErrRedis.
 //
 // WaitN returns at the call's slot: the promise that no window of the API
 // holds more than the limit assumes the call reaches the API no earlier
@@ -51,13 +55,16 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // send right after their admission, and check the slot once more just
 // before they do.
 //
-// Waiters on one Throttler are served by priority and, within one, in the
-// order they called (an AllowN goes ahead of them; see ContextWithPriority),
-// and one Redis round trip reserves for as many of them as fit. A waiter
-// given a slot in the future sleeps until then without further Redis
-// traffic (but for one sample of the server's clock, should a clock passed
-// to WithClock step back meanwhile); a pause or a lowered limit set meanwhile, by any replica,
-// reaches it at once (see PauseUntil).
+// Waiters on one Throttler are served by priority (see
+// ContextWithPriority), then in the order they joined the queue; AllowN
+// calls go ahead of them all. A waiter whose claim Redis refused goes back
+// to the head of the queue; one that gives its slot back (woken late, or
+// for a pause or a lowered limit) joins it again. One Redis round trip
+// reserves for as many waiters from the head as fit. A waiter given a slot
+// in the future sleeps until then without further Redis traffic (but for
+// one sample of the server's clock, should a clock passed to WithClock
+// step back meanwhile); a pause or a lowered limit set meanwhile, by any
+// replica, reaches it at once (see PauseUntil).
 func (t *Throttler) WaitN(ctx context.Context, n int) error {
 	_, _, err := t.wait(ctx, "WaitN", n, false)
 	return err
