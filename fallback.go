@@ -161,6 +161,7 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 		return retry
 	}
 	horizon := now.Add(t.opt.ahead)
+	rtNow := time.Now() // the local share's clock at now (see localWindow)
 	sleep := retry
 	rest := t.queue[:0]
 	blocked := false // a WaitN waits for its slot to come within reach: so do those behind it
@@ -174,7 +175,6 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 				"%d calls at once exceed the local fallback's %d per window", w.n, t.local.limit))})
 			continue
 		}
-		rtNow := time.Now() // the local share's clock (see localWindow)
 		rtAt := t.local.slot(rtNow.Add(start.Sub(now)), w.n)
 		at := now.Add(rtAt.Sub(rtNow))
 		if w.now && at.After(now) {

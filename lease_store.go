@@ -15,7 +15,7 @@ import (
 // an id, or ARGV[5] is "1" (the process still has waiters), it puts the
 // process ARGV[4] in the line for places (KEYS[2], by the time it joined;
 // NX keeps its turn). While ARGV[4] is in line, every run marks it as seen
-// now (KEYS[3], which holds only processes in line; see releaseScript). It returns how many it granted and the
+// now (KEYS[3]; see releaseScript). It returns how many it granted and the
 // earliest live lease's expiry (server µs, 0 = none).
 //
 // An id already in the set counts as granted (its expiry renewed): the
@@ -55,8 +55,6 @@ end
 if redis.call('ZSCORE', KEYS[2], ARGV[4]) then
   redis.call('ZADD', KEYS[3], now, ARGV[4])
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
-else
-  redis.call('ZREM', KEYS[3], ARGV[4])
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {granted, first[2] or '0'}
@@ -103,7 +101,8 @@ return woken
 func lineKey(key string) string { return "{" + hashTag(key) + "}:line:" + key }
 
 // seenKey is the key of when each process in line for key's places last
-// asked for one (server µs): in key's Redis Cluster slot.
+// asked for one (server µs), in key's Redis Cluster slot. A release takes a
+// process's entry out as it takes the process out of the line.
 func seenKey(key string) string { return "{" + hashTag(key) + "}:seen:" + key }
 
 // queueLeases queues the lease script for a's places, when it asks for any.
