@@ -50,7 +50,9 @@ const maxQuiet = 500 * time.Millisecond
 // up to a quarter of reserve-ahead later loses nothing: the slot is still
 // reserved well before it is due, and by then several have come within
 // reach, to be taken in one round trip. Processes waking at random points
-// of that span take turns instead of all racing for each slot.
+// of that span take turns instead of all racing for each slot; a process
+// that lost turns in a row draws from a shorter span (see known.lost), so
+// a turn is not lost forever to the draw.
 func (c *config) jitter(r *rand.Rand) time.Duration {
 	return time.Duration(r.Int64N(int64(c.jitterSpan()) + 1))
 }

@@ -28,7 +28,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 	if a != nil {
 		// What a was to give back, and what it added for batch, goes
 		// with every round trip until one after a success (see owed).
-		t.owed.doubt(a, batch, t.opt.policy.kind == policyOpen)
+		t.owed.doubt(a, batch)
 		for _, e := range a.adds {
 			if !isOurs(e.member, batch) {
 				t.owed.replay = append(t.owed.replay, e) // admitted without Redis: count it once Redis answers
@@ -42,9 +42,19 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
 		t.degradeLocked(now)
+		// The batch's calls go. Their members, which may have reached
+		// Redis, are given back (above): a clock estimate a step made
+		// wrong may have scored them far ahead, where they would count at
+		// the wrong time. The calls count anew, at the time they go, on
+		// the runtime's clock (see serverByRuntime).
+		at := t.afterPauseLocked(now)
+		serverAt := t.clock.serverByRuntime(time.Now().Add(at.Sub(now)), at)
 		for _, w := range batch {
-			// Its members may have reached Redis; they count, as they should.
-			t.admitDegradedLocked(w, t.afterPauseLocked(now), time.Time{})
+			if t.admitDegradedLocked(w, at, time.Time{}) && w.caller == present && !t.health.closed {
+				for range w.n {
+					t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
+				}
+			}
 		}
 		t.serveDegradedLocked(now)
 		return t.idleAfterFailureLocked(err)
@@ -89,15 +99,16 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 
 // admitDegradedLocked admits w without Redis, to go at at (its slot in the
 // local window at shareAt, when FallbackLocal gave it one). An AllowN that
-// could only go later is refused instead.
-func (t *Throttler) admitDegradedLocked(w *waiter, at, shareAt time.Time) {
+// could only go later is refused instead. It reports whether w was admitted.
+func (t *Throttler) admitDegradedLocked(w *waiter, at, shareAt time.Time) bool {
 	if w.now && at.After(t.now()) {
 		w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
-		return
+		return false
 	}
 	// A reservation settled here is not one a reply just made: it goes
 	// at its time, on a timer.
 	w.settle(reservation{state: stAdmitted, at: at, epoch: t.shared.epoch, shareAt: shareAt, stale: w.res.stale})
+	return true
 }
 
 // idleAfterFailureLocked decides what the worker does after a failure once

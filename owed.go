@@ -13,7 +13,7 @@ import (
 type owed struct {
 	giveBack  []string  // members to remove: calls that did not go
 	giveUpAt  time.Time // after a failure: when members not given back yet stop mattering (zero = none pending)
-	replay    []entry   // calls admitted without Redis (FallbackLocal), to count once it answers
+	replay    []entry   // calls admitted without Redis (FallbackLocal; FailOpen's failed batch), to count once it answers
 	mark      bool      // the marker was missing: write it
 	healPause int64     // server µs: the end of a heal pause to write (0 = none); see heal.go
 
@@ -36,20 +36,18 @@ func (o *owed) pending() bool {
 }
 
 // doubt notes what failed attempt a may still write late: the members it
-// added for batch (calls given back, or, under FailOpen, admitted and
-// counted: those must stay) and those it was to give back.
-func (o *owed) doubt(a *attempt, batch []*waiter, keep bool) {
+// added for batch (calls given back; under FailOpen, calls that go and
+// are counted anew) and those it was to give back.
+func (o *owed) doubt(a *attempt, batch []*waiter) {
 	if o.recheck == nil {
 		o.recheck = map[string]struct{}{}
 	}
 	for _, m := range a.remove {
 		o.recheck[m] = struct{}{}
 	}
-	if !keep {
-		for _, e := range a.adds {
-			if isOurs(e.member, batch) {
-				o.recheck[e.member] = struct{}{}
-			}
+	for _, e := range a.adds {
+		if isOurs(e.member, batch) {
+			o.recheck[e.member] = struct{}{}
 		}
 	}
 	o.recheckDue = false

@@ -8,8 +8,7 @@ import (
 // TestOwedRecheckAfterSuccess: what a failed round trip added for its batch,
 // and what it was to give back, is given back a second time, and only by a
 // round trip planned after one that succeeded (which reaches the server
-// after every request it read before). Calls admitted by FailOpen keep their
-// members.
+// after every request it read before).
 func TestOwedRecheckAfterSuccess(t *testing.T) {
 	ours := &waiter{res: reservation{members: []string{"a1", "a2"}}}
 	failed := &attempt{
@@ -17,7 +16,7 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 		adds:   []entry{{member: "a1"}, {member: "a2"}, {member: "replayed"}},
 	}
 	var o owed
-	o.doubt(failed, []*waiter{ours}, false)
+	o.doubt(failed, []*waiter{ours})
 	if !o.pending() {
 		t.Fatal("pending() = false with members to recheck")
 	}
@@ -43,9 +42,9 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 	}
 
 	// A second failure before the success restarts the wait for one.
-	o.doubt(failed, []*waiter{ours}, false)
+	o.doubt(failed, []*waiter{ours})
 	o.sent(&attempt{})
-	o.doubt(&attempt{remove: []string{"later"}}, nil, false)
+	o.doubt(&attempt{remove: []string{"later"}}, nil)
 	o.takeRecheck()
 	if !o.pending() {
 		t.Fatal("a failure after the success: recheck taken off the list before another success")
@@ -55,16 +54,10 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 	// (an outage of thousands of failed round trips must not grow the list).
 	var long owed
 	for range 1000 {
-		long.doubt(failed, []*waiter{ours}, false)
+		long.doubt(failed, []*waiter{ours})
 	}
 	if len(long.recheck) != 3 {
 		t.Fatalf("after 1000 failures doubting the same 3 members, recheck holds %d", len(long.recheck))
 	}
 
-	var open owed
-	open.doubt(failed, []*waiter{ours}, true)
-	open.sent(&attempt{})
-	if got := open.takeRecheck(); !slices.Equal(got, []string{"old"}) {
-		t.Fatalf("FailOpen: takeRecheck() = %v, want only [old] (admitted calls' members stay)", got)
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,4 +287,76 @@ func TestFallbackWithClosedClientHoldsNoWorker(t *testing.T) {
 	if running || replay > 0 {
 		t.Fatalf("after Allow with a closed client: worker running %v, %d calls kept to write back; want none", running, replay)
 	}
+}
+
+// lostReplies is a go-redis hook that, while armed, lets every command
+// reach the server and then fails it, as a reply lost on the way back.
+type lostReplies struct{ armed atomic.Bool }
+
+func (h *lostReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.armed.Load() {
+			return errors.New("reply lost")
+		}
+		return err
+	}
+}
+
+func (h *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.Load() {
+			return errors.New("reply lost")
+		}
+		return err
+	}
+}
+
+// TestFailOpenCountsFailedBatchWhenItGoes: under FailOpen, the calls of a
+// round trip whose reply was lost go, and count in Redis at the time they
+// went, not at the score the round trip gave them. A local clock that had
+// stepped ahead since the last sample scored them in the future, where they
+// would have stayed, counting at the wrong time (simulation seed 7905: 1.6s
+// ahead, beyond a reserve-ahead of 7ms).
+func TestFailOpenCountsFailedBatchWhenItGoes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		const step = 2 * time.Second
+		c := dial()
+		hook := &lostReplies{}
+		c.AddHook(hook)
+		var skew atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		th := mustNew(t, c, key, 100, time.Hour, WithLogger(quiet), WithClock(clock),
+			WithFailurePolicy(FailOpen()))
+		ctx := context.Background()
+		if err := th.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		skew.Store(int64(step))
+		hook.armed.Store(true)
+		if err := th.Wait(ctx); err != nil {
+			t.Fatalf("Wait under FailOpen with the reply lost: %v", err)
+		}
+		hook.armed.Store(false)
+		th.mu.Lock()
+		th.health.degraded = time.Time{} // do not wait out the retry second
+		th.mu.Unlock()
+		if err := th.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, th)
+		now := serverMicros(t, c)
+		got := calls(t, c, key)
+		if len(got) != 3 {
+			t.Errorf("the key holds %d calls, want 3 (the lost reply's call counted once)", len(got))
+		}
+		for m, score := range got {
+			if ahead := time.Duration(score-now) * time.Microsecond; ahead > step/2 {
+				t.Errorf("call %q scored %s ahead of the server's clock after every call went", m, ahead)
+			}
+		}
+	})
 }

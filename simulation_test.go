@@ -82,6 +82,8 @@ var simRegressions = []simCase{
 	{5046, "FailOpen, a cap of 1 in flight, three processes killed while in the line for places: each took a wake with it when it reached the head, made up a third of the ttl later (five waiters kept 29s); a release now passes over a process silent in line for a ttl"},
 	{6960, "one process, 3 per 11ms with 1.5ms reserve-ahead: the jitter span was the limit's spacing (3.8ms), longer than reserve-ahead, and wakes came after their slots were due (0.917 of the quota against 0.99); the span is now at most half of reserve-ahead"},
 	{6384, "below target by the checker's measure only: 54 per 2m6s and 140 per 4m39s, where the second's first window fills before the first's rate is reached; the run used 0.925 of the first's rate, all the limits allow (bestUtilization), against a target of 0.94 of the rate"},
+	{7905, "FailOpen, a clock step of 1.6s, failovers: a round trip planned with the stepped estimate failed, and FailOpen admitted its calls and kept their members, scored 1.6s ahead, beyond reserve-ahead, where they counted at the wrong time; FailOpen now gives them back and counts the calls anew, at the time they go, on the runtime's clock"},
+	{5268, "a calm run, 43 processes x 1 caller on 35 per 3.5 minutes: a caller waited 18m32s against a bound of 15m46s. The slots free in a burst at each window's start, every waiting process wakes for them at a random point of the jitter span, and r28 lost four turns in a row to the draw; a process that lost turns now draws from a span a quarter as long for each"},
 	{2840, "two limits of near-equal rates and weighted calls of up to 90 units used 0.888 of the tightest rate against 0.9135: of what the limits allow (0.902, bestUtilization), 0.984"},
 }
 
@@ -92,10 +94,7 @@ var simRegressions = []simCase{
 // run in the order Go's scheduler picks, so a seed's trace can differ
 // between runs; each must be run a few times to reproduce (seed 5046, now
 // fixed: 6 failures in 20 runs).
-var simOpen = []simCase{
-	{7905, "FailOpen, a clock step of 1.6s, failovers: r1's round trip, planned with the stepped estimate, failed and FailOpen admitted its calls, keeping their members (they went), scored 1.6s ahead, beyond reserve-ahead: they count at the wrong time. Found by seeds 7001-8000; fails on the commit before this session's too"},
-	{5268, "a calm run, 43 processes x 1 caller on 35 per 3.5 minutes: a caller waited 18m32s against a bound of 15m46s. Attributed: the slots free in a burst at each window's start, every waiting process wakes for them at a random point of the jitter span, and the turns go to the first 35 to wake; turns are drawn at random, not by how long a process has waited, and r28 lost four in a row (every run draws the same, from the seed). Turns by lost turns would bound it, but move the herd figures: left for the herd work"},
-}
+var simOpen = []simCase{}
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
 // found before the simulator drew faults on the clock estimate (delayed

@@ -390,6 +390,10 @@ type known struct {
 	// By level: the next free slots of a priority that may fill less than
 	// the whole limit (see WithPriorityShare), when learned.
 	capped [levels][]int64
+	// Turns lost in a row: rounds that claimed slots and got none (others
+	// took them first). Each shortens the next wake-up's jitter fourfold,
+	// so a process passed over comes back ahead of the others.
+	lost int
 }
 
 // at returns the free slots known for calls of priority p: its own when

@@ -269,7 +269,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	a.lowCaps = t.lowCaps(a.prioMask, a.slots, a.lims, a.lowCaps)
 	sleep = p.sleep
 	if p.jitter {
-		sleep += t.jitter(t.rng)
+		sleep += t.jitter(t.rng) >> min(2*t.known.lost, 62)
 		if len(batch) == 0 {
 			sleep = min(sleep, t.quiet())
 		}
@@ -350,6 +350,11 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	}
 	if len(requeue) > 0 {
 		t.queue = append(requeue, t.queue...)
+	}
+	if admitted > 0 {
+		t.known.lost = 0
+	} else if len(requeue) > 0 {
+		t.known.lost++
 	}
 	if a.slots > 0 {
 		t.known.slots, t.known.capped = res.slots, res.capped
