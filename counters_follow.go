@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // reading is one response's Quota, with when its request was sent and its
@@ -42,7 +44,7 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 	// The caller's context may be about to end; the news is for everyone.
 	ctx := context.WithoutCancel(req.Context())
 	now := t.now()
-	var c Counters = retryAfterCounters{}
+	c := counters.Default()
 	if tr.Counters != nil {
 		c = tr.Counters
 	}
@@ -54,7 +56,7 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 			t.PauseUntil(ctx, minTime(q.Until, now.Add(tr.maxPause()))) // a failure is logged; the response stands
 		}
 	}
-	if tr.Counters != nil && q.stated() {
+	if tr.Counters != nil && !q.Reset.IsZero() { // it states a counter
 		tr.follow(ctx, req.Context(), t, reading{q: q, sent: sent, recv: now, scored: scored})
 	}
 	tr.followLimitHeader(ctx, t, resp)
@@ -243,7 +245,7 @@ func (tr *Transport) followLimitHeader(ctx context.Context, t *Throttler, resp *
 	if tr.LimitHeader == "" {
 		return
 	}
-	n, ok := headerInt(resp.Header, tr.LimitHeader)
+	n, ok := counters.HeaderInt(resp.Header, tr.LimitHeader)
 	if !ok || n == 0 {
 		return
 	}

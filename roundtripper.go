@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -220,32 +218,6 @@ func (t *Throttler) lowerTo(ctx context.Context, n int, d time.Duration) {
 		return
 	}
 	t.SetLimit(ctx, n, d) // a failure is logged; the response stands
-}
-
-// slowDown reports whether the API asked us to slow down.
-func slowDown(resp *http.Response) bool {
-	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
-}
-
-// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, false
-		}
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second, true
-	}
-	if at, err := http.ParseTime(v); err == nil {
-		if d := at.Sub(now); d > 0 {
-			return d, true
-		}
-		return 0, false
-	}
-	return 0, false
 }
 
 // replayable reports whether req can be sent again: it has no body, or

@@ -238,26 +238,3 @@ func TestTransportLimitHeader(t *testing.T) {
 		waitIdle(t, b)
 	})
 }
-
-func TestRetryAfterParsing(t *testing.T) {
-	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"3", 3 * time.Second, true},
-		{" 0 ", 0, true},
-		{"-1", 0, false},
-		{"", 0, false},
-		{"soon", 0, false},
-		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
-		{now.Add(-time.Minute).Format(http.TimeFormat), 0, false},
-		{"99999999999", 24 * time.Hour, true},
-	} {
-		got, ok := retryAfter(tc.in, now)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("retryAfter(%q) = (%s, %v), want (%s, %v)", tc.in, got, ok, tc.want, tc.ok)
-		}
-	}
-}

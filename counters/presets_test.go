@@ -1,4 +1,4 @@
-package throttler
+package counters
 
 import (
 	"net/http"
@@ -234,5 +234,28 @@ func TestResetReadings(t *testing.T) {
 	q := IETF().Read(resp, nil, now)
 	if !q.Reset.Equal(now.Add(time.Minute)) || q.Remaining != 7 {
 		t.Fatalf("epoch RateLimit-Reset read as reset %s remaining %d, want a minute on and 7", q.Reset.Sub(now), q.Remaining)
+	}
+}
+
+func TestRetryAfterParsing(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"3", 3 * time.Second, true},
+		{" 0 ", 0, true},
+		{"-1", 0, false},
+		{"", 0, false},
+		{"soon", 0, false},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, false},
+		{"99999999999", 24 * time.Hour, true},
+	} {
+		got, ok := RetryAfter(tc.in, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("RetryAfter(%q) = (%s, %v), want (%s, %v)", tc.in, got, ok, tc.want, tc.ok)
+		}
 	}
 }

@@ -1,17 +1,27 @@
-package throttler
+package counters
 
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 )
 
-// retryAfterCounters is what a Transport without Counters reads: a 429 or
-// 503 with Retry-After pauses every replica, and nothing else is read.
+// pauseFor makes q a Pause until what resp's Retry-After says, and reports
+// whether it had one.
+func (q *Quota) pauseFor(resp *http.Response, now time.Time) bool {
+	d, ok := RetryAfter(resp.Header.Get("Retry-After"), now)
+	if ok {
+		q.Verdict, q.Until = Pause, now.Add(d)
+	}
+	return ok
+}
+
+// Default returns the Counters a Transport without Counters reads: a 429 or
+// 503 with Retry-After pauses every replica until then, and nothing else
+// is read.
+func Default() Counters { return retryAfterCounters{} }
+
 type retryAfterCounters struct{}
 
 func (retryAfterCounters) Peek(*http.Response) bool { return false }
@@ -22,16 +32,6 @@ func (retryAfterCounters) Read(resp *http.Response, _ []byte, now time.Time) Quo
 		q.pauseFor(resp, now)
 	}
 	return q
-}
-
-// pauseFor makes q a Pause until what resp's Retry-After says, and reports
-// whether it had one.
-func (q *Quota) pauseFor(resp *http.Response, now time.Time) bool {
-	d, ok := retryAfter(resp.Header.Get("Retry-After"), now)
-	if ok {
-		q.Verdict, q.Until = Pause, now.Add(d)
-	}
-	return ok
 }
 
 // GitHub returns the Counters of GitHub's REST API, as its documentation
@@ -73,7 +73,7 @@ func (g githubCounters) Read(resp *http.Response, body []byte, now time.Time) Qu
 	h := resp.Header
 	q := Quota{Bucket: h.Get("X-RateLimit-Resource")}
 	followed := q.Bucket == "" || g.follow[q.Bucket]
-	rem, okRem := headerInt(h, "X-RateLimit-Remaining")
+	rem, okRem := HeaderInt(h, "X-RateLimit-Remaining")
 	reset, okReset := epochSeconds(h.Get("X-RateLimit-Reset"))
 	if followed && okRem && okReset {
 		q.Remaining, q.Reset = rem, reset
@@ -151,7 +151,7 @@ func (pairCounters) Peek(*http.Response) bool { return false }
 func (p pairCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 	h := resp.Header
 	q := Quota{Gradual: true}
-	rem, okRem := headerInt(h, p.remaining)
+	rem, okRem := HeaderInt(h, p.remaining)
 	reset, okReset := p.parse(h.Get(p.reset), now)
 	if okRem && okReset {
 		q.Remaining, q.Reset = rem, reset
@@ -165,7 +165,7 @@ func (p pairCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 	// request out until they come back.
 	var until time.Time
 	for i, name := range p.tokensRemaining {
-		if n, ok := headerInt(h, name); ok && n == 0 {
+		if n, ok := HeaderInt(h, name); ok && n == 0 {
 			if at, ok := p.parse(h.Get(p.tokensReset[i]), now); ok && at.After(until) {
 				until = at
 			}
@@ -215,8 +215,8 @@ func (c ietfCounters) Read(resp *http.Response, _ []byte, now time.Time) Quota {
 			q.Bucket, q.Remaining, q.Reset = it.name, int(r), now.Add(time.Duration(min(t, int64(24*time.Hour/time.Second)))*time.Second)
 		}
 	} else {
-		r, okR := headerInt(resp.Header, "RateLimit-Remaining")
-		t, okT := headerInt(resp.Header, "RateLimit-Reset")
+		r, okR := HeaderInt(resp.Header, "RateLimit-Remaining")
+		t, okT := HeaderInt(resp.Header, "RateLimit-Reset")
 		switch {
 		case !okR || !okT || t < 0:
 		case t > 1e9:
@@ -274,53 +274,4 @@ func stripeLockTimeout(body []byte) bool {
 	}
 	// A body cut short at PeekBytes: look for the field itself.
 	return bytes.Contains(body, []byte(`"code": "lock_timeout"`)) || bytes.Contains(body, []byte(`"code":"lock_timeout"`))
-}
-
-// headerInt parses a header holding a non-negative integer.
-func headerInt(h http.Header, name string) (int, bool) {
-	v := strings.TrimSpace(h.Get(name))
-	if v == "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	return n, true
-}
-
-// epochSeconds parses a time given in UTC epoch seconds.
-func epochSeconds(v string) (time.Time, bool) {
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n <= 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(n, 0), true
-}
-
-// parseResetDuration parses a reset given as the time left, such as OpenAI's
-// "6m0s", "1s" or "12ms" (a bare number is seconds).
-func parseResetDuration(v string, now time.Time) (time.Time, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return time.Time{}, false
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		secs, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
-			return time.Time{}, false
-		}
-		d = time.Duration(secs * float64(time.Second))
-	}
-	if d < 0 || d > 24*time.Hour {
-		return time.Time{}, false
-	}
-	return now.Add(d), true
-}
-
-// parseResetTime parses a reset given as an RFC 3339 time.
-func parseResetTime(v string, _ time.Time) (time.Time, bool) {
-	at, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
-	return at, err == nil
 }
