@@ -50,11 +50,21 @@ const maxQuiet = 500 * time.Millisecond
 // up to a quarter of reserve-ahead later loses nothing: the slot is still
 // reserved well before it is due, and by then several have come within
 // reach, to be taken in one round trip. Processes waking at random points
-// of that span take turns instead of all racing for each slot; a process
-// that lost turns in a row draws from a shorter span (see known.lost), so
-// a turn is not lost forever to the draw.
+// of that span take turns instead of all racing for each slot.
 func (c *config) jitter(r *rand.Rand) time.Duration {
 	return time.Duration(r.Int64N(int64(c.jitterSpan()) + 1))
+}
+
+// turnJitter is the jitter of a process waking for slots after it lost
+// lost turns in a row (see known.lost): a random point of the band from
+// span/(lost+2) to span/(lost+1) of the jitter span, so that a process that
+// lost more turns in a row wakes ahead of every one that lost fewer, and
+// turns go roughly to those that waited longest instead of by the draw
+// alone.
+func (c *config) turnJitter(r *rand.Rand, lost int) time.Duration {
+	span, k := int64(c.jitterSpan()), int64(min(lost, 1<<20))
+	lo, hi := span/(k+2), span/(k+1)
+	return time.Duration(lo + r.Int64N(hi-lo+1))
 }
 
 // jitterSpan is the span jitter draws from: a quarter of reserve-ahead, at

@@ -117,10 +117,9 @@ func (t *Throttler) admitDegradedLocked(w *waiter, at, shareAt time.Time) bool {
 // the client can still answer: a closed client never will. A member to give
 // back matters for reserve-ahead plus the longest window after the first
 // failure to give it back: no call of ours is scored further ahead, and
-// none counts longer. Except one scored by a clock estimate a step had made
-// wrong (simulation seed 406: a member 3.3s ahead, applied by a round trip
-// whose reply was lost, outlived a reserve-ahead of 197ms), which the
-// retry removes once Redis answers again.
+// none counts longer; one that a failed round trip scored further ahead, by
+// a clock estimate a step had made wrong, matters until its score has left
+// the longest window, and the retry removes it once Redis answers again.
 func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 	if len(t.queue) > 0 {
 		return 0
@@ -129,14 +128,20 @@ func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 		t.owed.replay, t.owed.healPause, t.owed.giveBack, t.owed.recheck = nil, 0, nil, nil
 		return 0
 	}
-	now := t.now()
+	now, rtNow := t.now(), time.Now()
 	if len(t.owed.giveBack) > 0 || len(t.owed.recheck) > 0 {
+		// On the runtime's clock: a local clock that stepped ahead would
+		// give them up at once.
 		if t.owed.giveUpAt.IsZero() {
-			t.owed.giveUpAt = now.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
+			t.owed.giveUpAt = rtNow.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
 		}
-		if !now.Before(t.owed.giveUpAt) {
+		// A member a failed round trip added may lie further ahead than
+		// reserve-ahead, scored by an estimate a clock step had made
+		// wrong: it counts until its own score has left the longest window.
+		aged := t.owed.latest+t.longestW() <= t.clock.serverByRuntime(rtNow, now)
+		if !rtNow.Before(t.owed.giveUpAt) && aged {
 			// They stop counting on their own, within the crash bound.
-			t.owed.giveBack, t.owed.recheck = nil, nil
+			t.owed.giveBack, t.owed.recheck, t.owed.latest = nil, nil, 0
 		}
 	}
 	t.trimReplayLocked(t.clock.server(now))

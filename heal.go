@@ -12,8 +12,8 @@ import (
 // many. Two members that are not calls let every round trip notice:
 //
 //   - the marker (score -1, below every window and every trim) is written
-//     to the first limit's key the first time a process sees it, and again
-//     with a heal. Every key of the Throttler gets the same TTL, that of the
+//     to the first limit's key by every round trip of a process until one
+//     of them has found or written it, and again with a heal. Every key of the Throttler gets the same TTL, that of the
 //     longest window (see config.ttl), so a process whose last round trip
 //     was within that TTL knows no key can have expired since, and a
 //     missing marker means a loss;
@@ -37,9 +37,16 @@ import (
 func (t *Throttler) lossChecksLocked(a *attempt, serverNow int64) {
 	t.health.journal.trim(serverNow)
 	a.probe, _ = t.health.journal.probe()
-	a.mark, t.owed.mark = t.owed.mark, false
+	a.mark, t.owed.mark = t.markDue(), false
 	a.pause = t.owed.healPause
 }
+
+// markDue reports whether the next round trip writes the marker: one
+// found missing, or a heal's, is owed; and until a reply vouches for the
+// key, every round trip writes it, for a process whose round trips had only
+// found it missing (a new key) could not tell a window lost after them from
+// a new key.
+func (t *Throttler) markDue() bool { return t.owed.mark || t.health.lastSeen == 0 }
 
 // noticeLossLocked reads the loss checks of reply r to attempt a, applied
 // at now, and starts a heal when they show one. It reports whether Redis

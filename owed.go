@@ -27,7 +27,8 @@ type owed struct {
 	// every request it read before that success. A set: every failure in
 	// a row doubts the same members again.
 	recheck    map[string]struct{}
-	recheckDue bool // one did: the next round trip carries recheck
+	recheckDue bool  // one did: the next round trip carries recheck
+	latest     int64 // server µs: the latest score of a member in recheck (0 = none)
 }
 
 // pending reports whether anything is left to write.
@@ -48,6 +49,7 @@ func (o *owed) doubt(a *attempt, batch []*waiter) {
 	for _, e := range a.adds {
 		if isOurs(e.member, batch) {
 			o.recheck[e.member] = struct{}{}
+			o.latest = max(o.latest, e.score)
 		}
 	}
 	o.recheckDue = false
@@ -63,7 +65,7 @@ func (o *owed) takeRecheck() []string {
 	}
 	r := slices.Collect(maps.Keys(o.recheck))
 	if o.recheckDue {
-		o.recheck, o.recheckDue = nil, false
+		o.recheck, o.recheckDue, o.latest = nil, false, 0
 	}
 	return r
 }

@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -202,5 +203,33 @@ func TestJitterSpanWithinReserveAhead(t *testing.T) {
 		if span := c.jitterSpan(); span > tc.ahead/2 || span <= 0 {
 			t.Errorf("%d per %s, ahead %s: jitter span %s, want within (0, %s]", tc.limit, tc.interval, tc.ahead, span, tc.ahead/2)
 		}
+	}
+}
+
+// TestTurnJitterBands: a process that lost more turns in a row wakes ahead
+// of every one that lost fewer, and every wake-up stays within the jitter
+// span (seed 5268: turns drawn at random alone let one process lose four
+// in a row and wait past the bound).
+func TestTurnJitterBands(t *testing.T) {
+	c := testConfig(100, time.Second, 250*time.Millisecond)
+	span := c.jitterSpan()
+	rng := rand.New(rand.NewPCG(1, 2))
+	prevMin := span + 1
+	for lost := range 12 {
+		lo, hi := span, time.Duration(0)
+		for range 200 {
+			d := c.turnJitter(rng, lost)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if hi > span || lo < 0 {
+			t.Fatalf("lost %d: jitter in [%s, %s], outside the span %s", lost, lo, hi, span)
+		}
+		if hi > prevMin {
+			t.Errorf("lost %d: a wake-up at %s, after one of a process that lost fewer (%s)", lost, hi, prevMin)
+		}
+		prevMin = lo
+	}
+	if d := c.turnJitter(rng, 1<<30); d < 0 || d > span {
+		t.Errorf("lost 2^30: jitter %s outside the span %s", d, span)
 	}
 }

@@ -391,8 +391,8 @@ type known struct {
 	// the whole limit (see WithPriorityShare), when learned.
 	capped [levels][]int64
 	// Turns lost in a row: rounds that claimed slots and got none (others
-	// took them first). Each shortens the next wake-up's jitter fourfold,
-	// so a process passed over comes back ahead of the others.
+	// took them first). A process that lost more wakes for the next slots
+	// ahead of those that lost fewer (see turnJitter).
 	lost int
 }
 

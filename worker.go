@@ -215,7 +215,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls, lowCaps: sc.a.lowCaps}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
-	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, t.owed.mark)
+	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, t.markDue())
 	t.lossChecksLocked(a, serverNow)
 	a.expire = a.expire || a.pause > 0 // the key must outlive the pause
 	a.ttl0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
@@ -269,7 +269,7 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	a.lowCaps = t.lowCaps(a.prioMask, a.slots, a.lims, a.lowCaps)
 	sleep = p.sleep
 	if p.jitter {
-		sleep += t.jitter(t.rng) >> min(2*t.known.lost, 62)
+		sleep += t.turnJitter(t.rng, t.known.lost)
 		if len(batch) == 0 {
 			sleep = min(sleep, t.quiet())
 		}
