@@ -71,7 +71,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 			t.requeueLocked(w)
 			requeue = append(requeue, w)
 		}
-		t.queue = append(requeue, t.queue...)
+		t.pushFrontLocked(requeue)
 		if d := t.serveDegradedLocked(now); len(t.queue) > 0 {
 			return d
 		}
@@ -271,10 +271,18 @@ func (t *Throttler) recovered() {
 // requeueLocked sends w, whose reservation did not hold, back to the
 // queue's state: what it holds goes back (see unholdLocked), and what it
 // still has in Redis from an earlier attempt stays known (see
-// queuedAfter). The caller puts w back in the queue.
+// queuedAfter). The caller puts w back in the queue (see pushFrontLocked).
 func (t *Throttler) requeueLocked(w *waiter) {
 	t.unholdLocked(w)
 	w.res = queuedAfter(w.res)
+}
+
+// pushFrontLocked puts ws back at the head of the queue, in their order:
+// waiters that had their turn go before those that joined since.
+func (t *Throttler) pushFrontLocked(ws []*waiter) {
+	if len(ws) > 0 {
+		t.queue = append(ws, t.queue...)
+	}
 }
 
 // unholdLocked gives back what w's reservation holds: its members leave

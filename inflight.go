@@ -216,7 +216,7 @@ func (t *Throttler) unparkLocked(n int) {
 	if n == 0 {
 		return
 	}
-	t.queue = append(slices.Clone(l.parked[:n]), t.queue...)
+	t.pushFrontLocked(slices.Clone(l.parked[:n]))
 	l.parked = slices.Delete(l.parked, 0, n)
 	if !t.running {
 		t.running = true

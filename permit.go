@@ -44,9 +44,12 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 // go later than its allowance (its goroutine ran late after it was
 // admitted) is given back, and the call waits again, as a late sleeper
 // does (see WaitN).
-func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (*Permit, error) {
+// It counts one wait in Stats, however many times it waited.
+func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *Permit, err error) {
+	start := t.now()
+	defer func() { t.observeWait(n, start, err) }()
 	for {
-		res, lease, err := t.wait(ctx, where, n, true)
+		res, lease, err := t.waitSlot(ctx, where, n, true)
 		if err != nil {
 			return nil, err
 		}

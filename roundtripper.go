@@ -159,7 +159,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return tr.base().RoundTrip(req)
 	}
 	send := req
-	for attempt := 0; ; attempt++ {
+	for try := 0; ; try++ {
 		permit, err := tr.admit(t, send)
 		if err != nil {
 			closeBody(send)
@@ -181,10 +181,10 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			endOnRead(req, resp, permit, tr.Cost)
 		}
 		verdict := tr.learn(t, req, resp, body, sent, permit.score)
-		if attempt >= tr.Retries || verdict == Proceed || !replayable(req) {
+		if try >= tr.Retries || verdict == Proceed || !replayable(req) {
 			return resp, nil
 		}
-		if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(attempt)) {
+		if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(try)) {
 			return resp, nil
 		}
 		// The fresh body only once the request is sure to go again: one

@@ -71,8 +71,9 @@ type Throttler struct {
 // interval.
 //
 // client may be a *redis.Client, *redis.ClusterClient, *redis.Ring or a
-// failover client. The Throttler uses the single key given: on Redis Cluster
-// it lives in one hash slot, so put a {tag} in keys that must share a slot.
+// failover client. The Throttler keeps its calls in the key given, and in
+// the keys WithLimit and WithInFlight name: on Redis Cluster each lives in
+// one hash slot, so give keys that must share a slot the same {tag}.
 //
 // New checks its arguments and options and returns an error wrapping
 // ErrInvalidArgument when one is bad. It does no network I/O.

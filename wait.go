@@ -74,23 +74,28 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 // call went with. With place (and WithInFlight), the call also takes a
 // place in flight, whose lease it returns.
 func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
+	start := t.now()
+	defer func() { t.observeWait(n, start, err) }()
+	return t.waitSlot(ctx, where, n, place)
+}
+
+// waitSlot is wait without counting its outcome in Stats, for a face that
+// may wait again before its call goes (see reserveToSend) and counts once.
+func (t *Throttler) waitSlot(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
 	prio := PriorityFromContext(ctx)
 	if err := t.checkN(where, n, prio); err != nil {
 		return reservation{}, "", err
 	}
 	if ctx.Err() != nil {
-		t.stats.abandoned.Add(1)
 		return reservation{}, "", ctxError(ctx)
 	}
-	start := t.now()
-	defer func() { t.observeWait(n, start, err) }()
 	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: place && t.lease != nil, prio: prio}
 	ctx, cancel := t.withMaxWait(ctx, w)
 	defer cancel()
 	if d, ok := ctx.Deadline(); ok {
 		// On the local clock, which WithClock may set apart from the
 		// clock context deadlines are read on (time.Now).
-		w.deadline = start.Add(time.Until(d))
+		w.deadline = t.now().Add(time.Until(d))
 	}
 	if t.opt.maxQueue > 0 || !w.deadline.IsZero() {
 		t.mu.Lock()

@@ -348,9 +348,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 			}
 		}
 	}
-	if len(requeue) > 0 {
-		t.queue = append(requeue, t.queue...)
-	}
+	t.pushFrontLocked(requeue)
 	if admitted > 0 {
 		t.known.lost = 0
 	} else if len(requeue) > 0 {
