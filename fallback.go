@@ -167,7 +167,7 @@ func isOurs(member string, batch []*waiter) bool {
 // window at the configured share of the limit. It returns how long to sleep
 // before the next round (never past the time Redis is tried again).
 func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
-	retry := t.health.degraded.Sub(now)
+	retry := time.Until(t.health.degraded)
 	start := t.afterPauseLocked(now)
 	if t.opt.policy.kind == policyOpen {
 		for _, w := range t.queue {
@@ -246,7 +246,7 @@ func (t *Throttler) degradeLocked(now time.Time) {
 			o(true)
 		}
 	}
-	t.health.degraded = now.Add(retryRedisAfter)
+	t.health.degraded = time.Now().Add(retryRedisAfter)
 }
 
 // recovered notes a successful round trip.

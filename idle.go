@@ -22,7 +22,7 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 		return false, lastRound
 	}
 	now := t.now()
-	if now.Before(t.health.degraded) || now.Before(t.health.shareUntil) ||
+	if t.health.isDegraded() || now.Before(t.health.shareUntil) ||
 		(t.local != nil && t.local.holds(time.Now())) {
 		return false, lastRound
 	}

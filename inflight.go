@@ -198,7 +198,7 @@ func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
 func (t *Throttler) parkBehindLocked(w *waiter) bool {
 	l := t.lease
 	if l == nil || !w.needsPlace() || !l.inLine || len(l.parked) == 0 ||
-		t.now().Before(t.health.degraded) {
+		t.health.isDegraded() {
 		return false
 	}
 	l.parked = append(l.parked, w)

@@ -88,6 +88,7 @@ var simRegressions = []simCase{
 	{10362, "priorities with a low share of 0.5 on 3 per 11m9s, 35 replicas x 4 callers: once the others were served, the low calls went at their cap of 1 a window, as WithPriorityShare says, and the last waited 17h34m against a hang bound of 16h48m computed from the whole limit; the checker's bound now drains the queue at low's cap when priorities are on"},
 	{10793, "FailOpen, a round trip whose reply was lost, then a local clock step of 4.8s: the worker gave up the failed round trips' members to give back at once, its deadline on the stepped clock, and one a later failed round trip had scored 4.8s ahead stayed (2 runs in 40); the deadline is now on the runtime's clock, and a member scored further ahead than reserve-ahead is kept until its own score has left the window"},
 	{12197, "FallbackLocal, one replica, replies dropped after apply and a local clock step of 1.6s: a member scored 1.6s ahead by a failed round trip was given up by the stepped clock, as in 10793 (fails 20 of 20 on the commit before; 0 of 40 since)"},
+	{13407, "FallbackLocal, a failure and then a local clock step back of 7.2s: the second without Redis was counted on the stepped clock, so Redis went untried for 8s and the process stayed busy with 1,409 admissions to write back (6 runs of 6); the deadline is now on the runtime's clock"},
 	{2840, "two limits of near-equal rates and weighted calls of up to 90 units used 0.888 of the tightest rate against 0.9135: of what the limits allow (0.902, bestUtilization), 0.984"},
 }
 

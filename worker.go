@@ -130,7 +130,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 		t.mu.Unlock()
 		return 0, false
 	}
-	if t.opt.policy.kind != policyClosed && t.now().Before(t.health.degraded) {
+	if t.opt.policy.kind != policyClosed && t.health.isDegraded() {
 		d := t.serveDegradedLocked(t.now())
 		t.mu.Unlock()
 		return d, true
