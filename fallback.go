@@ -41,7 +41,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
-		t.degradeLocked(now)
+		t.degradeLocked()
 		// The batch's calls go. Their members, which may have reached
 		// Redis, are given back (above): a clock estimate a step made
 		// wrong may have scored them far ahead, where they would count at
@@ -50,17 +50,15 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		at := t.afterPauseLocked(now)
 		serverAt := t.clock.serverByRuntime(time.Now().Add(at.Sub(now)), at)
 		for _, w := range batch {
-			if t.admitDegradedLocked(w, at, time.Time{}) && w.caller == present && !t.health.closed {
-				for range w.n {
-					t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
-				}
+			if t.admitDegradedLocked(w, at, time.Time{}) && w.caller == present {
+				t.replayLocked(serverAt, w.n)
 			}
 		}
 		t.serveDegradedLocked(now)
 		return t.idleAfterFailureLocked(err)
 	case policyLocal:
 		t.logRedis(err, "calls throttled locally")
-		t.degradeLocked(now)
+		t.degradeLocked()
 		var requeue []*waiter
 		for _, w := range batch {
 			if w.caller != present {
@@ -208,20 +206,27 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 			continue
 		}
 		t.local.take(rtAt, w.n)
-		if !t.health.closed { // a closed client will never write them
-			// Scored on the runtime's clock: the local one may have
-			// stepped since the last sample (see serverByRuntime).
-			serverAt := t.clock.serverByRuntime(rtAt, at)
-			for range w.n {
-				t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
-			}
-		}
+		// Scored on the runtime's clock: the local one may have stepped
+		// since the last sample (see serverByRuntime).
+		t.replayLocked(t.clock.serverByRuntime(rtAt, at), w.n)
 		t.admitDegradedLocked(w, at, rtAt)
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
 	t.trimReplayLocked(t.clock.server(now))
 	return max(sleep, time.Millisecond)
+}
+
+// replayLocked notes n calls admitted without Redis, scored serverAt, to
+// count in Redis once it answers; a closed client never will, and then
+// nothing is kept.
+func (t *Throttler) replayLocked(serverAt int64, n int) {
+	if t.health.closed {
+		return
+	}
+	for range n {
+		t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
+	}
 }
 
 // trimReplayLocked forgets replayed admissions that no longer matter to any
@@ -240,7 +245,7 @@ func (t *Throttler) trimReplayLocked(serverNow int64) {
 
 // degradeLocked stops trying Redis for a while after it failed, under the
 // FailOpen and FallbackLocal policies.
-func (t *Throttler) degradeLocked(now time.Time) {
+func (t *Throttler) degradeLocked() {
 	if t.health.degraded.IsZero() {
 		if o := t.opt.observer.Degraded; o != nil {
 			o(true)

@@ -13,10 +13,11 @@ import (
 //
 //   - the marker (score -1, below every window and every trim) is written
 //     to the first limit's key by every round trip of a process until one
-//     of them has found or written it, and again with a heal. Every key of the Throttler gets the same TTL, that of the
-//     longest window (see config.ttl), so a process whose last round trip
-//     was within that TTL knows no key can have expired since, and a
-//     missing marker means a loss;
+//     of them has found or written it, and again with a heal. Every key of
+//     the Throttler gets the same TTL, that of the longest window (see
+//     config.ttl), so a process whose last round trip was within that TTL
+//     knows no key can have expired since, and a missing marker means a
+//     loss;
 //   - the probe: the newest of this process's calls that still counts (see
 //     journal) must still be in the key of the longest window. This catches
 //     a failover to a copy that kept the marker but not the latest calls.

@@ -215,8 +215,8 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls, lowCaps: sc.a.lowCaps}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
-	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, t.markDue())
 	t.lossChecksLocked(a, serverNow)
+	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.mark)
 	a.expire = a.expire || a.pause > 0 // the key must outlive the pause
 	a.ttl0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
 	a.clockGen = view.gen
