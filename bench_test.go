@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -122,9 +124,9 @@ func BenchmarkAdmit(b *testing.B) {
 
 func BenchmarkNextSlots(b *testing.B) {
 	const limit, k = 5000, 64
-	tail := make([]entry, k+8)
+	tail := make([]core.Entry, k+8)
 	for i := range tail {
-		tail[i] = entry{score: int64(i * 100), member: fmt.Sprint(i)}
+		tail[i] = core.Entry{Score: int64(i * 100), Member: fmt.Sprint(i)}
 	}
 	dropped := tail[k : k+8]
 	b.ReportAllocs()
@@ -184,7 +186,7 @@ func BenchmarkCancellationStorm(b *testing.B) {
 			left := 0
 			zs, _ := srv.NewClient().ZRange(context.Background(), th.Key(), 0, -1).Result()
 			for _, m := range zs {
-				if m != marker && !ours[m] {
+				if m != redisstore.Marker && !ours[m] {
 					left++
 				}
 			}

@@ -113,10 +113,9 @@ func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 // serverByRuntime converts a reading of the runtime's own clock (time.Now)
 // to estimated server microseconds, from the last sample on: unlike the
 // local clock (WithClock's), which may step while Redis cannot be reached
-// to show it, the runtime's never does. Before any sample it is server.
-// (Simulation seeds 1307 and 1907: calls admitted under FallbackLocal
-// while the local clock had stepped 3-4s ahead were written back when
-// Redis answered, scored by the stepped clock, 3-4s in the future.)
+// to show it, the runtime's never does. Before any sample (see anchored)
+// it is server, which takes the local clock for the server's: a caller
+// that must not score by the local clock waits for a sample.
 func (c *clockSync) serverByRuntime(rt time.Time, local time.Time) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -124,6 +123,14 @@ func (c *clockSync) serverByRuntime(rt time.Time, local time.Time) int64 {
 		return c.micros(local) + c.offset
 	}
 	return c.anchorServer + rt.Sub(c.anchorRuntime).Microseconds()
+}
+
+// anchored reports whether a sample came in: serverByRuntime then
+// converts from it, not from the local clock.
+func (c *clockSync) anchored() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.anchorRuntime.IsZero()
 }
 
 // lastServer is the server's clock as it last read it, in microseconds

@@ -3,13 +3,15 @@ package throttler
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // config is what New was given, checked, and what follows from it: the
 // limits and options, and the timings derived from them. It never changes
 // after New, so it is read without the Throttler's mutex.
 type config struct {
-	wins     []window // wins[0] is the limit New was given; the others come from WithLimit
+	wins     []core.Window // wins[0] is the limit New was given; the others come from WithLimit
 	opt      options
 	minLimit int // the smallest configured limit: the most one call may claim
 }
@@ -22,7 +24,7 @@ func (c *config) now() time.Time { return c.opt.now() }
 func (c *config) longestW() int64 {
 	w := int64(0)
 	for _, x := range c.wins {
-		w = max(w, x.w)
+		w = max(w, x.W)
 	}
 	return w
 }
@@ -40,7 +42,7 @@ func (c *config) batchUnits() int { return min(c.minLimit, c.opt.maxBatch) }
 // free slots get, and on an hour-long window a round trip every 500ms per
 // process would cost far more than it tells.
 func (c *config) quiet() time.Duration {
-	return max(maxQuiet, time.Duration(c.wins[0].w)*time.Microsecond/100)
+	return max(maxQuiet, time.Duration(c.wins[0].W)*time.Microsecond/100)
 }
 
 const maxQuiet = 500 * time.Millisecond
@@ -72,7 +74,7 @@ func (c *config) turnJitter(r *rand.Rand, lost int) time.Duration {
 // but never more than half of reserve-ahead, so that a process that wakes
 // at the end of the span still reserves its slot before it is due.
 func (c *config) jitterSpan() time.Duration {
-	spacing := time.Duration(c.wins[0].w) * time.Microsecond / time.Duration(c.wins[0].limit)
+	spacing := time.Duration(c.wins[0].W) * time.Microsecond / time.Duration(c.wins[0].Limit)
 	return min(max(min(c.opt.ahead/4, 250*time.Millisecond), min(spacing, 10*time.Millisecond)), c.opt.ahead/2)
 }
 
@@ -85,7 +87,7 @@ func (c *config) jitterSpan() time.Duration {
 // with a sixteenth, 7 slots, a process got a turn about every 1.7s, and
 // Jain's index over 9s was 0.72-0.88; see sharePause too).
 func (c *config) fairShare() int {
-	return max(1, min(c.batchUnits(), (c.wins[0].limit+31)/32))
+	return max(1, min(c.batchUnits(), (c.wins[0].Limit+31)/32))
 }
 
 // sharePause is how long a worker waits after taking a full share of
@@ -125,7 +127,7 @@ func (c *config) ttl() time.Duration {
 func (c *config) longest() int {
 	i := 0
 	for j, x := range c.wins {
-		if x.w > c.wins[i].w {
+		if x.W > c.wins[i].W {
 			i = j
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler/counters"
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
 // reading is one response's Quota, with when its request was sent and its
@@ -144,20 +146,16 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 // readings of the last interval imply. A reading that leaves nothing at
 // all pauses every replica until its reset.
 func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
-	cr, ok := t.st.(countersReader)
-	if !ok {
-		return
-	}
 	x := t.wins[0]
-	interval := x.interval.Microseconds()
-	a := countersApply{
-		limit:    x.limit,
-		gradual:  batch[len(batch)-1].q.Gradual,
-		interval: interval,
-		tol:      min(time.Second, x.interval/20).Microseconds(),
-		maxFor:   (tr.maxPause() + x.interval).Microseconds(),
-		ttl:      t.ttl().Milliseconds(),
-		channel:  newsChannel(x.key),
+	interval := x.Interval.Microseconds()
+	a := core.CountersApply{
+		Limit:    x.Limit,
+		Gradual:  batch[len(batch)-1].q.Gradual,
+		Interval: interval,
+		Tol:      min(time.Second, x.Interval/20).Microseconds(),
+		MaxFor:   (tr.maxPause() + x.Interval).Microseconds(),
+		TTL:      t.ttl().Milliseconds(),
+		Channel:  redisstore.NewsChannel(x.Key),
 	}
 	for _, rd := range batch {
 		// The calls of ours the API had counted when it answered: scored
@@ -169,29 +167,29 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 		// out the calls scored while it was on its way, and a reading
 		// taken in a burst would count too few of ours.)
 		reset, sent := t.clock.server(rd.q.Reset), max(rd.scored, t.clock.server(rd.sent))
-		r := countersReading{from: reset - interval, to: sent, reset: reset, remaining: rd.q.Remaining, windows: 1}
+		r := core.CountersReading{From: reset - interval, To: sent, Reset: reset, Remaining: rd.q.Remaining, Windows: 1}
 		if rd.q.Gradual {
-			r.from = sent - interval
+			r.From = sent - interval
 		}
-		if reset-sent > x.w {
-			r.windows = (reset - sent + x.w - 1) / x.w
-			r.from = sent // count nothing: the bound is per window
+		if reset-sent > x.W {
+			r.Windows = (reset - sent + x.W - 1) / x.W
+			r.From = sent // count nothing: the bound is per window
 		}
-		a.readings = append(a.readings, r)
+		a.Readings = append(a.Readings, r)
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-	got, err := cr.applyCounters(rctx, a)
+	got, err := t.st.ApplyCounters(rctx, a)
 	cancel()
 	if err != nil {
 		t.observeRedisError(err)
 		return
 	}
 	t.mu.Lock()
-	t.newsLocked(news{limit: int64(got.limit), limitEnd: got.end, limitSet: true})
+	t.newsLocked(core.News{Limit: int64(got.Limit), LimitEnd: got.End, LimitSet: true})
 	t.mu.Unlock()
-	if got.zeroUntil > 0 {
+	if got.ZeroUntil > 0 {
 		last := batch[len(batch)-1]
-		t.PauseUntil(ctx, minTime(t.clock.local(got.zeroUntil), last.recv.Add(tr.maxPause())))
+		t.PauseUntil(ctx, minTime(t.clock.local(got.ZeroUntil), last.recv.Add(tr.maxPause())))
 	}
 }
 
@@ -214,27 +212,25 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
 		d = time.Minute
 	}
 	serverNow := t.clock.server(t.now())
-	if cr, ok := t.st.(countersReader); ok && t.clock.synced() {
+	if t.clock.synced() {
 		rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-		got, err := cr.readCounters(rctx, 0, 0)
+		got, err := t.st.ReadCounters(rctx, 0, 0)
 		cancel()
 		switch {
 		case err != nil:
 			t.observeRedisError(err)
-		case got.backoffEnd > serverNow:
+		case got.BackoffEnd > serverNow:
 			return // a back-off is under way: this call went before it
-		case got.backoff > 0 && serverNow-got.backoffEnd < got.backoff:
-			d = max(d, 2*time.Duration(got.backoff)*time.Microsecond)
+		case got.Backoff > 0 && serverNow-got.BackoffEnd < got.Backoff:
+			d = max(d, 2*time.Duration(got.Backoff)*time.Microsecond)
 		}
 	}
 	d = min(d, tr.maxPause())
 	t.writeMeta(ctx, func(serverNow int64) metaWrite { // a failure is logged; the pause holds here
 		end := serverNow + d.Microseconds()
 		return metaWrite{
-			pause: end,
-			set:   []entry{{score: metaScore(d.Microseconds()), member: backoffMember}, {score: metaScore(end), member: backoffEndMember}},
-			apply: func() { t.pauseLocked(end) },
-			news:  &news{pause: end},
+			MetaWrite: core.MetaWrite{Pause: end, Backoff: d.Microseconds(), BackoffEnd: end, News: &core.News{Pause: end}},
+			apply:     func() { t.pauseLocked(end) },
 		}
 	})
 }

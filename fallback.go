@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,7 +18,7 @@ const retryRedisAfter = time.Second
 // failLocked applies the failure policy after a round trip (or the first
 // clock sample) failed. batch is the round's batch, a its attempt (both nil
 // when no reservation was sent). It returns how long the worker sleeps.
-func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Duration {
+func (t *Throttler) failLocked(batch []*waiter, a *core.Attempt, err error) time.Duration {
 	for _, w := range batch {
 		// Its place may or may not have been granted.
 		if t.lease != nil {
@@ -29,8 +30,8 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		// What a was to give back, and what it added for batch, goes
 		// with every round trip until one after a success (see owed).
 		t.owed.doubt(a, batch)
-		for _, e := range a.adds {
-			if !isOurs(e.member, batch) {
+		for _, e := range a.Adds {
+			if !isOurs(e.Member, batch) {
 				t.owed.replay = append(t.owed.replay, e) // admitted without Redis: count it once Redis answers
 			}
 		}
@@ -48,10 +49,10 @@ func (t *Throttler) failLocked(batch []*waiter, a *attempt, err error) time.Dura
 		// the wrong time. The calls count anew, at the time they go, on
 		// the runtime's clock (see serverByRuntime).
 		at := t.afterPauseLocked(now)
-		serverAt := t.clock.serverByRuntime(time.Now().Add(at.Sub(now)), at)
+		rtAt := time.Now().Add(at.Sub(now))
 		for _, w := range batch {
 			if t.admitDegradedLocked(w, at, time.Time{}) && w.caller == present {
-				t.replayLocked(serverAt, w.n)
+				t.replayLocked(rtAt, at, w.n)
 			}
 		}
 		t.serveDegradedLocked(now)
@@ -123,7 +124,7 @@ func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 		return 0
 	}
 	if errors.Is(err, redis.ErrClosed) {
-		t.owed.replay, t.owed.healPause, t.owed.giveBack, t.owed.recheck = nil, 0, nil, nil
+		t.owed.replay, t.owed.unscored, t.owed.healPause, t.owed.giveBack, t.owed.recheck = nil, nil, 0, nil, nil
 		return 0
 	}
 	now, rtNow := t.now(), time.Now()
@@ -206,9 +207,7 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 			continue
 		}
 		t.local.take(rtAt, w.n)
-		// Scored on the runtime's clock: the local one may have stepped
-		// since the last sample (see serverByRuntime).
-		t.replayLocked(t.clock.serverByRuntime(rtAt, at), w.n)
+		t.replayLocked(rtAt, at, w.n)
 		t.admitDegradedLocked(w, at, rtAt)
 	}
 	clear(t.queue[len(rest):])
@@ -217,16 +216,38 @@ func (t *Throttler) serveDegradedLocked(now time.Time) time.Duration {
 	return max(sleep, time.Millisecond)
 }
 
-// replayLocked notes n calls admitted without Redis, scored serverAt, to
-// count in Redis once it answers; a closed client never will, and then
-// nothing is kept.
-func (t *Throttler) replayLocked(serverAt int64, n int) {
+// replayLocked notes n calls admitted without Redis, going at rt on the
+// runtime's clock (at on the local one), to count in Redis once it
+// answers; a closed client never will, and then nothing is kept. They are
+// scored on the runtime's clock, for the local one may have stepped since
+// the last sample (see serverByRuntime); before any sample, once one
+// comes in (see scoreReplaysLocked).
+func (t *Throttler) replayLocked(rt, at time.Time, n int) {
 	if t.health.closed {
 		return
 	}
-	for range n {
-		t.owed.replay = append(t.owed.replay, entry{score: serverAt, member: t.ids.next()})
+	if !t.clock.anchored() {
+		for range n {
+			t.owed.unscored = append(t.owed.unscored, rt)
+		}
+		return
 	}
+	serverAt := t.clock.serverByRuntime(rt, at)
+	for range n {
+		t.owed.replay = append(t.owed.replay, core.Entry{Score: serverAt, Member: t.ids.next()})
+	}
+}
+
+// scoreReplaysLocked scores the calls admitted without Redis before any
+// clock sample, once one came in.
+func (t *Throttler) scoreReplaysLocked() {
+	if len(t.owed.unscored) == 0 || !t.clock.anchored() {
+		return
+	}
+	for _, rt := range t.owed.unscored {
+		t.owed.replay = append(t.owed.replay, core.Entry{Score: t.clock.serverByRuntime(rt, time.Time{}), Member: t.ids.next()})
+	}
+	t.owed.unscored = t.owed.unscored[:0]
 }
 
 // trimReplayLocked forgets replayed admissions that no longer matter to any
@@ -235,12 +256,14 @@ func (t *Throttler) replayLocked(serverAt int64, n int) {
 func (t *Throttler) trimReplayLocked(serverNow int64) {
 	keep := t.owed.replay[:0]
 	for _, e := range t.owed.replay {
-		if e.score > serverNow-t.longestW() {
+		if e.Score > serverNow-t.longestW() {
 			keep = append(keep, e)
 		}
 	}
 	clear(t.owed.replay[len(keep):])
 	t.owed.replay = keep
+	since := time.Duration(t.longestW()) * time.Microsecond
+	t.owed.unscored = slices.DeleteFunc(t.owed.unscored, func(rt time.Time) bool { return time.Since(rt) > since })
 }
 
 // degradeLocked stops trying Redis for a while after it failed, under the
@@ -258,7 +281,7 @@ func (t *Throttler) degradeLocked() {
 func (t *Throttler) recovered() {
 	if !t.health.degraded.IsZero() {
 		t.health.degraded = time.Time{}
-		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].key))
+		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].Key))
 		if t.opt.policy.kind == policyLocal {
 			// Other processes may still be admitting calls locally, and
 			// write them back only when they next try Redis (at most

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,7 +65,7 @@ type Group struct {
 	prefix string
 	limits func(key string) (KeyQuota, error)
 	opt    groupOptions
-	rs     *redisStore // for the Group's own Redis calls (learned limits), bounded as a Throttler's are
+	values *redisstore.Values // the Group's own Redis calls (learned limits), bounded as a Throttler's are
 	// The estimate of the server's clock its Throttlers share, on a client
 	// of one server (a cluster's or a ring's servers each have their own).
 	clock  *clockSync
@@ -165,7 +166,7 @@ func NewGroup(client redis.UniversalClient, prefix string, limits func(key strin
 		prefix: prefix,
 		limits: limits,
 		opt:    o,
-		rs:     &redisStore{rdb: client, ctxTimeouts: honoursContext(client), ioTimeout: socketTimeout(client)},
+		values: redisstore.NewValues(client),
 		byID:   map[keyID]*groupEntry{},
 	}
 	if _, ok := client.(*redis.Client); ok {

@@ -2,12 +2,11 @@ package throttler
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Learned limits: an API may tell each credential's limit only in its
@@ -72,12 +71,9 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 	if err != nil {
 		return err
 	}
-	set := func(ctx context.Context) error {
-		return g.client.Set(ctx, t.Key()+learnedSuffix, limit, ttl).Err()
-	}
 	rctx, cancel := context.WithTimeout(ctx, learnedTimeout)
 	defer cancel()
-	if err := g.rs.bounded(rctx, set); err != nil {
+	if err := g.values.Set(rctx, t.Key()+learnedSuffix, limit, ttl); err != nil {
 		return redisError(err)
 	}
 	// The member SetLimit writes, whatever the limit: a Throttler made
@@ -86,8 +82,8 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 	err = t.writeMeta(ctx, func(serverNow int64) metaWrite {
 		end := serverNow + ttl.Microseconds()
 		m := metaWrite{
-			set:   []entry{{score: metaScore(int64(limit)), member: limitMember}, {score: metaScore(end), member: limitEndMember}},
-			apply: func() { t.lowerLocked(0, 0) },
+			MetaWrite: core.MetaWrite{Limit: int64(limit), LimitEnd: end},
+			apply:     func() { t.lowerLocked(0, 0) },
 		}
 		if limit < t.Limit() {
 			m.apply = func() { t.lowerLocked(limit, end) }
@@ -108,13 +104,8 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 func (g *Group) learnedLimit(base string) (int, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), learnedTimeout)
 	defer cancel()
-	var v string
-	err := g.rs.bounded(ctx, func(ctx context.Context) error {
-		var err error
-		v, err = g.client.Get(ctx, base+learnedSuffix).Result()
-		return err
-	})
-	if errors.Is(err, redis.Nil) {
+	v, found, err := g.values.Get(ctx, base+learnedSuffix)
+	if err == nil && !found {
 		return 0, false
 	}
 	if err != nil {

@@ -249,7 +249,7 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 				return len(th.health.journal.entries) == 3 && len(th.queue) == 0
 			})
 			th.mu.Lock()
-			ahead := th.health.journal.entries[2].score - th.clock.server(th.now())
+			ahead := th.health.journal.entries[2].Score - th.clock.server(th.now())
 			th.mu.Unlock()
 			if ahead < 50_000 {
 				t.Skipf("the slot came only %dµs ahead: the machine is too slow for this test", ahead)

@@ -3,6 +3,8 @@ package throttler
 import (
 	"log/slog"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Redis can lose the shared window: a restart without persistence, a
@@ -35,11 +37,11 @@ import (
 // reply show a loss, and what a heal still has to write: the probe, the
 // marker and the heal pause. Every round trip carries them, a Wait's and an
 // Allow's alike.
-func (t *Throttler) lossChecksLocked(a *attempt, serverNow int64) {
+func (t *Throttler) lossChecksLocked(a *core.Attempt, serverNow int64) {
 	t.health.journal.trim(serverNow)
-	a.probe, _ = t.health.journal.probe()
-	a.mark, t.owed.mark = t.markDue(), false
-	a.pause = t.owed.healPause
+	a.Probe, _ = t.health.journal.probe()
+	a.Mark, t.owed.mark = t.markDue(), false
+	a.Pause = t.owed.healPause
 }
 
 // markDue reports whether the next round trip writes the marker: one
@@ -52,7 +54,7 @@ func (t *Throttler) markDue() bool { return t.owed.mark || t.health.lastSeen == 
 // noticeLossLocked reads the loss checks of reply r to attempt a, applied
 // at now, and starts a heal when they show one. It reports whether Redis
 // lost the window, in which case the reply's counts decide nothing.
-func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
+func (t *Throttler) noticeLossLocked(a *core.Attempt, r core.Reply, now time.Time) bool {
 	// Our last round trip refreshed the key's TTL: if that was less than a
 	// TTL ago, the key cannot have expired on its own. Measured on the
 	// server's clock when the reply read it: a local clock stepped ahead by
@@ -60,11 +62,11 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 	// long expired (simulation seed 406: a replica whose clock stepped 3.3s
 	// wrote the marker back, saw no loss and admitted a sixth call).
 	at := t.clock.server(now)
-	if !r.serverTime.IsZero() {
-		at = r.serverTime.UnixMicro()
+	if !r.ServerTime.IsZero() {
+		at = r.ServerTime.UnixMicro()
 	}
 	seenRecently := t.health.lastSeen > 0 && at-t.health.lastSeen < t.ttl().Microseconds()
-	missing := r.noMark && !a.mark // a marker we were writing ourselves proves nothing
+	missing := r.NoMark && !a.Mark // a marker we were writing ourselves proves nothing
 	if missing {
 		t.owed.mark = true // with the next round trip
 	} else {
@@ -78,7 +80,7 @@ func (t *Throttler) noticeLossLocked(a *attempt, r reply, now time.Time) bool {
 	// surplus, an abandoned call) was removed by this process itself: its
 	// absence proves nothing (simulation seed 124, with permits settled at
 	// once, healed twice with nothing lost).
-	lost := r.lost && t.health.journal.holds(a.probe)
+	lost := r.Lost && t.health.journal.holds(a.Probe)
 	if !lost && !(missing && seenRecently) {
 		return false
 	}
@@ -109,6 +111,6 @@ func (t *Throttler) healLocked(serverNow int64) {
 	t.health.journal.entries = t.health.journal.entries[:0]
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
-		slog.String("key", t.wins[0].key), slog.Time("until", t.clock.local(end)))
+		slog.String("key", t.wins[0].Key), slog.Time("until", t.clock.local(end)))
 	t.pauseLocked(end)
 }

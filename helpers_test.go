@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -164,7 +165,7 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 	}
 	m := map[string]int64{}
 	for _, z := range zs {
-		if z.Member.(string) != marker {
+		if z.Member.(string) != redisstore.Marker {
 			m[z.Member.(string)] = int64(z.Score)
 		}
 	}
@@ -176,7 +177,7 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 func calls(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
 	t.Helper()
 	m := keyMembers(t, c, key)
-	for _, meta := range []string{pauseMember, limitMember, limitEndMember, backoffMember, backoffEndMember, wideMember, wideEndMember} {
+	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember} {
 		delete(m, meta)
 	}
 	return m

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -117,7 +118,7 @@ func TestHostileState(t *testing.T) {
 				t.Fatalf("Wait after the key was deleted under a full window: got %v, want DeadlineExceeded", err)
 			}
 			waitIdle(t, th)
-			until := -keyMembers(t, c, k)[pauseMember]
+			until := -keyMembers(t, c, k)[redisstore.PauseMember]
 			if want := deleted + (10*time.Second + th.opt.buffer).Microseconds(); until < want {
 				t.Fatalf("after the key was deleted the shared pause ends %s after the deletion, want at least a window (%s)",
 					time.Duration(until-deleted)*time.Microsecond, 10*time.Second+th.opt.buffer)

@@ -35,7 +35,7 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 	// half the buffer late: the journal holds every such call of ours.
 	passed := serverNow - t.opt.buffer.Microseconds()
 	for _, e := range t.health.journal.entries {
-		if e.score > passed {
+		if e.Score > passed {
 			return false, lastRound
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -52,7 +54,7 @@ func WithInFlight(key string, n int, ttl time.Duration) Option {
 		if ttl == 0 {
 			ttl = defaultLeaseTTL
 		}
-		o.inflight = &inflightOption{key: key, n: n, ttl: ttl}
+		o.inflight = &core.InFlight{Key: key, N: n, TTL: ttl}
 		return nil
 	}
 }
@@ -62,18 +64,12 @@ const (
 	minLeaseTTL     = 3 * time.Second
 )
 
-type inflightOption struct {
-	key string
-	n   int
-	ttl time.Duration
-}
-
 // leases is what a process knows of its places in flight, guarded by the
 // Throttler's mu. A keeper goroutine runs while the process holds or wants
 // places: it renews what is held, gives back what it is told, listens for
 // wakes while waiters are parked, and exits when none of that is left.
 type leases struct {
-	inflightOption
+	core.InFlight
 
 	held   map[string]struct{} // places this process holds: calls in flight, and waiters holding one for their slot
 	parked []*waiter           // waiters refused a place, until a release or an expiry
@@ -96,8 +92,8 @@ type leases struct {
 	kick                 chan struct{}
 }
 
-func newLeases(o *inflightOption) *leases {
-	return &leases{inflightOption: *o, held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+func newLeases(o *core.InFlight) *leases {
+	return &leases{InFlight: *o, held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
 // wanted reports whether the keeper has anything to do.
@@ -135,23 +131,23 @@ func (t *Throttler) startKeeperLocked() {
 // askPlaceLocked adds to a the ask for a place in flight of w, a claim of
 // the round, when it needs one, with what the process knows of its wakes
 // as the round is planned (see parkLocked).
-func (t *Throttler) askPlaceLocked(a *attempt, w *waiter) {
+func (t *Throttler) askPlaceLocked(a *core.Attempt, w *waiter) {
 	if !w.needsPlace() {
 		return
 	}
 	w.leaseTry = t.ids.next()
-	a.leases = append(a.leases, w.leaseTry)
+	a.Leases = append(a.Leases, w.leaseTry)
 	l := t.lease
-	a.leaseWakes, a.leaseReady, a.leaseStay = l.wakes, l.ready, len(l.parked) > 0
+	a.LeaseWakes, a.LeaseReady, a.LeaseStay = l.wakes, l.ready, len(l.parked) > 0
 }
 
 // grantLeasesLocked gives the batch's waiters the places the reply
 // granted: the first ones asked for, in batch order.
-func (t *Throttler) grantLeasesLocked(a *attempt, r reply, batch []*waiter) {
+func (t *Throttler) grantLeasesLocked(a *core.Attempt, r core.Reply, batch []*waiter) {
 	if t.lease == nil {
 		return
 	}
-	granted := r.leaseGranted
+	granted := r.LeaseGranted
 	for _, w := range batch {
 		if w.leaseTry == "" {
 			continue
@@ -164,10 +160,10 @@ func (t *Throttler) grantLeasesLocked(a *attempt, r reply, batch []*waiter) {
 		}
 		w.leaseTry = ""
 	}
-	if r.leaseEarliest > 0 {
-		t.lease.earliest = r.leaseEarliest
+	if r.LeaseEarliest > 0 {
+		t.lease.earliest = r.LeaseEarliest
 	}
-	if len(a.leases) > 0 && (r.leaseGranted < len(a.leases) || a.leaseStay) {
+	if len(a.Leases) > 0 && (r.LeaseGranted < len(a.Leases) || a.LeaseStay) {
 		t.lease.inLine = true // the script put this process in line
 	}
 }
@@ -178,10 +174,10 @@ func (t *Throttler) grantLeasesLocked(a *attempt, r reply, batch []*waiter) {
 // unheard), may be for a place the round trip did not see: w then goes
 // straight back to the queue instead (requeue). Waiters parked before the
 // subscription takes try again when it does.
-func (t *Throttler) parkLocked(w *waiter, a *attempt) (requeue bool) {
+func (t *Throttler) parkLocked(w *waiter, a *core.Attempt) (requeue bool) {
 	l := t.lease
 	t.observePlaceWait()
-	if l.ready && (!a.leaseReady || l.wakes != a.leaseWakes) {
+	if l.ready && (!a.LeaseReady || l.wakes != a.LeaseWakes) {
 		return true
 	}
 	l.parked = append(l.parked, w)
@@ -228,7 +224,7 @@ func (t *Throttler) unparkLocked(n int) {
 
 // keep is the keeper goroutine (see leases).
 func (t *Throttler) keep() {
-	k := keeper{t: t, l: t.lease, nextRenew: t.now().Add(t.lease.ttl / 3)}
+	k := keeper{t: t, l: t.lease, nextRenew: t.now().Add(t.lease.TTL / 3)}
 	defer k.stopWatching()
 	for {
 		w, ok := k.plan()
@@ -245,7 +241,7 @@ func (t *Throttler) keep() {
 			t.mu.Unlock()
 		}
 		if w.subscribe {
-			k.watch = t.st.watchLeases()
+			k.watch = t.st.WatchLeases()
 		}
 		if k.done() {
 			return
@@ -278,7 +274,7 @@ type keeper struct {
 	t           *Throttler
 	l           *leases
 	nextRenew   time.Time
-	watch       *subscription
+	watch       *redisstore.Subscription
 	subscribeAt time.Time // after a failed subscription: when to try again
 }
 
@@ -314,12 +310,12 @@ func (k *keeper) plan() (keeperWork, bool) {
 		for id := range l.held {
 			w.renew = append(w.renew, id)
 		}
-		k.nextRenew = now.Add(l.ttl / 3)
+		k.nextRenew = now.Add(l.TTL / 3)
 		// A wake can be lost (the woken process died before it passed
 		// it on): a waiter tries again at least this often.
 		t.unparkLocked(1)
 	}
-	w.expiry = t.clock.server(now) + l.ttl.Microseconds()
+	w.expiry = t.clock.server(now) + l.TTL.Microseconds()
 	w.subscribe = k.watch == nil && len(l.parked) > 0 && !now.Before(k.subscribeAt)
 	w.wake = k.nextRenew
 	if expires {
@@ -337,7 +333,7 @@ func (k *keeper) wait(until time.Time) {
 	t, l := k.t, k.l
 	var heard, ready, lost <-chan struct{}
 	if k.watch != nil {
-		heard, ready, lost = k.watch.heard, k.watch.ready, k.watch.done
+		heard, ready, lost = k.watch.Heard, k.watch.Ready, k.watch.Done
 	}
 	timer := time.NewTimer(max(0, until.Sub(t.now())))
 	defer timer.Stop()
@@ -353,7 +349,7 @@ func (k *keeper) wait(until time.Time) {
 		t.unparkLocked(-1)
 		t.mu.Unlock()
 	case <-heard:
-		n := len(k.watch.take())
+		n := len(k.watch.Take())
 		t.mu.Lock()
 		// One place each: as many waiters try as wakes came; wakes
 		// nobody here waits for any more go on to the next process.
@@ -377,7 +373,7 @@ func (k *keeper) wait(until time.Time) {
 
 func (k *keeper) stopWatching() {
 	if k.watch != nil {
-		k.watch.close()
+		k.watch.Close()
 		k.watch = nil
 	}
 }
@@ -398,11 +394,11 @@ func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
 	}
 	if len(w.back) > 0 || w.pass > 0 {
 		// Left to expire if this fails, rather than retried without end.
-		write(func(ctx context.Context) error { return t.st.releaseLeases(ctx, w.back, w.pass) },
+		write(func(ctx context.Context) error { return t.st.ReleaseLeases(ctx, w.back, w.pass) },
 			"places in flight given back when their leases expire")
 	}
 	if len(w.renew) > 0 {
-		write(func(ctx context.Context) error { return t.st.renewLeases(ctx, w.renew, w.expiry) },
+		write(func(ctx context.Context) error { return t.st.RenewLeases(ctx, w.renew, w.expiry) },
 			"leases of calls in flight not renewed; retried in a third of their ttl")
 	}
 	return closed
@@ -436,10 +432,10 @@ func (t *Throttler) InFlight(ctx context.Context) (taken, limit int, err error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	n, err := t.st.liveLeases(ctx)
+	n, err := t.st.LiveLeases(ctx)
 	if err != nil {
 		t.observeRedisError(err)
 		return 0, 0, redisError(err)
 	}
-	return n, t.lease.n, nil
+	return n, t.lease.N, nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -317,7 +318,7 @@ func TestLeaseGrantSurvivesAResend(t *testing.T) {
 		places := "{" + key + "}:places"
 		run := func() int64 {
 			// ttl 1s, cap 1, keys kept 5s, process "p", no waiters left; ids.
-			v, err := leaseScript.Run(context.Background(), c, []string{places, lineKey(places), seenKey(places)},
+			v, err := redisstore.LeaseScript.Run(context.Background(), c, []string{places, redisstore.LineKey(places), redisstore.SeenKey(places)},
 				1_000_000, 1, 5000, "p", "0", "id-1").Slice()
 			if err != nil {
 				t.Fatal(err)
@@ -345,10 +346,10 @@ func TestReleaseSkipsSilentProcesses(t *testing.T) {
 		ctx := context.Background()
 		c := dial()
 		places := "{" + key + "}:places"
-		keys := []string{places, lineKey(places), seenKey(places)}
+		keys := []string{places, redisstore.LineKey(places), redisstore.SeenKey(places)}
 		ask := func(proc, id string) int64 {
 			// ttl 60s, cap 1, keys kept 120s, no waiters left.
-			v, err := leaseScript.Run(ctx, c, keys, 60_000_000, 1, 120_000, proc, "0", id).Slice()
+			v, err := redisstore.LeaseScript.Run(ctx, c, keys, 60_000_000, 1, 120_000, proc, "0", id).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -360,17 +361,17 @@ func TestReleaseSkipsSilentProcesses(t *testing.T) {
 		if ask("dead", "lease-2") != 0 || ask("live", "lease-3") != 0 {
 			t.Fatal("a full cap granted a place")
 		}
-		if n, _ := c.ZCard(ctx, seenKey(places)).Result(); n != 2 {
+		if n, _ := c.ZCard(ctx, redisstore.SeenKey(places)).Result(); n != 2 {
 			t.Fatalf("%d processes marked seen, want the 2 in line", n)
 		}
 		// "dead" was last seen long ago: it was killed while in line.
-		c.ZAdd(ctx, seenKey(places), redis.Z{Score: 0, Member: "dead"})
+		c.ZAdd(ctx, redisstore.SeenKey(places), redis.Z{Score: 0, Member: "dead"})
 		sub := c.Subscribe(ctx, places)
 		defer sub.Close()
 		if _, err := sub.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		woken, err := releaseScript.Run(ctx, c, keys, 0, 60_000_000, "lease-1").Int()
+		woken, err := redisstore.ReleaseScript.Run(ctx, c, keys, 0, 60_000_000, "lease-1").Int()
 		if err != nil || woken != 1 {
 			t.Fatalf("release woke %d (%v), want 1", woken, err)
 		}
@@ -378,7 +379,7 @@ func TestReleaseSkipsSilentProcesses(t *testing.T) {
 		if err != nil || msg.Payload != "live" {
 			t.Fatalf("release woke %v (%v), want the live process behind the silent one", msg, err)
 		}
-		if n, _ := c.Exists(ctx, lineKey(places), seenKey(places)).Result(); n != 0 {
+		if n, _ := c.Exists(ctx, redisstore.LineKey(places), redisstore.SeenKey(places)).Result(); n != 0 {
 			t.Fatalf("line or seen still there after both left it (%d keys)", n)
 		}
 	})

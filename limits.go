@@ -2,18 +2,11 @@ package throttler
 
 import (
 	"context"
-	"strings"
 	"time"
-)
 
-// window is one limit a Throttler enforces: a sorted set in which no window
-// of w microseconds (interval + buffer) holds more than limit members.
-type window struct {
-	key      string
-	limit    int
-	interval time.Duration
-	w        int64
-}
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
+)
 
 // WithLimit adds a limit that every call also counts against: at most limit
 // calls in any window of length interval, kept in its own sorted set under
@@ -34,7 +27,7 @@ func WithLimit(key string, limit int, interval time.Duration) Option {
 		if err := checkWindow("WithLimit", key, limit, interval); err != nil {
 			return err
 		}
-		o.extra = append(o.extra, window{key: key, limit: limit, interval: interval})
+		o.extra = append(o.extra, core.Window{Key: key, Limit: limit, Interval: interval})
 		return nil
 	}
 }
@@ -57,21 +50,9 @@ func checkWindow(where, key string, limit int, interval time.Duration) error {
 	return nil
 }
 
-// hashTag returns the part of key that Redis Cluster hashes: the text
-// between the first '{' and the next '}' when it is not empty, else the
-// whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
 // sameSlot checks that key shares first's Redis Cluster hash slot.
 func sameSlot(first, key string) error {
-	if hashTag(first) != hashTag(key) {
+	if redisstore.HashTag(first) != redisstore.HashTag(key) {
 		return invalidf("keys %q and %q may lie in different Redis Cluster slots: give them the same {tag}", first, key)
 	}
 	return nil
@@ -107,33 +88,34 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 		return ctxError(ctx)
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
-		if n >= t.wins[0].limit {
-			return metaWrite{remove: []string{limitMember, limitEndMember}, apply: func() { t.lowerLocked(0, 0) },
-				news: &news{limitSet: true}}
+		if n >= t.wins[0].Limit {
+			return metaWrite{
+				MetaWrite: core.MetaWrite{ClearLimit: true, News: &core.News{LimitSet: true}},
+				apply:     func() { t.lowerLocked(0, 0) },
+			}
 		}
 		end := serverNow + d.Microseconds()
 		return metaWrite{
-			set:   []entry{{score: metaScore(int64(n)), member: limitMember}, {score: metaScore(end), member: limitEndMember}},
-			apply: func() { t.lowerLocked(n, end) },
-			news:  &news{limit: int64(n), limitEnd: end, limitSet: true},
+			MetaWrite: core.MetaWrite{Limit: int64(n), LimitEnd: end, News: &core.News{Limit: int64(n), LimitEnd: end, LimitSet: true}},
+			apply:     func() { t.lowerLocked(n, end) },
 		}
 	})
 }
 
 // learnMetaLocked takes the pause and the lowered limit a round trip read.
-func (t *Throttler) learnMetaLocked(r reply) {
-	t.pauseLocked(r.pause)
-	t.shared.learnWide(r.wide, r.wideEnd)
+func (t *Throttler) learnMetaLocked(r core.Reply) {
+	t.pauseLocked(r.Pause)
+	t.shared.learnWide(r.Wide, r.WideEnd)
 	lowered, till := 0, int64(0)
-	if r.limit > 0 && r.limitEnd > 0 && r.limit < int64(t.wins[0].limit) {
-		lowered, till = int(r.limit), r.limitEnd
+	if r.Limit > 0 && r.LimitEnd > 0 && r.Limit < int64(t.wins[0].Limit) {
+		lowered, till = int(r.Limit), r.LimitEnd
 	}
 	if lowered != t.shared.lowered || till != t.shared.lowerTill {
 		t.lowerLocked(lowered, till)
 	}
 	above := int64(0)
-	if r.limit > int64(t.wins[0].limit) && r.limitEnd > t.clock.server(t.now()) {
-		above = r.limit
+	if r.Limit > int64(t.wins[0].Limit) && r.LimitEnd > t.clock.server(t.now()) {
+		above = r.Limit
 	}
 	t.shared.above.Store(above)
 }
@@ -152,7 +134,7 @@ func (t *Throttler) pauseLocked(end int64) {
 // lowerLocked records the first limit lowered to n (0 = none) until till,
 // and tells the observer when the limit in force changed.
 func (t *Throttler) lowerLocked(n int, till int64) {
-	before, after := t.shared.lower(n, till, t.wins[0].limit)
+	before, after := t.shared.lower(n, till, t.wins[0].Limit)
 	if o := t.opt.observer.LimitChanged; o != nil && after != before {
 		o(after)
 	}

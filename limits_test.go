@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -120,7 +121,8 @@ func TestWithLimitRefusedLeavesNothing(t *testing.T) {
 }
 
 func TestWithLimitRejectsBadInput(t *testing.T) {
-	c := miniThrottler(t, 1, time.Second).st.(*redisStore).rdb
+	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { c.Close() })
 	for _, tc := range []struct {
 		name string
 		key  string
@@ -267,7 +269,7 @@ func TestWindowRoundsUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rounded up, plus the conversion slack.
-	if th.wins[0].w != 2065320+conversionSlack || th.wins[1].w != 1001+conversionSlack {
-		t.Fatalf("windows %d and %d µs, want 2065320 and 1001 plus %d", th.wins[0].w, th.wins[1].w, conversionSlack)
+	if th.wins[0].W != 2065320+conversionSlack || th.wins[1].W != 1001+conversionSlack {
+		t.Fatalf("windows %d and %d µs, want 2065320 and 1001 plus %d", th.wins[0].W, th.wins[1].W, conversionSlack)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // localWindow is what FallbackLocal throttles with while Redis fails: an
@@ -34,12 +36,12 @@ type localLog struct {
 // down, to 0 when the share is less than one call: the shares of every
 // process must add up to at most the limit, so a process whose share holds
 // no call admits none while Redis fails.
-func newLocalWindow(share float64, wins []window, buffer time.Duration) *localWindow {
+func newLocalWindow(share float64, wins []core.Window, buffer time.Duration) *localWindow {
 	l := &localWindow{limit: math.MaxInt}
 	for _, x := range wins {
-		n := int(math.Floor(float64(x.limit) * share))
+		n := int(math.Floor(float64(x.Limit) * share))
 		l.limit = min(l.limit, n)
-		l.logs = append(l.logs, localLog{limit: n, w: x.interval + buffer})
+		l.logs = append(l.logs, localLog{limit: n, w: x.Interval + buffer})
 	}
 	return l
 }

@@ -3,7 +3,7 @@ package throttler
 import (
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // The margin: keeping calls to their scores at the API.
@@ -60,26 +60,7 @@ import (
 // never holds a round: it is granted only as far as maxSpread allows.
 
 // maxSpread bounds e + X + P (see hold).
-const maxSpread = trimSlack - int64(100*time.Millisecond/time.Microsecond)
-
-// wideScript publishes a margin: ARGV[1] µs, in force for ARGV[2] µs from
-// the server's now, unless a larger one is in force, which it extends. The
-// members only grow while in force; one that has ended is replaced. A
-// script, so that a margin that ended and a new, smaller one cannot cross
-// a larger one published at the same moment. Scores are formatted whole:
-// Lua's own conversion keeps 14 digits, and a server time has 16.
-var wideScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local s = redis.call('ZMSCORE', KEYS[1], ARGV[3], ARGV[4])
-local x, e = tonumber(ARGV[1]), now + tonumber(ARGV[2])
-if s[2] and -tonumber(s[2]) > now then
-  x = math.max(x, -tonumber(s[1] or 0))
-  e = math.max(e, -tonumber(s[2]))
-end
-redis.call('ZADD', KEYS[1], string.format('%.0f', -x), ARGV[3], string.format('%.0f', -e), ARGV[4])
-return 1
-`)
+const maxSpread = core.TrimSlack - int64(100*time.Millisecond/time.Microsecond)
 
 // margin is X for a round whose clock estimate has error bound errBound
 // and whose calls ask for slack (µs): zero while errBound stays within a
@@ -160,22 +141,22 @@ func (s *sharedState) learnWide(wide, end int64) {
 // maxSpread allows, and a call woken later than that is sent back to
 // reserve again, as any late call is. A loose estimate is sampled on every
 // round trip, to tighten it sooner.
-func (t *Throttler) marginLocked(a *attempt, view clockView, serverNow int64) {
+func (t *Throttler) marginLocked(a *core.Attempt, view clockView, serverNow int64) {
 	e := view.errBound()
 	var slack int64
 	for _, w := range t.queue {
 		slack = max(slack, w.slack)
 	}
 	wide := t.shared.wideAt(serverNow - e)
-	a.margin = t.margin(e, 0)
-	if _, a.hold = spread(e, a.margin, wide); !a.hold && slack > 0 {
+	a.Margin = t.margin(e, 0)
+	if _, a.Hold = spread(e, a.Margin, wide); !a.Hold && slack > 0 {
 		room := maxSpread - e
-		a.margin = max(a.margin, min(t.margin(e, slack), room/2, room-wide))
+		a.Margin = max(a.Margin, min(t.margin(e, slack), room/2, room-wide))
 	}
-	a.widen, _ = spread(e, a.margin, wide)
-	a.wideUsed = max(a.margin, wide)
-	a.wideFor = t.wideFor(a.margin)
-	if e > t.opt.buffer.Microseconds()/4 || a.hold {
-		a.clock = true // a loose estimate, or near to needing a margin
+	a.Widen, _ = spread(e, a.Margin, wide)
+	a.WideUsed = max(a.Margin, wide)
+	a.WideFor = t.wideFor(a.Margin)
+	if e > t.opt.buffer.Microseconds()/4 || a.Hold {
+		a.Clock = true // a loose estimate, or near to needing a margin
 	}
 }

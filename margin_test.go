@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,7 +60,7 @@ func TestSpreadHoldsPastTrims(t *testing.T) {
 // wideMembers reads the published margin and its end from key.
 func wideMembers(t *testing.T, c redis.UniversalClient, key string) (wide, end int64) {
 	t.Helper()
-	v, err := c.ZMScore(context.Background(), key, wideMember, wideEndMember).Result()
+	v, err := c.ZMScore(context.Background(), key, redisstore.WideMember, redisstore.WideEndMember).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestWideScript(t *testing.T) {
 		ctx := context.Background()
 		publish := func(margin, d int64) {
 			t.Helper()
-			if err := wideScript.Eval(ctx, c, []string{key}, margin, d, wideMember, wideEndMember).Err(); err != nil {
+			if err := redisstore.WideScript.Eval(ctx, c, []string{key}, margin, d, redisstore.WideMember, redisstore.WideEndMember).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -91,7 +93,7 @@ func TestWideScript(t *testing.T) {
 			t.Fatalf("5ms for 120s over 10ms in force: wide %d end %d, want 10ms kept, the end extended past %d", w, e, end)
 		}
 		// An ended margin is replaced, however large.
-		if err := c.ZAdd(ctx, key, redis.Z{Score: -1, Member: wideEndMember}, redis.Z{Score: -900_000, Member: wideMember}).Err(); err != nil {
+		if err := c.ZAdd(ctx, key, redis.Z{Score: -1, Member: redisstore.WideEndMember}, redis.Z{Score: -900_000, Member: redisstore.WideMember}).Err(); err != nil {
 			t.Fatal(err)
 		}
 		publish(3_000, 1_000_000)
@@ -109,14 +111,14 @@ type slowReplies struct {
 	delay atomic.Int64 // nanoseconds
 }
 
-func (s *slowReplies) reserve(ctx context.Context, a *attempt) (reply, error) {
-	r, err := s.store.reserve(ctx, a)
+func (s *slowReplies) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
+	r, err := s.store.Reserve(ctx, a)
 	time.Sleep(time.Duration(s.delay.Load()))
 	return r, err
 }
 
-func (s *slowReplies) now(ctx context.Context) (time.Time, error) {
-	r, err := s.store.now(ctx)
+func (s *slowReplies) Now(ctx context.Context) (time.Time, error) {
+	r, err := s.store.Now(ctx)
 	time.Sleep(time.Duration(s.delay.Load()))
 	return r, err
 }

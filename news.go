@@ -2,9 +2,10 @@ package throttler
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
 // News: a shared pause or a lowered limit reaches every replica at once.
@@ -26,57 +27,9 @@ import (
 // the limit once, as news. Messages are lost while the connection is down;
 // the confirmation of the new one makes up for them the same way.
 
-// newsChannel is the channel news about the quota at key is published on:
-// the key's own name.
-func newsChannel(key string) string { return key }
-
 // newsLinger is how long a listener stays subscribed once no call of its
 // process waits: a burst of calls a moment later needs no new subscription.
 const newsLinger = 250 * time.Millisecond
-
-// news is what one message says: a pause until pause (server µs), and a
-// first limit lowered to limit until limitEnd (limitSet: the message says
-// what the limit is; limit 0 ends a lowering).
-type news struct {
-	pause           int64
-	limit, limitEnd int64
-	limitSet        bool
-}
-
-// String encodes n as published: "p <end>" or "l <limit> <end>".
-func (n news) String() string {
-	if n.limitSet {
-		return "l " + strconv.FormatInt(n.limit, 10) + " " + strconv.FormatInt(n.limitEnd, 10)
-	}
-	return "p " + strconv.FormatInt(n.pause, 10)
-}
-
-// parseNews decodes a published message; ok is false for anything else.
-func parseNews(s string) (n news, ok bool) {
-	f := strings.Fields(s)
-	num := func(i int) int64 {
-		if i >= len(f) {
-			ok = false
-			return 0
-		}
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil || v < 0 {
-			ok = false
-		}
-		return v
-	}
-	ok = len(f) > 0
-	switch {
-	case !ok:
-	case f[0] == "p" && len(f) == 2:
-		n.pause = num(1)
-	case f[0] == "l" && len(f) == 3:
-		n.limit, n.limitEnd, n.limitSet = num(1), num(2), true
-	default:
-		ok = false
-	}
-	return n, ok
-}
 
 // newsState is what a process knows of its listening, guarded by the
 // Throttler's mu.
@@ -137,13 +90,13 @@ func (t *Throttler) wakeLocked() {
 // and exits once no call has waited for newsLinger.
 func (t *Throttler) listen() {
 	var (
-		watch      *subscription
+		watch      *redisstore.Subscription
 		retryAt    time.Time
 		lingerTill time.Time
 	)
 	defer func() {
 		if watch != nil {
-			watch.close()
+			watch.Close()
 		}
 	}()
 	for {
@@ -162,11 +115,11 @@ func (t *Throttler) listen() {
 		kick := t.news.kick
 		t.mu.Unlock()
 		if watch == nil && !now.Before(retryAt) {
-			watch = t.st.watchNews(newsChannel(t.wins[0].key))
+			watch = t.st.WatchNews(redisstore.NewsChannel(t.wins[0].Key))
 		}
 		var heard, ready, lost <-chan struct{}
 		if watch != nil {
-			heard, ready, lost = watch.heard, watch.ready, watch.done
+			heard, ready, lost = watch.Heard, watch.Ready, watch.Done
 		}
 		wake := lingerTill
 		if watch == nil {
@@ -183,8 +136,8 @@ func (t *Throttler) listen() {
 		select {
 		case <-heard:
 			t.mu.Lock()
-			for _, m := range watch.take() {
-				if n, ok := parseNews(m); ok {
+			for _, m := range watch.Take() {
+				if n, ok := core.ParseNews(m); ok {
 					t.newsLocked(n)
 				}
 			}
@@ -194,8 +147,8 @@ func (t *Throttler) listen() {
 			// connection was down, was not heard: read what it said.
 			t.readNews()
 		case <-lost:
-			watch.close()
-			if watch.closed {
+			watch.Close()
+			if watch.Closed {
 				t.mu.Lock()
 				t.news.running = false
 				t.mu.Unlock()
@@ -225,30 +178,30 @@ func nonZero(a, b time.Time) time.Time {
 func (t *Throttler) readNews() {
 	ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 	defer cancel()
-	r, err := t.st.readMeta(ctx)
+	r, err := t.st.ReadMeta(ctx)
 	if err != nil {
 		t.observeRedisError(err)
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.newsLocked(news{pause: r.pause})
-	t.newsLocked(news{limit: r.limit, limitEnd: r.limitEnd, limitSet: true})
+	t.newsLocked(core.News{Pause: r.Pause})
+	t.newsLocked(core.News{Limit: r.Limit, LimitEnd: r.LimitEnd, LimitSet: true})
 }
 
 // newsLocked applies news: a later pause, or the limit it states, as a
 // round trip that read them would; then sleepers look again, and the
 // worker plans anew.
-func (t *Throttler) newsLocked(n news) {
+func (t *Throttler) newsLocked(n core.News) {
 	changed := false
-	if n.pause > t.shared.pausedTill {
-		t.pauseLocked(n.pause)
+	if n.Pause > t.shared.pausedTill {
+		t.pauseLocked(n.Pause)
 		changed = true
 	}
-	if n.limitSet {
+	if n.LimitSet {
 		lowered, till := 0, int64(0)
-		if n.limit > 0 && n.limitEnd > 0 && n.limit < int64(t.wins[0].limit) {
-			lowered, till = int(n.limit), n.limitEnd
+		if n.Limit > 0 && n.LimitEnd > 0 && n.Limit < int64(t.wins[0].Limit) {
+			lowered, till = int(n.Limit), n.LimitEnd
 		}
 		if lowered != t.shared.lowered || till != t.shared.lowerTill {
 			t.lowerLocked(lowered, till)
@@ -260,7 +213,7 @@ func (t *Throttler) newsLocked(n news) {
 	}
 	// What the last reply told of the free slots was told under the old
 	// pause or limit: the next round learns them again.
-	t.known.near, t.known.slots, t.known.capped = true, nil, [levels][]int64{}
+	t.known.near, t.known.slots, t.known.capped = true, nil, [core.Levels][]int64{}
 	if t.news.woke != nil {
 		close(t.news.woke)
 		t.news.woke = nil

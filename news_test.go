@@ -6,21 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-func TestNewsRoundTrip(t *testing.T) {
-	for _, n := range []news{{pause: 1_795_500_000_123_456}, {limit: 40, limitEnd: 1_795_500_001_000_000, limitSet: true}, {limitSet: true}} {
-		got, ok := parseNews(n.String())
-		if !ok || got != n {
-			t.Errorf("parseNews(%q) = %+v, %v; want %+v", n.String(), got, ok, n)
-		}
-	}
-	for _, s := range []string{"", "p", "p x", "p -1", "l 3", "l 3 4 5", "q 1", "p 1 2"} {
-		if n, ok := parseNews(s); ok {
-			t.Errorf("parseNews(%q) = %+v, want no news", s, n)
-		}
-	}
-}
+	"github.com/go-throttler/throttler/internal/redisstore"
+)
 
 // A call sleeping toward a slot reserved ahead learns of a pause another
 // replica sets without a round trip of its own: it gives the slot back and
@@ -52,7 +40,7 @@ func TestNewsReachesSleepers(t *testing.T) {
 		if err := other.PauseUntil(ctx, time.Now().Add(600*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
-		v, err := dial().ZScore(ctx, key, pauseMember).Result()
+		v, err := dial().ZScore(ctx, key, redisstore.PauseMember).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package throttler
 import (
 	"log/slog"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Option configures a Throttler. Options are checked by New: a bad value
@@ -18,14 +20,14 @@ type options struct {
 	ahead        time.Duration
 	aheadSet     bool
 	maxBatch     int
-	extra        []window // WithLimit
+	extra        []core.Window // WithLimit
 	observer     Observer
-	inflight     *inflightOption // WithInFlight
-	maxWait      time.Duration   // WithMaxWait, 0 = none
-	maxQueue     int             // WithMaxQueue, 0 = none
-	shares       [levels]int     // WithPriorityShare, in thousandths, by level
-	clockSet     bool            // WithClock
-	clock        *clockSync      // withClockSync: an estimate shared with other Throttlers
+	inflight     *core.InFlight   // WithInFlight
+	maxWait      time.Duration    // WithMaxWait, 0 = none
+	maxQueue     int              // WithMaxQueue, 0 = none
+	shares       [core.Levels]int // WithPriorityShare, in thousandths, by level
+	clockSet     bool             // WithClock
+	clock        *clockSync       // withClockSync: an estimate shared with other Throttlers
 }
 
 func defaultOptions() options {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Bounded waiting: when the quota runs short, a call that cannot get its
@@ -149,7 +151,7 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 // window apart, so the k-th comes at least a window per limit calls after
 // the (k mod limit)-th. Slots others give back can only make it sooner;
 // that is what a round trip is for.
-func earliest(wins []window, lims []int, slots []int64, floor int64, ahead, n int, widen int64) int64 {
+func earliest(wins []core.Window, lims []int, slots []int64, floor int64, ahead, n int, widen int64) int64 {
 	last := ahead + n - 1
 	bound := floor
 	for i, x := range wins {
@@ -158,7 +160,7 @@ func earliest(wins []window, lims []int, slots []int64, floor int64, ahead, n in
 		if len(slots) > 0 {
 			base = max(base, slots[min(j, len(slots)-1)])
 		}
-		bound = max(bound, base+laps*(x.w+widen))
+		bound = max(bound, base+laps*(x.W+widen))
 	}
 	return bound
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +15,7 @@ import (
 // told: the known slot of its rank, the last known past those, and a
 // window per limit calls beyond.
 func TestEarliestBound(t *testing.T) {
-	wins := []window{{limit: 3, w: 1_000_000}}
+	wins := []core.Window{{Limit: 3, W: 1_000_000}}
 	near := known{near: true, slots: []int64{100, 200}}
 	for _, tc := range []struct {
 		name     string

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // owed is what this process still has to write to Redis, with the next
@@ -11,11 +13,16 @@ import (
 // any of it is left (see pendingLocked), even in a process that only calls
 // Allow.
 type owed struct {
-	giveBack  []string  // members to remove: calls that did not go
-	giveUpAt  time.Time // after a failure: when members not given back yet stop mattering (zero = none pending)
-	replay    []entry   // calls admitted without Redis (FallbackLocal; FailOpen's failed batch), to count once it answers
-	mark      bool      // the marker was missing: write it
-	healPause int64     // server µs: the end of a heal pause to write (0 = none); see heal.go
+	giveBack []string     // members to remove: calls that did not go
+	giveUpAt time.Time    // after a failure: when members not given back yet stop mattering (zero = none pending)
+	replay   []core.Entry // calls admitted without Redis (FallbackLocal; FailOpen's failed batch), to count once it answers
+	// Calls admitted without Redis before the clock estimate had any
+	// sample, by the runtime's clock when they went: scored, and then
+	// replayed, once a sample comes in (the local clock may be seconds
+	// off the server's).
+	unscored  []time.Time
+	mark      bool  // the marker was missing: write it
+	healPause int64 // server µs: the end of a heal pause to write (0 = none); see heal.go
 
 	// A round trip that failed may still be applied, late: a stalled
 	// server reads the request of a connection its client closed after
@@ -33,23 +40,23 @@ type owed struct {
 
 // pending reports whether anything is left to write.
 func (o *owed) pending() bool {
-	return len(o.giveBack) > 0 || len(o.replay) > 0 || o.healPause > 0 || len(o.recheck) > 0
+	return len(o.giveBack) > 0 || len(o.replay) > 0 || len(o.unscored) > 0 || o.healPause > 0 || len(o.recheck) > 0
 }
 
 // doubt notes what failed attempt a may still write late: the members it
 // added for batch (calls given back; under FailOpen, calls that go and
 // are counted anew) and those it was to give back.
-func (o *owed) doubt(a *attempt, batch []*waiter) {
+func (o *owed) doubt(a *core.Attempt, batch []*waiter) {
 	if o.recheck == nil {
 		o.recheck = map[string]struct{}{}
 	}
-	for _, m := range a.remove {
+	for _, m := range a.Remove {
 		o.recheck[m] = struct{}{}
 	}
-	for _, e := range a.adds {
-		if isOurs(e.member, batch) {
-			o.recheck[e.member] = struct{}{}
-			o.latest = max(o.latest, e.score)
+	for _, e := range a.Adds {
+		if isOurs(e.Member, batch) {
+			o.recheck[e.Member] = struct{}{}
+			o.latest = max(o.latest, e.Score)
 		}
 	}
 	o.recheckDue = false
@@ -73,8 +80,8 @@ func (o *owed) takeRecheck() []string {
 // sent notes what attempt a, whose round trip succeeded, wrote: its heal
 // pause, unless a later one is still to write. (Its give-backs and replays
 // left the lists when it was planned.)
-func (o *owed) sent(a *attempt) {
-	if a.pause >= o.healPause {
+func (o *owed) sent(a *core.Attempt) {
+	if a.Pause >= o.healPause {
 		o.healPause = 0
 	}
 	o.recheckDue = len(o.recheck) > 0

@@ -3,6 +3,8 @@ package throttler
 import (
 	"slices"
 	"testing"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // TestOwedRecheckAfterSuccess: what a failed round trip added for its batch,
@@ -11,9 +13,9 @@ import (
 // after every request it read before).
 func TestOwedRecheckAfterSuccess(t *testing.T) {
 	ours := &waiter{res: reservation{members: []string{"a1", "a2"}}}
-	failed := &attempt{
-		remove: []string{"old"},
-		adds:   []entry{{member: "a1"}, {member: "a2"}, {member: "replayed"}},
+	failed := &core.Attempt{
+		Remove: []string{"old"},
+		Adds:   []core.Entry{{Member: "a1"}, {Member: "a2"}, {Member: "replayed"}},
 	}
 	var o owed
 	o.doubt(failed, []*waiter{ours})
@@ -31,7 +33,7 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 			t.Fatal("recheck taken off the list before a round trip succeeded")
 		}
 	}
-	o.sent(&attempt{}) // a round trip succeeds
+	o.sent(&core.Attempt{}) // a round trip succeeds
 	got := o.takeRecheck()
 	slices.Sort(got)
 	if want := []string{"a1", "a2", "old"}; !slices.Equal(got, want) {
@@ -43,8 +45,8 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 
 	// A second failure before the success restarts the wait for one.
 	o.doubt(failed, []*waiter{ours})
-	o.sent(&attempt{})
-	o.doubt(&attempt{remove: []string{"later"}}, nil)
+	o.sent(&core.Attempt{})
+	o.doubt(&core.Attempt{Remove: []string{"later"}}, nil)
 	o.takeRecheck()
 	if !o.pending() {
 		t.Fatal("a failure after the success: recheck taken off the list before another success")

@@ -3,6 +3,8 @@ package throttler
 import (
 	"context"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // PauseUntil makes every Throttler on the key (every replica, through Redis)
@@ -37,17 +39,16 @@ func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 		if end <= serverNow {
 			return metaWrite{}
 		}
-		return metaWrite{pause: end, apply: func() { t.pauseLocked(end) }, news: &news{pause: end}}
+		return metaWrite{MetaWrite: core.MetaWrite{Pause: end, News: &core.News{Pause: end}}, apply: func() { t.pauseLocked(end) }}
 	})
 }
 
-// metaWrite is a change to the members that are not calls.
+// metaWrite is a change to what the first limit's key keeps beside its
+// calls, and what it means for this Throttler: apply runs under t.mu
+// before the write (and holds even if the write fails).
 type metaWrite struct {
-	pause  int64    // server µs; 0 = no pause to write
-	set    []entry  // members to set
-	remove []string // members to remove
-	apply  func()   // what the change means for this Throttler, under t.mu (applied even if the write fails)
-	news   *news    // published to every replica listening (see news.go), when set
+	core.MetaWrite
+	apply func()
 }
 
 // writeMeta writes what plan returns for the server's now to the first
@@ -61,7 +62,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 	}
 	serverNow := t.clock.server(t.now())
 	m := plan(serverNow)
-	if m.pause == 0 && len(m.set) == 0 && len(m.remove) == 0 {
+	if m.Empty() {
 		return nil
 	}
 	// What the caller knows holds here at once, before the write reaches
@@ -77,12 +78,12 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		return redisError(syncErr)
 	}
 	ttl := t.ttl()
-	if m.pause > 0 {
-		ttl += time.Duration(m.pause-serverNow) * time.Microsecond
+	if m.Pause > 0 {
+		ttl += time.Duration(m.Pause-serverNow) * time.Microsecond
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	err := t.st.writeMeta(ctx, m, ttl)
+	err := t.st.WriteMeta(ctx, m.MetaWrite, ttl)
 	if err != nil {
 		t.mu.Lock()
 		t.logRedis(err, "the change was not written")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // A Permit is quota that Reserve admitted for one call whose cost is known
@@ -145,7 +147,7 @@ func (p *Permit) Done() {
 		t.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 		defer cancel()
-		if err := t.st.releaseLeases(ctx, []string{p.lease}, 0); err != nil {
+		if err := t.st.ReleaseLeases(ctx, []string{p.lease}, 0); err != nil {
 			t.observeRedisError(err)
 			t.mu.Lock()
 			t.giveLeaseBackLocked(p.lease) // the keeper tries once more
@@ -154,10 +156,6 @@ func (p *Permit) Done() {
 		t.observeInFlight(-1)
 	})
 }
-
-// debtPrefix starts the members a Settle adds as debt, so that Usage can
-// tell them from calls (they count the same).
-const debtPrefix = "\x00d"
 
 // settle applies a permit's first Settle.
 func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
@@ -180,11 +178,11 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		return nil
 	}
 	t.stats.debt.Add(uint64(actual - p.estimate))
-	debt := make([]entry, actual-p.estimate)
+	debt := make([]core.Entry, actual-p.estimate)
 	members := make([]string, len(debt))
 	for i := range debt {
-		members[i] = debtPrefix + t.ids.next()
-		debt[i] = entry{score: p.score, member: members[i]}
+		members[i] = core.DebtPrefix + t.ids.next()
+		debt[i] = core.Entry{Score: p.score, Member: members[i]}
 	}
 	t.mu.Lock()
 	if t.onAdmit != nil {
@@ -193,7 +191,7 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 	t.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.redisTimeout)
 	defer cancel()
-	if err := t.st.add(ctx, debt); err != nil {
+	if err := t.st.Add(ctx, debt); err != nil {
 		// Written as calls admitted without Redis are.
 		t.writeLater(err, "debt written later", func(o *owed) { o.replay = append(o.replay, debt...) })
 		return redisError(err)

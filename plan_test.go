@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // The scheduling policy, tested without Redis: plan and resolve are pure
@@ -16,7 +18,7 @@ import (
 func testConfig(limit int, interval, ahead time.Duration) *config {
 	o := defaultOptions()
 	o.buffer, o.ahead = 0, ahead
-	return &config{wins: []window{{key: "k", limit: limit, interval: interval, w: windowMicros(interval)}}, opt: o, minLimit: limit}
+	return &config{wins: []core.Window{{Key: "k", Limit: limit, Interval: interval, W: windowMicros(interval)}}, opt: o, minLimit: limit}
 }
 
 // planAt is a planIn at local time 0 = server µs 1,000,000, with a 1ms
@@ -116,10 +118,10 @@ func TestPlanPause(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	c := testConfig(2, time.Second, time.Second)
-	a := &attempt{adds: []entry{{1_001_000, "a"}, {1_001_000, "b"}, {1_001_000, "c"}},
-		checks: []int64{1_001_000}, lims: []int{2}, soonest: 1_001_000}
+	a := &core.Attempt{Adds: []core.Entry{{Score: 1_001_000, Member: "a"}, {Score: 1_001_000, Member: "b"}, {Score: 1_001_000, Member: "c"}},
+		Checks: []int64{1_001_000}, Lims: []int{2}, Soonest: 1_001_000}
 	claims := []claim{{score: 1_001_000, n: 1, first: 0}, {score: 1_001_000, n: 2, first: 1}}
-	r := reply{counts: [][]int64{{3}}}
+	r := core.Reply{Counts: [][]int64{{3}}}
 	in := resolveIn{a: a, r: r, claims: claims, leaving: []bool{false, false}, lims: []int{2}, arrived: 1_001_000}
 	out := resolve(c, in, resolveOut{})
 	if !out.ok[0] || out.ok[1] || !out.near || !out.immediate[0] {
@@ -137,7 +139,7 @@ func TestResolve(t *testing.T) {
 	if out := resolve(c, in, resolveOut{}); out.ok[0] {
 		t.Fatalf("counts taken 0 wider than a margin of 5ms in force admitted a claim: %+v", out)
 	}
-	a.wideUsed = 5_000
+	a.WideUsed = 5_000
 	if out := resolve(c, in, resolveOut{}); !out.ok[0] {
 		t.Fatalf("counts taken with the margin in force refused the claim that fits: %+v", out)
 	}

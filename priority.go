@@ -3,6 +3,8 @@ package throttler
 import (
 	"context"
 	"fmt"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Priority orders calls when the quota runs short. A call's priority
@@ -19,10 +21,6 @@ const (
 	PriorityNormal Priority = 0
 	PriorityLow    Priority = -1
 )
-
-// levels is the number of priorities; level maps one to 0..levels-1,
-// lowest first.
-const levels = 3
 
 func (p Priority) level() int { return int(p - PriorityLow) }
 
@@ -83,11 +81,11 @@ func WithPriorityShare(p Priority, share float64) Option {
 }
 
 // defaultShares are WithPriorityShare's defaults, in thousandths, by level.
-var defaultShares = [levels]int{900, 1000, 1000}
+var defaultShares = [core.Levels]int{900, 1000, 1000}
 
 // checkShares reports shares that grow toward the lower priorities.
-func checkShares(s [levels]int) error {
-	for l := 1; l < levels; l++ {
+func checkShares(s [core.Levels]int) error {
+	for l := 1; l < core.Levels; l++ {
 		if s[l] < s[l-1] {
 			return invalidf("WithPriorityShare: priority %s has a smaller share (%d/1000) than %s (%d/1000)",
 				Priority(l)+PriorityLow, s[l], Priority(l-1)+PriorityLow, s[l-1])
@@ -98,7 +96,7 @@ func checkShares(s [levels]int) error {
 
 // levelCaps is, by level, the most calls a window holding a call of that
 // priority may hold with it.
-type levelCaps [levels]int
+type levelCaps [core.Levels]int
 
 // caps returns each priority's cap under the limit lim.
 func (c *config) caps(lim int) levelCaps {
@@ -149,8 +147,8 @@ func (c *config) smallestCap(mask uint8, lim int) int {
 // 0), for each priority in mask (a bit per level) that may fill less than
 // the whole limit, its cap under each limit in lims: the round trip learns
 // its free slots too. The slices of buf are reused.
-func (c *config) lowCaps(mask uint8, k int, lims []int, buf [levels][]int) [levels][]int {
-	for l := range levels {
+func (c *config) lowCaps(mask uint8, k int, lims []int, buf [core.Levels][]int) [core.Levels][]int {
+	for l := range core.Levels {
 		buf[l] = buf[l][:0]
 		if k == 0 || mask&(1<<l) == 0 || !c.capped(Priority(l)+PriorityLow) {
 			continue
@@ -168,5 +166,5 @@ func (c *config) lowCaps(mask uint8, k int, lims []int, buf [levels][]int) [leve
 // priorities ((1 - share) x interval), and at most WithReserveAhead's.
 func (c *config) cappedAhead(p Priority) int64 {
 	left := int64(1000 - c.opt.shares[p.level()])
-	return min(c.opt.ahead.Microseconds(), c.wins[0].interval.Microseconds()*left/1000)
+	return min(c.opt.ahead.Microseconds(), c.wins[0].Interval.Microseconds()*left/1000)
 }

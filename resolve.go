@@ -1,6 +1,10 @@
 package throttler
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/go-throttler/throttler/internal/core"
+)
 
 // Resolving a reply is a pure function too: resolve takes the attempt, the
 // reply and what the Throttler learned from it (the limits and pause in
@@ -9,8 +13,8 @@ import "slices"
 
 // resolveIn is what a reply is resolved with.
 type resolveIn struct {
-	a          *attempt
-	r          reply
+	a          *core.Attempt
+	r          core.Reply
 	claims     []claim
 	leaving    []bool // per claim: its caller left while it was in flight
 	lims       []int  // the limits in force, as the reply told them
@@ -31,7 +35,7 @@ type resolveOut struct {
 	remaining []int  // per claim: room left under the tightest limit
 	near      bool   // little room left: the next round reserves exactly (only said by a round that claimed something)
 	slots     []int64
-	capped    [levels][]int64 // by level: the slots of the priorities below the highest's share it learned (see known)
+	capped    [core.Levels][]int64 // by level: the slots of the priorities below the highest's share it learned (see known)
 }
 
 // resolve decides the claims of a reply. A claim is admitted when it fits
@@ -44,7 +48,7 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	// A margin another process published while this attempt was on its
 	// way, larger than the one the counts were taken with: they may have
 	// missed its calls (see margin.go).
-	narrow := in.wide > a.wideUsed
+	narrow := in.wide > a.WideUsed
 	for i, cl := range in.claims {
 		// A pause another process set while this attempt was on its way.
 		if cl.score < in.pausedTill || in.distrust || narrow {
@@ -54,8 +58,8 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	if len(in.claims) > 0 {
 		// A round that claimed nothing says nothing about room.
 		out.near = slices.Contains(out.ok, false)
-		for wi, counts := range r.counts {
-			room := int64(c.smallestCap(a.prioMask, in.lims[wi]))
+		for wi, counts := range r.Counts {
+			room := int64(c.smallestCap(a.PrioMask, in.lims[wi]))
 			for _, n := range counts {
 				out.near = out.near || n+int64(c.batchUnits()) > room
 			}
@@ -71,20 +75,20 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 		// early by the difference (seed 803: a second early). Early by up
 		// to its early tolerance, and late by up to its allowance (see
 		// await), keeps two calls a limit apart an interval apart.
-		out.immediate[i] = cl.score <= a.soonest && cl.score <= in.arrived+c.earlyTolerance()
+		out.immediate[i] = cl.score <= a.Soonest && cl.score <= in.arrived+c.earlyTolerance()
 		out.remaining[i] = remaining(c, a, in.lims, r, cl, out.ok[i])
 	}
-	if a.slots > 0 {
-		var dropped []entry
+	if a.Slots > 0 {
+		var dropped []core.Entry
 		for i, cl := range in.claims {
 			if !out.ok[i] || in.leaving[i] {
-				dropped = append(dropped, a.adds[cl.first:cl.first+cl.n]...)
+				dropped = append(dropped, a.Adds[cl.first:cl.first+cl.n]...)
 			}
 		}
-		out.slots = upcoming(c.wins, r.tails, a.lims, a, dropped, in.arrived+futureBound)
-		for l, caps := range a.lowCaps {
+		out.slots = upcoming(c.wins, r.Tails, a.Lims, a, dropped, in.arrived+core.FutureBound)
+		for l, caps := range a.LowCaps {
 			if len(caps) > 0 {
-				out.capped[l] = upcoming(c.wins, r.lowTails[l], caps, a, dropped, in.arrived+futureBound)
+				out.capped[l] = upcoming(c.wins, r.LowTails[l], caps, a, dropped, in.arrived+core.FutureBound)
 			}
 		}
 	}
@@ -92,10 +96,10 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 }
 
 // remaining is the room claim cl's counts left under the tightest limit.
-func remaining(c *config, a *attempt, lims []int, r reply, cl claim, ok bool) int {
-	i, _ := slices.BinarySearch(a.checks, cl.score)
-	left := c.wins[0].limit
-	for wi, counts := range r.counts {
+func remaining(c *config, a *core.Attempt, lims []int, r core.Reply, cl claim, ok bool) int {
+	i, _ := slices.BinarySearch(a.Checks, cl.score)
+	left := c.wins[0].Limit
+	for wi, counts := range r.Counts {
 		if i >= len(counts) {
 			continue
 		}
@@ -115,11 +119,11 @@ func remaining(c *config, a *attempt, lims []int, r reply, cl claim, ok bool) in
 // admitted only when all keep it. A claim one limit would have kept but
 // another refused still counts against the first's later claims in this
 // attempt, which can only refuse more, never admit more.
-func decide(c *config, a *attempt, lims []int, r reply, claims []claim, ok []bool) []bool {
+func decide(c *config, a *core.Attempt, lims []int, r core.Reply, claims []claim, ok []bool) []bool {
 	wins := c.wins
-	ok = admit(claims, a.checks, r.counts[0], c.caps(lims[0]), wins[0].w+a.widen, ok)
+	ok = admit(claims, a.Checks, r.Counts[0], c.caps(lims[0]), wins[0].W+a.Widen, ok)
 	for wi := 1; wi < len(wins); wi++ {
-		more := admit(claims, a.checks, r.counts[wi], c.caps(lims[wi]), wins[wi].w+a.widen, nil)
+		more := admit(claims, a.Checks, r.Counts[wi], c.caps(lims[wi]), wins[wi].W+a.Widen, nil)
 		for i := range ok {
 			ok[i] = ok[i] && more[i]
 		}
@@ -133,10 +137,10 @@ func decide(c *config, a *attempt, lims []int, r reply, claims []claim, ok []boo
 // members could be added at once under every limit, the latest of each
 // limit's (see nextSlots). Members scored after limit (server µs) are
 // garbage, not calls.
-func upcoming(wins []window, tails [][]entry, lims []int, a *attempt, dropped []entry, limit int64) []int64 {
+func upcoming(wins []core.Window, tails [][]core.Entry, lims []int, a *core.Attempt, dropped []core.Entry, limit int64) []int64 {
 	var slots []int64
 	for wi, x := range wins {
-		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.slots, lims[wi]), len(a.adds), x.w+a.widen)
+		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.Slots, lims[wi]), len(a.Adds), x.W+a.Widen)
 		if wi == 0 {
 			slots = s
 			continue

@@ -2,84 +2,62 @@ package throttler
 
 import (
 	"context"
-	"strconv"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
-
-// trimFloor is the lowest score a trim removes: the marker sits below it.
-const trimFloor = "0"
-
-// trimSlack keeps members a second past their window before trimming, so
-// that a client whose server-time estimate runs ahead by less than that
-// never trims a member another still counts.
-const trimSlack = int64(time.Second / time.Microsecond)
 
 // send makes attempt a's round trip, and learns from its reply the server's
 // clock.
-func (t *Throttler) send(ctx context.Context, a *attempt) (reply, error) {
+func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	if a.trim {
+	if a.Trim {
 		// Trims of expired members take the server's last reading of its
 		// own clock, not the estimate of its now: that reading is never
 		// ahead of the server, so a trim never removes a member that still
 		// counts, however wrong the local clock (stepped, or without a
 		// monotonic reading) has made the estimate.
-		a.trimAt = t.clock.lastServer()
+		a.TrimAt = t.clock.lastServer()
 		// Trims of garbage far in the future take the estimate of the
 		// server's now instead: the last reading can be hours old in a
 		// process that made no round trip since, and "an hour past it"
 		// would then remove every live member (simulation seed 663). The
 		// estimate is off by half a round trip, or by a clock step not yet
 		// seen, far less than the hour.
-		a.futureAt = max(a.trimAt, t.clock.server(t.now())) + futureBound
+		a.FutureAt = max(a.TrimAt, t.clock.server(t.now())) + core.FutureBound
 	}
-	if a.expire {
-		a.ttls = append(a.ttls[:0], a.ttl0)
-		for ttl := t.ttl(); len(a.ttls) < len(t.wins); {
-			a.ttls = append(a.ttls, ttl)
+	if a.Expire {
+		a.TTLs = append(a.TTLs[:0], a.TTL0)
+		for ttl := t.ttl(); len(a.TTLs) < len(t.wins); {
+			a.TTLs = append(a.TTLs, ttl)
 		}
 	}
 	sent := t.now()
-	r, err := t.st.reserve(ctx, a)
+	r, err := t.st.Reserve(ctx, a)
 	recv := t.now()
 	if err != nil {
 		t.observeRedisError(err)
-		return reply{}, err
+		return core.Reply{}, err
 	}
 	t.stats.roundTrips.Add(1)
-	if !r.serverTime.IsZero() {
-		r.stepped = t.clock.observe(sent, recv, r.serverTime)
+	if !r.ServerTime.IsZero() {
+		r.Stepped = t.clock.observe(sent, recv, r.ServerTime)
 	}
 	// Another round trip (an Allow's, the worker's) may have seen the step
 	// first: this one's sample then agrees with the restarted estimate,
 	// while its scores came from the old one. (Simulation seed 377: a
 	// claim scored 7.8s ahead was admitted at once.)
-	r.stepped = r.stepped || t.clock.since(a.clockGen)
+	r.Stepped = r.Stepped || t.clock.since(a.ClockGen)
 	return r, nil
 }
-
-// exclusive formats an exclusive score bound, "(v".
-func exclusive(v int64) string {
-	var b [24]byte
-	return string(strconv.AppendInt(append(b[:0], '('), v, 10))
-}
-
-// itoa formats an inclusive score bound.
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
-// futureBound is how far past the server's now a member's score can lie
-// when a Throttler wrote it: WithReserveAhead is capped well below it. A
-// member beyond it (a seed-design "pending" score a year ahead, or garbage)
-// counts in no window; it is trimmed with the expired ones.
-const futureBound = int64(time.Hour / time.Microsecond)
 
 // sane returns tail without members scored after limit (server µs):
 // garbage beyond futureBound would otherwise pass for the newest calls when
 // slots are worked out.
-func sane(tail []entry, limit int64) []entry {
+func sane(tail []core.Entry, limit int64) []core.Entry {
 	for i, e := range tail {
-		if e.score > limit {
+		if e.Score > limit {
 			return tail[:i]
 		}
 	}
@@ -113,7 +91,7 @@ func (t *Throttler) sampleClock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
 	sent := t.now()
-	server, err := t.st.now(ctx)
+	server, err := t.st.Now(ctx)
 	if err != nil {
 		return err
 	}
@@ -140,7 +118,7 @@ func (t *Throttler) release(ctx context.Context, members []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.releaseTimeout())
 	defer cancel()
-	err := t.st.remove(ctx, members)
+	err := t.st.Remove(ctx, members)
 	if err != nil {
 		t.writeLater(err, "members given back later", func(o *owed) { o.giveBack = append(o.giveBack, members...) })
 	}

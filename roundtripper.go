@@ -214,7 +214,7 @@ func (t *Throttler) lowerTo(ctx context.Context, n int, d time.Duration) {
 	lowered := t.shared.lowered > 0 && serverNow < t.shared.lowerTill
 	fresh := lowered && t.shared.lowered == n && t.shared.lowerTill-serverNow > d.Microseconds()/2
 	t.mu.Unlock()
-	if fresh || (!lowered && n >= t.wins[0].limit) {
+	if fresh || (!lowered && n >= t.wins[0].Limit) {
 		return
 	}
 	t.SetLimit(ctx, n, d) // a failure is logged; the response stands

@@ -1,6 +1,10 @@
 package throttler
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/go-throttler/throttler/internal/core"
+)
 
 // sharedState is what every process on the key agrees on through members
 // of the first limit's key that are not calls (see limits.go): a shared
@@ -35,10 +39,10 @@ func (s *sharedState) paused(at int64) bool { return at < s.pausedTill }
 
 // limits returns the limits in force at serverNow, one per window of wins,
 // appended to buf[:0].
-func (s *sharedState) limits(wins []window, serverNow int64, buf []int) []int {
+func (s *sharedState) limits(wins []core.Window, serverNow int64, buf []int) []int {
 	buf = buf[:0]
 	for _, x := range wins {
-		buf = append(buf, x.limit)
+		buf = append(buf, x.Limit)
 	}
 	if s.lowered > 0 && serverNow < s.lowerTill {
 		buf[0] = min(buf[0], s.lowered)

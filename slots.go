@@ -1,6 +1,10 @@
 package throttler
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/go-throttler/throttler/internal/core"
+)
 
 // This file holds the window arithmetic, kept free of I/O so that it can be
 // tested exhaustively and fuzzed. Times are Redis server time in microseconds.
@@ -12,20 +16,6 @@ import "sort"
 // where w = interval + buffer. A member added at score g leaves it intact
 // when the members already within (g-w, g+w) number at most limit-1: every
 // window that holds g lies inside that range.
-
-// entry is a member of the sorted set with its score, ordered as Redis orders
-// them: by score, then by the member's bytes.
-type entry struct {
-	score  int64
-	member string
-}
-
-func (a entry) less(b entry) bool {
-	if a.score != b.score {
-		return a.score < b.score
-	}
-	return a.member < b.member
-}
 
 // claim is one caller's request within a reservation attempt: n members, all
 // added at the same score.
@@ -111,16 +101,16 @@ func near(a, h, w int64) bool {
 // when there is one, is the (limit-k+1)-th largest member; each earlier one
 // is one rank further from the top. A tail shorter than extra+k means the set
 // ran out below it: the missing ranks do not exist.
-func nextSlots(tail []entry, dropped []entry, limit, k, extra int, w int64) []int64 {
-	drop := append([]entry(nil), dropped...)
-	sort.Slice(drop, func(i, j int) bool { return drop[i].less(drop[j]) })
-	isDropped := func(e entry) bool {
-		i := sort.Search(len(drop), func(i int) bool { return !drop[i].less(e) })
+func nextSlots(tail []core.Entry, dropped []core.Entry, limit, k, extra int, w int64) []int64 {
+	drop := append([]core.Entry(nil), dropped...)
+	sort.Slice(drop, func(i, j int) bool { return drop[i].Less(drop[j]) })
+	isDropped := func(e core.Entry) bool {
+		i := sort.Search(len(drop), func(i int) bool { return !drop[i].Less(e) })
 		return i < len(drop) && drop[i] == e
 	}
 	// droppedAbove counts dropped members ranked above e.
-	droppedAbove := func(e entry) int {
-		i := sort.Search(len(drop), func(i int) bool { return e.less(drop[i]) })
+	droppedAbove := func(e core.Entry) int {
+		i := sort.Search(len(drop), func(i int) bool { return e.Less(drop[i]) })
 		return len(drop) - i
 	}
 	// byRank maps the rank from the top (0 = largest) in the set without the
@@ -131,7 +121,7 @@ func nextSlots(tail []entry, dropped []entry, limit, k, extra int, w int64) []in
 			continue
 		}
 		rankAfter := (limit - k) + (len(tail) - 1 - i)
-		byRank[rankAfter-droppedAbove(e)] = e.score
+		byRank[rankAfter-droppedAbove(e)] = e.Score
 	}
 	clamped := len(tail) < extra+k
 	slots := make([]int64, 0, k)

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // bruteFits reports whether adding n members at g to set keeps every window
@@ -93,27 +95,27 @@ func TestNextSlotsMatchesBruteForce(t *testing.T) {
 		k := 1 + rng.IntN(limit)
 		w := int64(10 + rng.IntN(40))
 		// A set that holds the invariant, built by admitting at the tail.
-		var set []entry
+		var set []core.Entry
 		var scores []int64
 		now := int64(0)
 		for range rng.IntN(3 * limit) {
 			now += int64(rng.IntN(15))
 			if bruteFits(scores, now, 1, limit, w) {
 				scores = append(scores, now)
-				set = append(set, entry{score: now, member: fmt.Sprint("m", len(set))})
+				set = append(set, core.Entry{Score: now, Member: fmt.Sprint("m", len(set))})
 			}
 		}
 		// Some of it is this process's rejected members, still in the set.
-		var dropped []entry
+		var dropped []core.Entry
 		var clean []int64
 		for _, e := range set {
 			if rng.IntN(5) == 0 {
 				dropped = append(dropped, e)
 			} else {
-				clean = append(clean, e.score)
+				clean = append(clean, e.Score)
 			}
 		}
-		sort.Slice(set, func(i, j int) bool { return set[i].less(set[j]) })
+		sort.Slice(set, func(i, j int) bool { return set[i].Less(set[j]) })
 		extra := len(dropped) + rng.IntN(2)
 		tail := zrange(set, -(limit + extra), -(limit - k + 1))
 		slots := nextSlots(tail, dropped, limit, k, extra, w)
@@ -142,7 +144,7 @@ func TestNextSlotsMatchesBruteForce(t *testing.T) {
 
 // zrange mimics ZRANGE key start stop on an ascending set, with Redis's
 // clamping of negative indexes.
-func zrange(set []entry, start, stop int) []entry {
+func zrange(set []core.Entry, start, stop int) []core.Entry {
 	n := len(set)
 	if start < 0 {
 		start = max(0, n+start)
@@ -156,7 +158,7 @@ func zrange(set []entry, start, stop int) []entry {
 	if start > stop || stop < 0 {
 		return nil
 	}
-	return append([]entry(nil), set[start:stop+1]...)
+	return append([]core.Entry(nil), set[start:stop+1]...)
 }
 
 func FuzzAdmitKeepsInvariant(f *testing.F) {
@@ -285,21 +287,21 @@ func capsOf(limit int) levelCaps {
 // fuzzSet builds a set from raw scores, keeping those that fit under limit,
 // and drops every dropEvery-th member (none for 0): the set sorted as Redis
 // sorts it, the dropped members, and the scores of the others.
-func fuzzSet(raw []byte, limit int, w int64, dropEvery uint8) (set, dropped []entry, clean []int64) {
+func fuzzSet(raw []byte, limit int, w int64, dropEvery uint8) (set, dropped []core.Entry, clean []int64) {
 	var scores []int64
 	for i, b := range raw {
 		if s := int64(b); bruteFits(scores, s, 1, limit, w) {
 			scores = append(scores, s)
-			set = append(set, entry{score: s, member: fmt.Sprint("m", i)})
+			set = append(set, core.Entry{Score: s, Member: fmt.Sprint("m", i)})
 		}
 	}
 	for i, e := range set {
 		if dropEvery > 0 && i%int(dropEvery) == 0 {
 			dropped = append(dropped, e)
 		} else {
-			clean = append(clean, e.score)
+			clean = append(clean, e.Score)
 		}
 	}
-	sort.Slice(set, func(i, j int) bool { return set[i].less(set[j]) })
+	sort.Slice(set, func(i, j int) bool { return set[i].Less(set[j]) })
 	return set, dropped, clean
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // faultStore wraps the store a Throttler talks to and injects faults at the
@@ -21,25 +23,25 @@ type faultStore struct {
 
 var errInjected = errors.New("injected fault")
 
-func (s *faultStore) reserve(ctx context.Context, a *attempt) (reply, error) {
+func (s *faultStore) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	if f := s.before.Swap(nil); f != nil {
 		(*f)()
 	}
 	if s.cutBefore.Add(-1) >= 0 {
-		return reply{}, errInjected
+		return core.Reply{}, errInjected
 	}
-	r, err := s.store.reserve(ctx, a)
+	r, err := s.store.Reserve(ctx, a)
 	if err == nil && s.cutAfter.Add(-1) >= 0 {
-		return reply{}, errInjected
+		return core.Reply{}, errInjected
 	}
 	return r, err
 }
 
-func (s *faultStore) remove(ctx context.Context, members []string) error {
+func (s *faultStore) Remove(ctx context.Context, members []string) error {
 	if s.failRemove.Add(-1) >= 0 {
 		return errInjected
 	}
-	return s.store.remove(ctx, members)
+	return s.store.Remove(ctx, members)
 }
 
 // withFaults puts a faultStore between th and Redis.

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -103,22 +105,22 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	if !o.aheadSet {
 		o.ahead = min(interval, time.Second)
 	}
-	wins := append([]window{{key: key, limit: limit, interval: interval}}, o.extra...)
+	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.extra...)
 	for i := range wins {
-		wins[i].w = windowMicros(wins[i].interval + o.buffer)
-		if err := sameSlot(wins[0].key, wins[i].key); err != nil {
+		wins[i].W = windowMicros(wins[i].Interval + o.buffer)
+		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
 			return nil, err
 		}
 		for _, x := range wins[:i] {
-			if x.key == wins[i].key {
-				return nil, invalidf("New(%q): key %q holds two limits", key, x.key)
+			if x.Key == wins[i].Key {
+				return nil, invalidf("New(%q): key %q holds two limits", key, x.Key)
 			}
 		}
 	}
 	ids := newMemberSource()
 	t := &Throttler{
 		config: config{wins: wins, opt: o},
-		st:     newRedisStore(client, wins, (&config{wins: wins}).longest(), o.inflight, ids.id()),
+		st:     redisstore.NewStore(client, wins, (&config{wins: wins}).longest(), o.inflight, ids.id()),
 		ids:    ids,
 		kick:   make(chan struct{}, 1),
 		known:  known{near: true},
@@ -127,19 +129,19 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	t.minLimit = limit
 	for _, x := range wins[1:] {
-		t.minLimit = min(t.minLimit, x.limit)
+		t.minLimit = min(t.minLimit, x.Limit)
 	}
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
-	t.health.journal.cap = 2 * wins[t.longest()].limit
+	t.health.journal.cap = 2 * wins[t.longest()].Limit
 	t.health.journal.w = t.longestW()
 	if o.inflight != nil {
-		if err := sameSlot(wins[0].key, o.inflight.key); err != nil {
+		if err := sameSlot(wins[0].Key, o.inflight.Key); err != nil {
 			return nil, err
 		}
 		for _, x := range wins {
-			if x.key == o.inflight.key {
-				return nil, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.key)
+			if x.Key == o.inflight.Key {
+				return nil, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.Key)
 			}
 		}
 		t.lease = newLeases(o.inflight)
@@ -169,13 +171,13 @@ const conversionSlack = 2
 // Limit returns the number of calls allowed per interval, as given to New.
 // A limit lowered by SetLimit or by an API's answer (see Transport) does not
 // change it.
-func (t *Throttler) Limit() int { return t.wins[0].limit }
+func (t *Throttler) Limit() int { return t.wins[0].Limit }
 
 // Interval returns the length of the sliding window.
-func (t *Throttler) Interval() time.Duration { return t.wins[0].interval }
+func (t *Throttler) Interval() time.Duration { return t.wins[0].Interval }
 
 // Key returns the Redis key holding the shared window.
-func (t *Throttler) Key() string { return t.wins[0].key }
+func (t *Throttler) Key() string { return t.wins[0].Key }
 
 // logRedis logs a Redis failure at most once a second.
 func (t *Throttler) logRedis(err error, what string) {
@@ -184,6 +186,6 @@ func (t *Throttler) logRedis(err error, what string) {
 		return
 	}
 	t.upkeep.log = now
-	t.opt.logger.Warn("throttler: redis failed", slog.String("key", t.wins[0].key),
+	t.opt.logger.Warn("throttler: redis failed", slog.String("key", t.wins[0].Key),
 		slog.String("policy", t.opt.policy.String()), slog.String("then", what), slog.Any("err", err))
 }

@@ -1,6 +1,10 @@
 package throttler
 
-import "time"
+import (
+	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
+)
 
 // upkeep is when each kind of upkeep last rode on a round trip that
 // reached Redis, guarded by the Throttler's mu. Upkeep is due until a round
@@ -16,23 +20,23 @@ type upkeep struct {
 
 // due sets what attempt a planned at now carries: a trim, a clock sample
 // and a TTL refresh, each when its time has come.
-func (u *upkeep) due(a *attempt, c *config, now time.Time, clockSynced, monotonic, newKey bool) {
-	a.trim = now.Sub(u.trim) >= c.trimEvery()
-	a.clock = now.Sub(u.clock) >= clockEvery || !clockSynced || !monotonic
-	a.expire = now.Sub(u.expire) >= expireEvery || newKey
+func (u *upkeep) due(a *core.Attempt, c *config, now time.Time, clockSynced, monotonic, newKey bool) {
+	a.Trim = now.Sub(u.trim) >= c.trimEvery()
+	a.Clock = now.Sub(u.clock) >= clockEvery || !clockSynced || !monotonic
+	a.Expire = now.Sub(u.expire) >= expireEvery || newKey
 }
 
 // done notes the upkeep attempt a, planned at now, carried, once its round
 // trip succeeded.
-func (u *upkeep) done(a *attempt, now time.Time) {
-	u.widen = a.widen
-	if a.trim {
+func (u *upkeep) done(a *core.Attempt, now time.Time) {
+	u.widen = a.Widen
+	if a.Trim {
 		u.trim = now
 	}
-	if a.clock {
+	if a.Clock {
 		u.clock = now
 	}
-	if a.expire {
+	if a.Expire {
 		u.expire = now
 	}
 }
@@ -58,9 +62,9 @@ const (
 // window's process, probing every 36s, sends two ZREMRANGEBYSCORE per key
 // every 3 minutes instead of with every probe.
 func (c *config) trimEvery() time.Duration {
-	w := c.wins[0].w
+	w := c.wins[0].W
 	for _, x := range c.wins[1:] {
-		w = min(w, x.w)
+		w = min(w, x.W)
 	}
 	return max(minTrimEvery, time.Duration(w)*time.Microsecond/20)
 }

@@ -3,6 +3,8 @@ package throttler
 import (
 	"context"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Usage describes one limit's shared window as Redis holds it, read by
@@ -45,39 +47,39 @@ type Usage struct {
 func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	rd, err := t.st.usage(ctx, t.usageLimits)
+	rd, err := t.st.Usage(ctx, t.usageLimits)
 	if err != nil {
 		t.observeRedisError(err)
 		return nil, redisError(err)
 	}
-	server := rd.server
+	server := rd.Server
 	now := server.UnixMicro()
 	// Server time to local: the offset this read observed.
 	local := func(us int64) time.Time {
 		return t.now().Add(time.Duration(us-now) * time.Microsecond)
 	}
-	found, lims := rd.meta, rd.lims
+	lims := rd.Lims
 	out := make([]Usage, len(t.wins))
 	for i, x := range t.wins {
 		u := Usage{
-			Key:      x.key,
+			Key:      x.Key,
 			Limit:    lims[i],
-			Interval: x.interval,
-			Used:     rd.used[i],
-			Debt:     rd.debt[i],
-			Reserved: rd.reserved[i],
+			Interval: x.Interval,
+			Used:     rd.Used[i],
+			Debt:     rd.Debt[i],
+			Reserved: rd.Reserved[i],
 			NextFree: local(now),
 			Now:      server,
 		}
 		// The limit-th newest member must leave the window before one more
 		// call fits.
-		if zs := sane(rd.nth[i], now+futureBound); len(zs) == 1 && zs[0].score > 0 {
-			if free := zs[0].score + x.w; free > now {
+		if zs := sane(rd.Nth[i], now+core.FutureBound); len(zs) == 1 && zs[0].Score > 0 {
+			if free := zs[0].Score + x.W; free > now {
 				u.NextFree = local(free)
 			}
 		}
-		if i == 0 && len(found) > 0 && metaValue(found[0]) > now {
-			u.PausedUntil = local(metaValue(found[0]))
+		if i == 0 && rd.Meta.Pause > now {
+			u.PausedUntil = local(rd.Meta.Pause)
 			u.NextFree = maxTime(u.NextFree, u.PausedUntil)
 		}
 		out[i] = u
@@ -85,19 +87,14 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	return out, nil
 }
 
-// usageLimits returns the limits in force at server time now, given the
-// ZMSCORE of the pause, limit and limit-end members.
-func (t *Throttler) usageLimits(now int64, found []float64) []int {
+// usageLimits returns the limits in force at server time now, given what
+// the first key keeps beside its calls.
+func (t *Throttler) usageLimits(now int64, m core.Meta) []int {
 	lims := make([]int, len(t.wins))
 	for i, x := range t.wins {
-		lims[i] = x.limit
+		lims[i] = x.Limit
 	}
-	if len(found) == 3 {
-		n, end := metaValue(found[1]), metaValue(found[2])
-		if n > 0 && end > now && n < int64(lims[0]) {
-			lims[0] = int(n)
-		}
-	}
+	lims[0] = m.LimitAt(now, lims[0])
 	return lims
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Wait blocks until one call may proceed under the shared quota, then returns
@@ -394,7 +396,7 @@ type known struct {
 	near  bool    // little room was left: reserve exactly (MULTI), learning slots
 	// By level: the next free slots of a priority that may fill less than
 	// the whole limit (see WithPriorityShare), when learned.
-	capped [levels][]int64
+	capped [core.Levels][]int64
 	// Turns lost in a row: rounds that claimed slots and got none (others
 	// took them first). A process that lost more wakes for the next slots
 	// ahead of those that lost fewer (see turnJitter).

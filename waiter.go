@@ -98,3 +98,11 @@ func (w *waiter) signal() {
 	default:
 	}
 }
+
+// signal sends on a channel of one value without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // The worker serves the queue one round at a time: under the mutex it
@@ -149,9 +151,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 	now := t.now()
 	a, batch, claims, sleep := t.planLocked(now)
 	t.mu.Unlock()
-	if len(a.adds) == 0 && len(a.remove) == 0 && a.slots == 0 && a.pause == 0 && !a.hold {
+	if len(a.Adds) == 0 && len(a.Remove) == 0 && a.Slots == 0 && a.Pause == 0 && !a.Hold {
 		t.mu.Lock()
-		t.owed.mark = t.owed.mark || a.mark // not sent: still to write
+		t.owed.mark = t.owed.mark || a.Mark // not sent: still to write
 		t.mu.Unlock()
 		return sleep, true
 	}
@@ -164,7 +166,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
 		t.scratch.a = nil
-		t.owed.mark = t.owed.mark || a.mark // it may not have arrived
+		t.owed.mark = t.owed.mark || a.Mark // it may not have arrived
 		return t.failLocked(batch, a, err), true
 	}
 	t.upkeep.round = now
@@ -179,7 +181,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 	case len(batch) == 0:
 		// Only upkeep (give-backs, a probe): keep the sleep planned.
 		return sleep, true
-	case admitted == len(batch) && a.room <= 0 && a.exact && claims[len(claims)-1].score > a.soonest:
+	case admitted == len(batch) && a.Room <= 0 && a.Exact && claims[len(claims)-1].score > a.Soonest:
 		// Took a full share of slots ahead of their time while other
 		// processes may want the same slots: let them have a turn. The
 		// pause ends before the next free slot comes near its time (see
@@ -203,27 +205,28 @@ func (t *Throttler) round() (time.Duration, bool) {
 // those that claim a slot get their members and leave the queue for the
 // round trip's batch. It returns the attempt to send, the batch with its
 // claims, and how long to sleep if the round sends nothing.
-func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, claims []claim, sleep time.Duration) {
+func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter, claims []claim, sleep time.Duration) {
 	view := t.clock.view()
 	serverNow := view.server(now)
 	// One round runs at a time: its buffers are reused from the last one.
 	sc := &t.scratch
 	if sc.a == nil {
-		sc.a = new(attempt)
+		sc.a = new(core.Attempt)
 	}
-	*sc.a = attempt{remove: append(t.owed.giveBack, t.owed.takeRecheck()...), adds: append(sc.a.adds[:0], t.owed.replay...),
-		checks: sc.a.checks[:0], lims: t.shared.limits(t.wins, serverNow, sc.a.lims), ttls: sc.a.ttls, lowCaps: sc.a.lowCaps}
+	t.scoreReplaysLocked()
+	*sc.a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), Adds: append(sc.a.Adds[:0], t.owed.replay...),
+		Checks: sc.a.Checks[:0], Lims: t.shared.limits(t.wins, serverNow, sc.a.Lims), TTLs: sc.a.TTLs, LowCaps: sc.a.LowCaps}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
 	t.lossChecksLocked(a, serverNow)
-	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.mark)
-	a.expire = a.expire || a.pause > 0 // the key must outlive the pause
-	a.ttl0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
-	a.clockGen = view.gen
+	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.Mark)
+	a.Expire = a.Expire || a.Pause > 0 // the key must outlive the pause
+	a.TTL0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
+	a.ClockGen = view.gen
 	t.marginLocked(a, view, serverNow)
 
-	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.lims, pausedTill: t.shared.pausedTill, known: t.known,
-		probe: a.probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.widen, hold: a.hold}
+	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.Lims, pausedTill: t.shared.pausedTill, known: t.known,
+		probe: a.Probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.Widen, hold: a.Hold}
 	if now.Before(t.health.shareUntil) && t.local != nil {
 		in.sharing, in.shareUntil = t.local.clone(), t.health.shareUntil
 	}
@@ -250,11 +253,11 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 				t.local.take(d.shareAt, w.n)
 			}
 			t.askPlaceLocked(a, w)
-			first := len(a.adds)
+			first := len(a.Adds)
 			members := make([]string, w.n)
 			for j := range members {
 				members[j] = t.ids.next()
-				a.adds = append(a.adds, entry{score: d.score, member: members[j]})
+				a.Adds = append(a.Adds, core.Entry{Score: d.score, Member: members[j]})
 			}
 			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.shareAt}
 			claims[len(batch)].first = first
@@ -264,9 +267,9 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 	clear(t.queue[len(rest):])
 	t.queue = rest
 	sc.batch = batch
-	a.checks = append(a.checks, p.checks...)
-	a.exact, a.slots, a.soonest, a.room, a.prioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
-	a.lowCaps = t.lowCaps(a.prioMask, a.slots, a.lims, a.lowCaps)
+	a.Checks = append(a.Checks, p.checks...)
+	a.Exact, a.Slots, a.Soonest, a.Room, a.PrioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
+	a.LowCaps = t.lowCaps(a.PrioMask, a.Slots, a.Lims, a.LowCaps)
 	sleep = p.sleep
 	if p.jitter {
 		sleep += t.turnJitter(t.rng, t.known.lost)
@@ -281,15 +284,15 @@ func (t *Throttler) planLocked(now time.Time) (a *attempt, batch []*waiter, clai
 // admitted; the others' members are given back, an AllowN's by its caller
 // before it returns, a WaitN's with the next round trip, and the WaitN goes
 // back to the head of the queue.
-func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims []claim) (admitted int) {
+func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter, claims []claim) (admitted int) {
 	t.learnMetaLocked(r)
 	now := t.now()
 	view := t.clock.view()
 	arrived := view.server(now) // the reply is in: the server's now
 	e := view.errBound()
 	wide := int64(0) // the largest margin in force, as this reply read it
-	if r.wideEnd > arrived-e {
-		wide = r.wide
+	if r.WideEnd > arrived-e {
+		wide = r.Wide
 	}
 	lost := t.noticeLossLocked(a, r, now)
 	sc := &t.scratch
@@ -299,7 +302,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	}
 	sc.lims = t.shared.limits(t.wins, arrived, sc.lims)
 	res := resolve(&t.config, resolveIn{a: a, r: r, claims: claims, leaving: sc.leaving, lims: sc.lims,
-		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.stepped || lost, wide: wide}, sc.resolved)
+		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.Stepped || lost, wide: wide}, sc.resolved)
 	sc.resolved = res
 	if len(claims) > 0 { // a round that claimed nothing says nothing about room
 		t.known.near = res.near
@@ -322,7 +325,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 		case res.ok[i] && !w.needsPlace():
 			admitted++
 			w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
-				at: t.clock.local(c.score), score: c.score, margin: a.margin, immediate: res.immediate[i],
+				at: t.clock.local(c.score), score: c.score, margin: a.Margin, immediate: res.immediate[i],
 				epoch: t.shared.epoch, remaining: res.remaining[i]})
 			t.health.journal.add(c.score, w.res.members)
 			if t.onAdmit != nil {
@@ -354,7 +357,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 	} else if len(requeue) > 0 {
 		t.known.lost++
 	}
-	if a.slots > 0 {
+	if a.Slots > 0 {
 		t.known.slots, t.known.capped = res.slots, res.capped
 	}
 	t.recovered()
@@ -366,7 +369,7 @@ func (t *Throttler) resolveLocked(a *attempt, r reply, batch []*waiter, claims [
 
 // roundScratch holds the buffers of a round, reused by the next one.
 type roundScratch struct {
-	a        *attempt
+	a        *core.Attempt
 	reqs     []request
 	plan     planOut
 	batch    []*waiter

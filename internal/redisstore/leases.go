@@ -1,14 +1,15 @@
-package throttler
+package redisstore
 
 import (
 	"context"
 	"strconv"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
-// leaseScript grants places in flight (see WithInFlight) atomically: it
+// LeaseScript grants places in flight (see WithInFlight) atomically: it
 // trims the leases expired by the server's clock, then adds the ids
 // ARGV[6:], in order, to expire ARGV[1] µs from now, while fewer than
 // ARGV[2] leases are live, and keeps the keys ARGV[3] ms. When it refuses
@@ -30,7 +31,7 @@ import (
 // clock, not the caller's estimate of it: a process whose estimate ran
 // ahead (a clock step not seen yet) would otherwise trim leases that are
 // still live, and grant their places twice.
-var leaseScript = redis.NewScript(`
+var LeaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
@@ -60,7 +61,7 @@ local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {granted, first[2] or '0'}
 `)
 
-// releaseScript takes the places ARGV[3:] back (KEYS[1]) and, for each
+// ReleaseScript takes the places ARGV[3:] back (KEYS[1]) and, for each
 // place that was live plus ARGV[1] more, wakes the process first in line
 // (KEYS[2]): it leaves the line, and its name is published on the places'
 // channel. It returns how many it woke.
@@ -75,7 +76,7 @@ return {granted, first[2] or '0'}
 // it would be lost, costing each live process in line behind it a third
 // of the ttl (simulation seed 5046: three processes killed in line, a cap
 // of 1, and the live process's five waiters kept 29s).
-var releaseScript = redis.NewScript(`
+var ReleaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local stale = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[2])
 local freed = tonumber(ARGV[1])
@@ -96,38 +97,38 @@ end
 return woken
 `)
 
-// lineKey is the key of the line of processes waiting for a place in
+// LineKey is the key of the line of processes waiting for a place in
 // flight: in key's Redis Cluster slot.
-func lineKey(key string) string { return "{" + hashTag(key) + "}:line:" + key }
+func LineKey(key string) string { return "{" + HashTag(key) + "}:line:" + key }
 
-// seenKey is the key of when each process in line for key's places last
+// SeenKey is the key of when each process in line for key's places last
 // asked for one (server µs), in key's Redis Cluster slot. A release takes a
 // process's entry out as it takes the process out of the line.
-func seenKey(key string) string { return "{" + hashTag(key) + "}:seen:" + key }
+func SeenKey(key string) string { return "{" + HashTag(key) + "}:seen:" + key }
 
 // queueLeases queues the lease script for a's places, when it asks for any.
 func (c *attemptCmds) queueLeases(p redis.Pipeliner) {
 	a, l := c.a, c.s.lease
-	if len(a.leases) == 0 {
+	if len(a.Leases) == 0 {
 		return
 	}
 	stay := "0"
-	if a.leaseStay {
+	if a.LeaseStay {
 		stay = "1"
 	}
-	args := make([]any, 0, 5+len(a.leases))
-	args = append(args, l.ttl.Microseconds(), l.n, leaseKeyTTL(l.ttl).Milliseconds(), c.s.self, stay)
-	for _, id := range a.leases {
+	args := make([]any, 0, 5+len(a.Leases))
+	args = append(args, l.TTL.Microseconds(), l.N, leaseKeyTTL(l.TTL).Milliseconds(), c.s.self, stay)
+	for _, id := range a.Leases {
 		args = append(args, id)
 	}
 	// EVAL, not EVALSHA: a script Redis lost (a restart, a failover)
 	// would fail the whole transaction. Redis keeps the compiled script by
 	// its body's digest; sending the body costs a few hundred bytes.
-	c.leases = leaseScript.Eval(c.ctx, p, []string{l.key, lineKey(l.key), seenKey(l.key)}, args...)
+	c.leases = LeaseScript.Eval(c.ctx, p, []string{l.Key, LineKey(l.Key), SeenKey(l.Key)}, args...)
 }
 
 // leaseReply reads the lease script's answer into r.
-func (c *attemptCmds) leaseReply(r *reply) {
+func (c *attemptCmds) leaseReply(r *core.Reply) {
 	if c.leases == nil {
 		return
 	}
@@ -136,10 +137,10 @@ func (c *attemptCmds) leaseReply(r *reply) {
 		return
 	}
 	granted, _ := v[0].(int64)
-	r.leaseGranted = int(granted)
+	r.LeaseGranted = int(granted)
 	if s, ok := v[1].(string); ok {
 		f, _ := strconv.ParseFloat(s, 64)
-		r.leaseEarliest = int64(f)
+		r.LeaseEarliest = int64(f)
 	}
 }
 
@@ -147,19 +148,19 @@ func (c *attemptCmds) leaseReply(r *reply) {
 // every lease in it.
 func leaseKeyTTL(ttl time.Duration) time.Duration { return 2 * ttl }
 
-func (s *redisStore) releaseLeases(ctx context.Context, ids []string, pass int) error {
+func (s *Store) ReleaseLeases(ctx context.Context, ids []string, pass int) error {
 	l := s.lease
 	args := make([]any, 0, 2+len(ids))
-	args = append(args, pass, l.ttl.Microseconds())
+	args = append(args, pass, l.TTL.Microseconds())
 	for _, id := range ids {
 		args = append(args, id)
 	}
 	return s.bounded(ctx, func(ctx context.Context) error {
-		return releaseScript.Eval(ctx, s.rdb, []string{l.key, lineKey(l.key), seenKey(l.key)}, args...).Err()
+		return ReleaseScript.Eval(ctx, s.rdb, []string{l.Key, LineKey(l.Key), SeenKey(l.Key)}, args...).Err()
 	})
 }
 
-func (s *redisStore) renewLeases(ctx context.Context, ids []string, expiry int64) error {
+func (s *Store) RenewLeases(ctx context.Context, ids []string, expiry int64) error {
 	l := s.lease
 	zs := make([]redis.Z, len(ids))
 	for i, id := range ids {
@@ -169,30 +170,30 @@ func (s *redisStore) renewLeases(ctx context.Context, ids []string, expiry int64
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			// XX: a lease that expired, or was given back, is not brought
 			// back; GT: a renewal never shortens one.
-			p.ZAddArgs(ctx, l.key, redis.ZAddArgs{XX: true, GT: true, Members: zs})
-			p.PExpire(ctx, l.key, leaseKeyTTL(l.ttl))
+			p.ZAddArgs(ctx, l.Key, redis.ZAddArgs{XX: true, GT: true, Members: zs})
+			p.PExpire(ctx, l.Key, leaseKeyTTL(l.TTL))
 			return nil
 		})
 		return err
 	})
 }
 
-func (s *redisStore) liveLeases(ctx context.Context) (int, error) {
+func (s *Store) LiveLeases(ctx context.Context) (int, error) {
 	var n int
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		now, err := s.rdb.Time(ctx).Result()
 		if err != nil {
 			return err
 		}
-		n64, err := s.rdb.ZCount(ctx, s.lease.key, exclusive(now.UnixMicro()), "+inf").Result()
+		n64, err := s.rdb.ZCount(ctx, s.lease.Key, exclusive(now.UnixMicro()), "+inf").Result()
 		n = int(n64)
 		return err
 	})
 	return n, err
 }
 
-// watchLeases subscribes to the wakes of processes waiting for a place in
+// WatchLeases subscribes to the wakes of processes waiting for a place in
 // flight, keeping those for this process.
-func (s *redisStore) watchLeases() *subscription {
-	return s.subscribe(s.lease.key, func(payload string) bool { return payload == s.self })
+func (s *Store) WatchLeases() *Subscription {
+	return s.subscribe(s.lease.Key, func(payload string) bool { return payload == s.self })
 }

@@ -1,4 +1,4 @@
-package throttler
+package redisstore
 
 import (
 	"context"
@@ -7,18 +7,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
-// redisStore is the store on a go-redis client: every limit's sorted set,
+// Store is the store on a go-redis client: every limit's sorted set,
 // the first of which also holds the members that are not calls.
-type redisStore struct {
+type Store struct {
 	rdb      redis.UniversalClient
-	wins     []window
-	metaArgs []any           // ZMSCORE key marker pause limit limit-end wide wide-end, boxed once
-	probeIn  int             // the index of the key the probe is looked up in
-	lease    *inflightOption // WithInFlight's, or nil
-	self     string          // this Throttler's name in the line for places in flight
+	wins     []core.Window
+	metaArgs []any          // ZMSCORE key marker pause limit limit-end wide wide-end, boxed once
+	probeIn  int            // the index of the key the probe is looked up in
+	lease    *core.InFlight // WithInFlight's, or nil
+	self     string         // this Throttler's name in the line for places in flight
 	// The client ends a call at its context's deadline by itself (see
 	// inline).
 	ctxTimeouts bool
@@ -29,25 +30,50 @@ type redisStore struct {
 	ioTimeout time.Duration
 }
 
-func newRedisStore(c redis.UniversalClient, wins []window, probeIn int, lease *inflightOption, self string) *redisStore {
-	return &redisStore{
+func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *core.InFlight, self string) *Store {
+	return &Store{
 		self:        self,
 		rdb:         c,
 		wins:        wins,
 		probeIn:     probeIn,
 		lease:       lease,
-		metaArgs:    []any{"zmscore", wins[0].key, marker, pauseMember, limitMember, limitEndMember, wideMember, wideEndMember},
-		ctxTimeouts: honoursContext(c),
-		ioTimeout:   socketTimeout(c),
+		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember},
+		ctxTimeouts: HonoursContext(c),
+		ioTimeout:   SocketTimeout(c),
 	}
 }
 
-func (s *redisStore) reserve(ctx context.Context, a *attempt) (reply, error) {
+// Reserve applies one attempt in one round trip and returns what it read.
+// An error means the attempt may or may not have been applied. It sends:
+//
+//	MULTI                                       (exact attempts only)
+//	EVAL <WideScript> key <margin> <how long>  (a round that publishes a margin)
+//	ZREM key <given back>...                    (when there are any)
+//	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (when the attempt trims)
+//	ZREMRANGEBYSCORE key (<now+1h> +inf
+//	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
+//	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
+//	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
+//	PEXPIRE key <ttl>                           (at most every second, and on a new key)
+//	... the same for the key of every other limit (WithLimit) ...
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <our newest member>
+//	TIME                                        (at most every 250ms)
+//	EXEC                                        (exact attempts only)
+//
+// Adding before counting makes the decision safe without atomicity, as in the
+// seed design: two clients adding at once each count the other, so a race can
+// only refuse a call that would have fitted, never admit one too many. Far
+// from the limit, where such races cost nothing, an attempt is a plain
+// pipeline of ZADD, ZCOUNT and ZMSCORE. Near the limit, MULTI buys exactness
+// and progress: the count sees exactly the state its own insert produced, so
+// of two callers racing for the last slot exactly one wins, and the free
+// slots read (for waiters to reserve without polling) agree with that count.
+func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	cmds := &attemptCmds{s: s, a: a}
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		var err error
 		cmds.ctx = ctx
-		if a.exact {
+		if a.Exact {
 			_, err = s.rdb.TxPipelined(ctx, cmds.queue)
 		} else {
 			_, err = s.rdb.Pipelined(ctx, cmds.queue)
@@ -55,7 +81,7 @@ func (s *redisStore) reserve(ctx context.Context, a *attempt) (reply, error) {
 		return err
 	})
 	if err != nil {
-		return reply{}, err
+		return core.Reply{}, err
 	}
 	return cmds.reply(), nil
 }
@@ -63,13 +89,13 @@ func (s *redisStore) reserve(ctx context.Context, a *attempt) (reply, error) {
 // attemptCmds are the commands of one attempt's round trip, queued on a
 // pipeline (see attempt for the sequence), and read back into a reply.
 type attemptCmds struct {
-	s      *redisStore
-	a      *attempt
+	s      *Store
+	a      *core.Attempt
 	ctx    context.Context // the round trip's
 	counts []*redis.IntCmd // window by window
 	tails  []*redis.ZSliceCmd
 	// By level: the tails for the attempt's lowCaps.
-	lowTails [levels][]*redis.ZSliceCmd
+	lowTails [core.Levels][]*redis.ZSliceCmd
 	clock    *redis.TimeCmd
 	meta     *redis.FloatSliceCmd
 	probe    *redis.FloatSliceCmd // when not in meta
@@ -78,59 +104,59 @@ type attemptCmds struct {
 
 func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	s, a, ctx := c.s, c.a, c.ctx
-	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.checks))
-	zs := make([]redis.Z, len(a.adds), len(a.adds)+1)
-	for i, e := range a.adds {
-		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.Checks))
+	zs := make([]redis.Z, len(a.Adds), len(a.Adds)+1)
+	for i, e := range a.Adds {
+		zs[i] = redis.Z{Score: float64(e.Score), Member: e.Member}
 	}
-	if a.mark {
-		zs = append(zs, redis.Z{Score: float64(metaScore(1)), Member: marker})
+	if a.Mark {
+		zs = append(zs, redis.Z{Score: float64(MetaScore(1)), Member: Marker})
 	}
 	c.queueLeases(p)
-	if a.margin > 0 && len(a.adds) > 0 {
+	if a.Margin > 0 && len(a.Adds) > 0 {
 		// Before any member is added: a round that counts after them
 		// reads the margin it must count with (see margin.go).
-		wideScript.Eval(ctx, p, []string{s.wins[0].key}, a.margin, a.wideFor, wideMember, wideEndMember)
+		WideScript.Eval(ctx, p, []string{s.wins[0].Key}, a.Margin, a.WideFor, WideMember, WideEndMember)
 	}
 	var remove []any
-	if len(a.remove) > 0 {
-		remove = toAny(a.remove)
+	if len(a.Remove) > 0 {
+		remove = toAny(a.Remove)
 	}
 	for wi, x := range s.wins {
 		if remove != nil {
-			p.ZRem(ctx, x.key, remove...)
+			p.ZRem(ctx, x.Key, remove...)
 		}
-		if a.trim && a.trimAt > 0 {
-			p.ZRemRangeByScore(ctx, x.key, trimFloor, exclusive(a.trimAt-x.w-trimSlack))
-			p.ZRemRangeByScore(ctx, x.key, exclusive(a.futureAt), "+inf")
+		if a.Trim && a.TrimAt > 0 {
+			p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.TrimAt-x.W-core.TrimSlack))
+			p.ZRemRangeByScore(ctx, x.Key, exclusive(a.FutureAt), "+inf")
 		}
-		if wi == 0 && a.pause > 0 {
+		if wi == 0 && a.Pause > 0 {
 			// Before the marker: a marker present means the pause written
 			// with it is there too. Every replica listening hears of it.
-			p.ZAddLT(ctx, x.key, redis.Z{Score: float64(metaScore(a.pause)), Member: pauseMember})
-			p.Publish(ctx, newsChannel(x.key), news{pause: a.pause}.String())
+			p.ZAddLT(ctx, x.Key, redis.Z{Score: float64(MetaScore(a.Pause)), Member: PauseMember})
+			p.Publish(ctx, NewsChannel(x.Key), core.News{Pause: a.Pause}.String())
 		}
 		add := zs
 		if wi > 0 {
-			add = zs[:len(a.adds)] // the marker lives in the first key only
+			add = zs[:len(a.Adds)] // the marker lives in the first key only
 		}
 		if len(add) > 0 {
-			p.ZAdd(ctx, x.key, add...)
+			p.ZAdd(ctx, x.Key, add...)
 		}
-		for _, g := range a.checks {
-			w := x.w + a.widen
-			c.counts = append(c.counts, p.ZCount(ctx, x.key, exclusive(g-w), exclusive(g+w)))
+		for _, g := range a.Checks {
+			w := x.W + a.Widen
+			c.counts = append(c.counts, p.ZCount(ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 		}
-		if a.slots > 0 {
-			c.tails = append(c.tails, c.tail(p, x.key, a.lims[wi]))
-			for l, caps := range a.lowCaps {
+		if a.Slots > 0 {
+			c.tails = append(c.tails, c.tail(p, x.Key, a.Lims[wi]))
+			for l, caps := range a.LowCaps {
 				if len(caps) > 0 {
-					c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.key, caps[wi]))
+					c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.Key, caps[wi]))
 				}
 			}
 		}
-		if a.expire {
-			p.PExpire(ctx, x.key, a.ttls[wi])
+		if a.Expire {
+			p.PExpire(ctx, x.Key, a.TTLs[wi])
 		}
 	}
 	// The checks come after the counts: without MULTI, a loss can fall
@@ -140,15 +166,15 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	// argument.
 	args := make([]any, len(s.metaArgs), len(s.metaArgs)+1)
 	copy(args, s.metaArgs)
-	if a.probe != "" && s.probeIn == 0 {
-		args = append(args, a.probe)
+	if a.Probe != "" && s.probeIn == 0 {
+		args = append(args, a.Probe)
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
-	if a.probe != "" && s.probeIn > 0 {
-		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].key, a.probe)
+	if a.Probe != "" && s.probeIn > 0 {
+		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, a.Probe)
 	}
-	if a.clock {
+	if a.Clock {
 		c.clock = p.Time(ctx)
 	}
 	return nil
@@ -159,12 +185,12 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 // limit-1+len(adds) from the top (see nextSlots).
 func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSliceCmd {
 	a := c.a
-	k := min(a.slots, limit)
-	return p.ZRangeWithScores(c.ctx, key, int64(-(limit + len(a.adds))), int64(-(limit - k + 1)))
+	k := min(a.Slots, limit)
+	return p.ZRangeWithScores(c.ctx, key, int64(-(limit + len(a.Adds))), int64(-(limit - k + 1)))
 }
 
 // reply reads the commands' results.
-func (c *attemptCmds) reply() reply {
+func (c *attemptCmds) reply() core.Reply {
 	s, a := c.s, c.a
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
@@ -175,22 +201,22 @@ func (c *attemptCmds) reply() reply {
 		}
 		return 0
 	}
-	r := reply{
-		counts:   make([][]int64, len(s.wins)),
-		noMark:   metaValue(score(0)) == 0,
-		pause:    metaValue(score(1)),
-		limit:    metaValue(score(2)),
-		limitEnd: metaValue(score(3)),
-		wide:     metaValue(score(4)),
-		wideEnd:  metaValue(score(5)),
+	r := core.Reply{
+		Counts:   make([][]int64, len(s.wins)),
+		NoMark:   MetaValue(score(0)) == 0,
+		Pause:    MetaValue(score(1)),
+		Limit:    MetaValue(score(2)),
+		LimitEnd: MetaValue(score(3)),
+		Wide:     MetaValue(score(4)),
+		WideEnd:  MetaValue(score(5)),
 		// The probe, a call of ours (see metaArgs), scores its time.
-		lost: a.probe != "" && s.probeIn == 0 && score(6) == 0,
+		Lost: a.Probe != "" && s.probeIn == 0 && score(6) == 0,
 	}
 	if c.probe != nil {
-		r.lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
+		r.Lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
 	}
 	if c.clock != nil {
-		r.serverTime = c.clock.Val()
+		r.ServerTime = c.clock.Val()
 	}
 	c.leaseReply(&r)
 	flat := make([]int64, len(c.counts))
@@ -198,31 +224,31 @@ func (c *attemptCmds) reply() reply {
 		flat[i] = cmd.Val()
 	}
 	for wi := range s.wins {
-		r.counts[wi] = flat[wi*len(a.checks) : (wi+1)*len(a.checks)]
+		r.Counts[wi] = flat[wi*len(a.Checks) : (wi+1)*len(a.Checks)]
 	}
-	if a.slots > 0 {
-		r.tails = make([][]entry, len(s.wins))
+	if a.Slots > 0 {
+		r.Tails = make([][]core.Entry, len(s.wins))
 		for wi, tail := range c.tails {
-			r.tails[wi] = zEntries(tail.Val())
+			r.Tails[wi] = zEntries(tail.Val())
 		}
 		for l, tails := range c.lowTails {
 			for _, tail := range tails {
-				r.lowTails[l] = append(r.lowTails[l], zEntries(tail.Val()))
+				r.LowTails[l] = append(r.LowTails[l], zEntries(tail.Val()))
 			}
 		}
 	}
 	return r
 }
 
-func (s *redisStore) remove(ctx context.Context, members []string) error {
+func (s *Store) Remove(ctx context.Context, members []string) error {
 	args := toAny(members)
 	return s.bounded(ctx, func(ctx context.Context) error {
 		if len(s.wins) == 1 {
-			return s.rdb.ZRem(ctx, s.wins[0].key, args...).Err()
+			return s.rdb.ZRem(ctx, s.wins[0].Key, args...).Err()
 		}
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, x := range s.wins {
-				p.ZRem(ctx, x.key, args...)
+				p.ZRem(ctx, x.Key, args...)
 			}
 			return nil
 		})
@@ -230,15 +256,15 @@ func (s *redisStore) remove(ctx context.Context, members []string) error {
 	})
 }
 
-func (s *redisStore) add(ctx context.Context, members []entry) error {
+func (s *Store) Add(ctx context.Context, members []core.Entry) error {
 	zs := make([]redis.Z, len(members))
 	for i, e := range members {
-		zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
+		zs[i] = redis.Z{Score: float64(e.Score), Member: e.Member}
 	}
 	return s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, x := range s.wins {
-				p.ZAdd(ctx, x.key, zs...)
+				p.ZAdd(ctx, x.Key, zs...)
 			}
 			return nil
 		})
@@ -246,7 +272,7 @@ func (s *redisStore) add(ctx context.Context, members []entry) error {
 	})
 }
 
-func (s *redisStore) now(ctx context.Context) (time.Time, error) {
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var server time.Time
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
 		server, err = s.rdb.Time(ctx).Result()
@@ -259,32 +285,38 @@ func (s *redisStore) now(ctx context.Context) (time.Time, error) {
 	return server, nil
 }
 
-func (s *redisStore) writeMeta(ctx context.Context, m metaWrite, ttl time.Duration) error {
-	key := s.wins[0].key
+func (s *Store) WriteMeta(ctx context.Context, m core.MetaWrite, ttl time.Duration) error {
+	key := s.wins[0].Key
+	var set []redis.Z
+	meta := func(member string, v int64) { set = append(set, redis.Z{Score: float64(MetaScore(v)), Member: member}) }
+	if m.Limit > 0 {
+		meta(LimitMember, m.Limit)
+		meta(LimitEndMember, m.LimitEnd)
+	}
+	if m.Backoff > 0 {
+		meta(BackoffMember, m.Backoff)
+		meta(BackoffEndMember, m.BackoffEnd)
+	}
 	return s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if m.pause > 0 {
+			if m.Pause > 0 {
 				// Negative scores: the lower one is the later pause.
-				p.ZAddLT(ctx, key, redis.Z{Score: float64(metaScore(m.pause)), Member: pauseMember})
+				p.ZAddLT(ctx, key, redis.Z{Score: float64(MetaScore(m.Pause)), Member: PauseMember})
 			}
-			if len(m.set) > 0 {
-				zs := make([]redis.Z, len(m.set))
-				for i, e := range m.set {
-					zs[i] = redis.Z{Score: float64(e.score), Member: e.member}
-				}
-				p.ZAdd(ctx, key, zs...)
+			if len(set) > 0 {
+				p.ZAdd(ctx, key, set...)
 			}
-			if len(m.remove) > 0 {
-				p.ZRem(ctx, key, toAny(m.remove)...)
+			if m.ClearLimit {
+				p.ZRem(ctx, key, LimitMember, LimitEndMember)
 			}
 			// Never shorten the TTL another writer set for a longer pause.
 			secs := ttl.Round(time.Second) + time.Second
 			p.ExpireNX(ctx, key, secs)
 			p.ExpireGT(ctx, key, secs)
-			if m.news != nil {
+			if m.News != nil {
 				// After the write: a listener that reads the members on
 				// hearing it finds them.
-				p.Publish(ctx, newsChannel(key), m.news.String())
+				p.Publish(ctx, NewsChannel(key), m.News.String())
 			}
 			return nil
 		})
@@ -292,9 +324,9 @@ func (s *redisStore) writeMeta(ctx context.Context, m metaWrite, ttl time.Durati
 	})
 }
 
-func (s *redisStore) usage(ctx context.Context, limits func(now int64, meta []float64) []int) (usageRead, error) {
+func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) []int) (core.UsageRead, error) {
 	var (
-		u     usageRead
+		u     core.UsageRead
 		clock *redis.TimeCmd
 		meta  *redis.FloatSliceCmd
 		used  = make([]*redis.IntCmd, len(s.wins))
@@ -305,42 +337,43 @@ func (s *redisStore) usage(ctx context.Context, limits func(now int64, meta []fl
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			clock = p.Time(ctx)
-			meta = p.ZMScore(ctx, s.wins[0].key, pauseMember, limitMember, limitEndMember)
+			meta = p.ZMScore(ctx, s.wins[0].Key, PauseMember, LimitMember, LimitEndMember)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 		now := clock.Val().UnixMicro()
-		u.lims = limits(now, meta.Val())
+		u.Meta = decodeMeta(meta.Val())
+		u.Lims = limits(now, u.Meta)
 		// A second round trip, now that the server's clock and the limit in
 		// force are known: what it counts is consistent within each key.
 		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for i, x := range s.wins {
-				used[i] = p.ZCount(ctx, x.key, exclusive(now-x.w), itoa(now))
-				debt[i] = p.ZRangeByScore(ctx, x.key, &redis.ZRangeBy{Min: exclusive(now - x.w), Max: itoa(now)})
-				resv[i] = p.ZCount(ctx, x.key, exclusive(now), itoa(now+futureBound))
-				nth[i] = p.ZRangeWithScores(ctx, x.key, int64(-u.lims[i]), int64(-u.lims[i]))
+				used[i] = p.ZCount(ctx, x.Key, exclusive(now-x.W), itoa(now))
+				debt[i] = p.ZRangeByScore(ctx, x.Key, &redis.ZRangeBy{Min: exclusive(now - x.W), Max: itoa(now)})
+				resv[i] = p.ZCount(ctx, x.Key, exclusive(now), itoa(now+core.FutureBound))
+				nth[i] = p.ZRangeWithScores(ctx, x.Key, int64(-u.Lims[i]), int64(-u.Lims[i]))
 			}
 			return nil
 		})
 		return err
 	})
 	if err != nil {
-		return usageRead{}, err
+		return core.UsageRead{}, err
 	}
-	u.server, u.meta = clock.Val(), meta.Val()
+	u.Server = clock.Val()
 	for i := range s.wins {
-		u.used = append(u.used, int(used[i].Val()))
+		u.Used = append(u.Used, int(used[i].Val()))
 		d := 0
 		for _, m := range debt[i].Val() {
-			if strings.HasPrefix(m, debtPrefix) {
+			if strings.HasPrefix(m, core.DebtPrefix) {
 				d++
 			}
 		}
-		u.debt = append(u.debt, d)
-		u.reserved = append(u.reserved, int(resv[i].Val()))
-		u.nth = append(u.nth, zEntries(nth[i].Val()))
+		u.Debt = append(u.Debt, d)
+		u.Reserved = append(u.Reserved, int(resv[i].Val()))
+		u.Nth = append(u.Nth, zEntries(nth[i].Val()))
 	}
 	return u, nil
 }
@@ -354,7 +387,7 @@ var errTimeout = errors.New("no answer within the Redis timeout")
 // runs in a helper goroutine and bounded returns at the deadline exactly: a
 // call that overruns is left to finish in the background (the client's own
 // timeouts end it), its results never read.
-func (s *redisStore) bounded(ctx context.Context, call func(context.Context) error) error {
+func (s *Store) bounded(ctx context.Context, call func(context.Context) error) error {
 	if s.inline(ctx) {
 		return call(ctx)
 	}
@@ -392,7 +425,7 @@ const inlineSlack = 2 * time.Millisecond
 // about one read timeout after the call began (at its deadline when that timeout
 // is the time it had), or, where go-redis retried a timed-out read, up to
 // one read timeout past the deadline.
-func (s *redisStore) inline(ctx context.Context) bool {
+func (s *Store) inline(ctx context.Context) bool {
 	if s.ctxTimeouts {
 		return true
 	}
@@ -400,9 +433,9 @@ func (s *redisStore) inline(ctx context.Context) bool {
 	return ok && s.ioTimeout > 0 && s.ioTimeout <= time.Until(deadline)+inlineSlack
 }
 
-// honoursContext reports whether the client ends a call at its context's
+// HonoursContext reports whether the client ends a call at its context's
 // deadline by itself.
-func honoursContext(c redis.UniversalClient) bool {
+func HonoursContext(c redis.UniversalClient) bool {
 	switch c := c.(type) {
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled
@@ -414,14 +447,14 @@ func honoursContext(c redis.UniversalClient) bool {
 	return false
 }
 
-// socketTimeout returns the longer of c's socket read and write timeouts
+// SocketTimeout returns the longer of c's socket read and write timeouts
 // when c is a *redis.Client that sets both, and 0 otherwise. Only a
 // *redis.Client (a failover client is one), the client whose way to a
 // socket inline describes: a cluster client follows redirects and reloads
 // its slot map, and a ring spreads a pipeline over its shards, with calls
 // of their own; without ContextTimeoutEnabled, they keep the helper
 // goroutine.
-func socketTimeout(c redis.UniversalClient) time.Duration {
+func SocketTimeout(c redis.UniversalClient) time.Duration {
 	rc, ok := c.(*redis.Client)
 	if !ok {
 		return 0
@@ -445,32 +478,51 @@ func toAny(members []string) []any {
 }
 
 // zEntries converts a ZRANGE WITHSCORES reply to entries.
-func zEntries(zs []redis.Z) []entry {
-	out := make([]entry, len(zs))
+func zEntries(zs []redis.Z) []core.Entry {
+	out := make([]core.Entry, len(zs))
 	for i, z := range zs {
 		m, _ := z.Member.(string)
-		out[i] = entry{score: int64(z.Score), member: m}
+		out[i] = core.Entry{Score: int64(z.Score), Member: m}
 	}
 	return out
 }
 
-// readMeta reads the pause and the lowered limit, as a round trip does.
-func (s *redisStore) readMeta(ctx context.Context) (reply, error) {
+// ReadMeta reads the pause and the lowered limit, as a round trip does.
+func (s *Store) ReadMeta(ctx context.Context) (core.Reply, error) {
 	var v []float64
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
-		v, err = s.rdb.ZMScore(ctx, s.wins[0].key, pauseMember, limitMember, limitEndMember).Result()
+		v, err = s.rdb.ZMScore(ctx, s.wins[0].Key, PauseMember, LimitMember, LimitEndMember).Result()
 		return err
 	})
 	if err != nil {
-		return reply{}, err
+		return core.Reply{}, err
 	}
 	if len(v) != 3 {
-		return reply{}, errors.New("throttler: short ZMSCORE reply")
+		return core.Reply{}, errors.New("throttler: short ZMSCORE reply")
 	}
-	return reply{pause: metaValue(v[0]), limit: metaValue(v[1]), limitEnd: metaValue(v[2])}, nil
+	return core.Reply{Pause: MetaValue(v[0]), Limit: MetaValue(v[1]), LimitEnd: MetaValue(v[2])}, nil
 }
 
-// watchNews subscribes to the news published on channel (see news.go).
-func (s *redisStore) watchNews(channel string) *subscription {
+// WatchNews subscribes to the news published on channel (see news.go).
+func (s *Store) WatchNews(channel string) *Subscription {
 	return s.subscribe(channel, func(string) bool { return true })
 }
+
+// WideScript publishes a margin: ARGV[1] µs, in force for ARGV[2] µs from
+// the server's now, unless a larger one is in force, which it extends. The
+// members only grow while in force; one that has ended is replaced. A
+// script, so that a margin that ended and a new, smaller one cannot cross
+// a larger one published at the same moment. Scores are formatted whole:
+// Lua's own conversion keeps 14 digits, and a server time has 16.
+var WideScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local s = redis.call('ZMSCORE', KEYS[1], ARGV[3], ARGV[4])
+local x, e = tonumber(ARGV[1]), now + tonumber(ARGV[2])
+if s[2] and -tonumber(s[2]) > now then
+  x = math.max(x, -tonumber(s[1] or 0))
+  e = math.max(e, -tonumber(s[2]))
+end
+redis.call('ZADD', KEYS[1], string.format('%.0f', -x), ARGV[3], string.format('%.0f', -e), ARGV[4])
+return 1
+`)

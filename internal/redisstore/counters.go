@@ -1,61 +1,15 @@
-package throttler
+package redisstore
 
 import (
 	"context"
 	"errors"
 	"strconv"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
-// countersRead is what a Transport reads of the shared window before it
-// follows an API's counter or backs off, in one round trip.
-type countersRead struct {
-	used                int   // units scored within the range asked for, in the first key
-	limit, limitEnd     int64 // the lowered first limit and its end (server µs); 0 = none
-	backoff, backoffEnd int64 // the last back-off's length and end (server µs); 0 = none
-}
-
-// countersReader is the part of a store that reads and writes for
-// Counters; the Redis store has it. A store without it (a test's wrapper)
-// follows no counter but still pauses.
-type countersReader interface {
-	readCounters(ctx context.Context, from, to int64) (countersRead, error)
-	applyCounters(ctx context.Context, a countersApply) (countersApplied, error)
-}
-
-// countersApply is a batch of readings of an API's counter to apply to the
-// shared limit in one step (see counterScript), with what the step needs.
-type countersApply struct {
-	limit    int   // New's first limit
-	gradual  bool  // the counter frees calls as they age
-	interval int64 // the first limit's interval (µs)
-	tol      int64 // readings whose resets lie this close (µs) are of one reset
-	maxFor   int64 // the longest a lowering lasts from now (µs)
-	ttl      int64 // the key's TTL at least, when a lowering is written (ms)
-	channel  string
-	readings []countersReading
-}
-
-// countersReading is one response's counter, in server µs: the calls of
-// ours scored in (from, to] are those the API had counted, and it had
-// remaining more before reset; windows > 1 spreads remaining over that
-// many windows of ours instead (a reset further than one).
-type countersReading struct {
-	from, to, reset int64
-	remaining       int
-	windows         int64
-}
-
-// countersApplied is the limit in force once a batch was applied (0 =
-// none) and its end, and the latest reset before which a reading left
-// nothing at all (0 = none): the caller pauses until then.
-type countersApplied struct {
-	limit          int
-	end, zeroUntil int64
-}
-
-// counterScript applies readings of an API's own counter to the shared
+// CounterScript applies readings of an API's own counter to the shared
 // limit at KEYS[1], atomically: a reading implies the limit n = the calls
 // of ours scored in (from, to] + remaining (or remaining / windows). A
 // fixed window's readings of one reset only lower the limit, one of a
@@ -67,7 +21,7 @@ type countersApplied struct {
 // written and published as news. One script, so that replicas applying
 // readings at once cannot write over a lower limit with a higher one of
 // the same reset.
-var counterScript = redis.NewScript(`
+var CounterScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key = KEYS[1]
@@ -141,42 +95,42 @@ end
 return {lim, string.format('%.0f', lend), string.format('%.0f', zero)}
 `)
 
-// applyCounters applies a batch of readings (see counterScript).
-func (s *redisStore) applyCounters(ctx context.Context, a countersApply) (countersApplied, error) {
+// ApplyCounters applies a batch of readings (see counterScript).
+func (s *Store) ApplyCounters(ctx context.Context, a core.CountersApply) (core.CountersApplied, error) {
 	gradual := "0"
-	if a.gradual {
+	if a.Gradual {
 		gradual = "1"
 	}
-	args := make([]any, 0, 11+5*len(a.readings))
-	args = append(args, a.limit, gradual, a.interval, a.tol, a.maxFor, a.ttl, a.channel,
-		limitMember, limitEndMember, gradualBucketMember, gradualLimitMember)
-	for _, r := range a.readings {
-		args = append(args, r.from, r.to, r.remaining, r.reset, r.windows)
+	args := make([]any, 0, 11+5*len(a.Readings))
+	args = append(args, a.Limit, gradual, a.Interval, a.Tol, a.MaxFor, a.TTL, a.Channel,
+		LimitMember, LimitEndMember, gradualBucketMember, gradualLimitMember)
+	for _, r := range a.Readings {
+		args = append(args, r.From, r.To, r.Remaining, r.Reset, r.Windows)
 	}
 	var v []any
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
-		v, err = counterScript.Eval(ctx, s.rdb, []string{s.wins[0].key}, args...).Slice()
+		v, err = CounterScript.Eval(ctx, s.rdb, []string{s.wins[0].Key}, args...).Slice()
 		return err
 	})
 	if err != nil {
-		return countersApplied{}, err
+		return core.CountersApplied{}, err
 	}
 	if len(v) != 3 {
-		return countersApplied{}, errors.New("throttler: short reply from the counters script")
+		return core.CountersApplied{}, errors.New("throttler: short reply from the counters script")
 	}
-	var out countersApplied
+	var out core.CountersApplied
 	lim, _ := v[0].(int64)
-	out.limit = int(lim)
+	out.Limit = int(lim)
 	end, _ := v[1].(string)
-	out.end, _ = strconv.ParseInt(end, 10, 64)
+	out.End, _ = strconv.ParseInt(end, 10, 64)
 	zero, _ := v[2].(string)
-	out.zeroUntil, _ = strconv.ParseInt(zero, 10, 64)
+	out.ZeroUntil, _ = strconv.ParseInt(zero, 10, 64)
 	return out, nil
 }
 
-// readCounters counts the members of the first key scored in (from, to]
+// ReadCounters counts the members of the first key scored in (from, to]
 // and reads the lowered limit and the last back-off.
-func (s *redisStore) readCounters(ctx context.Context, from, to int64) (countersRead, error) {
+func (s *Store) ReadCounters(ctx context.Context, from, to int64) (core.CountersRead, error) {
 	var (
 		used *redis.IntCmd
 		meta *redis.FloatSliceCmd
@@ -184,24 +138,24 @@ func (s *redisStore) readCounters(ctx context.Context, from, to int64) (counters
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if to > from {
-				used = p.ZCount(ctx, s.wins[0].key, exclusive(from), itoa(to))
+				used = p.ZCount(ctx, s.wins[0].Key, exclusive(from), itoa(to))
 			}
-			meta = p.ZMScore(ctx, s.wins[0].key, limitMember, limitEndMember, backoffMember, backoffEndMember)
+			meta = p.ZMScore(ctx, s.wins[0].Key, LimitMember, LimitEndMember, BackoffMember, BackoffEndMember)
 			return nil
 		})
 		return err
 	})
 	if err != nil {
-		return countersRead{}, err
+		return core.CountersRead{}, err
 	}
-	var r countersRead
+	var r core.CountersRead
 	if used != nil {
-		r.used = int(used.Val())
+		r.Used = int(used.Val())
 	}
 	m := meta.Val()
 	if len(m) != 4 {
-		return countersRead{}, errors.New("throttler: short ZMSCORE reply")
+		return core.CountersRead{}, errors.New("throttler: short ZMSCORE reply")
 	}
-	r.limit, r.limitEnd, r.backoff, r.backoffEnd = metaValue(m[0]), metaValue(m[1]), metaValue(m[2]), metaValue(m[3])
+	r.Limit, r.LimitEnd, r.Backoff, r.BackoffEnd = MetaValue(m[0]), MetaValue(m[1]), MetaValue(m[2]), MetaValue(m[3])
 	return r, nil
 }

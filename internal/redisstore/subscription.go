@@ -1,4 +1,4 @@
-package throttler
+package redisstore
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// subscription is a Pub/Sub subscription to one channel, for the places in
+// Subscription is a Pub/Sub Subscription to one channel, for the places in
 // flight (wakes, see WithInFlight) and for news (see news.go). ready
 // receives a value each time Redis confirms the subscription, at first and
 // after go-redis reconnected it: messages published before may have been
@@ -22,11 +22,11 @@ import (
 // Only the subscription's own goroutine touches its *redis.PubSub once it
 // runs, Close included: PubSub.Close waits for a reconnect under way, and
 // neither the keeper nor a listener may block on that.
-type subscription struct {
-	ready, heard chan struct{}
-	done         chan struct{}
+type Subscription struct {
+	Ready, Heard chan struct{}
+	Done         chan struct{}
 	stop         atomic.Bool
-	closed       bool // read after done
+	Closed       bool // read after done
 
 	mu   sync.Mutex
 	msgs []string
@@ -37,12 +37,12 @@ type subscription struct {
 const subscriptionPoll = 250 * time.Millisecond
 
 // subscribe subscribes to channel; keep picks the messages kept for take.
-func (s *redisStore) subscribe(channel string, keep func(payload string) bool) *subscription {
-	w := &subscription{ready: make(chan struct{}, 1), heard: make(chan struct{}, 1), done: make(chan struct{})}
+func (s *Store) subscribe(channel string, keep func(payload string) bool) *Subscription {
+	w := &Subscription{Ready: make(chan struct{}, 1), Heard: make(chan struct{}, 1), Done: make(chan struct{})}
 	ctx := context.Background()
 	ps := s.rdb.Subscribe(ctx, channel)
 	go func() {
-		defer close(w.done)
+		defer close(w.Done)
 		defer ps.Close()
 		for !w.stop.Load() {
 			m, err := ps.ReceiveTimeout(ctx, subscriptionPoll)
@@ -51,20 +51,20 @@ func (s *redisStore) subscribe(channel string, keep func(payload string) bool) *
 			case errors.As(err, &ne) && ne.Timeout():
 				continue // a look at stop
 			case err != nil:
-				w.closed = errors.Is(err, redis.ErrClosed)
+				w.Closed = errors.Is(err, redis.ErrClosed)
 				return
 			}
 			switch m := m.(type) {
 			case *redis.Subscription:
 				if m.Kind == "subscribe" {
-					signal(w.ready)
+					signal(w.Ready)
 				}
 			case *redis.Message:
 				if keep(m.Payload) {
 					w.mu.Lock()
 					w.msgs = append(w.msgs, m.Payload)
 					w.mu.Unlock()
-					signal(w.heard)
+					signal(w.Heard)
 				}
 			}
 		}
@@ -72,8 +72,8 @@ func (s *redisStore) subscribe(channel string, keep func(payload string) bool) *
 	return w
 }
 
-// take returns the messages kept since it was last called.
-func (w *subscription) take() []string {
+// Take returns the messages kept since it was last called.
+func (w *Subscription) Take() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	m := w.msgs
@@ -81,11 +81,11 @@ func (w *subscription) take() []string {
 	return m
 }
 
-// close ends the subscription and waits for its goroutine, at most about
+// Close ends the subscription and waits for its goroutine, at most about
 // subscriptionPoll (or a reconnect's timeouts, when one is under way).
-func (w *subscription) close() {
+func (w *Subscription) Close() {
 	w.stop.Store(true)
-	<-w.done
+	<-w.Done
 }
 
 // signal sends on a channel of one value without blocking.

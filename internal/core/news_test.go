@@ -1,0 +1,38 @@
+package core
+
+import "testing"
+
+func TestNewsRoundTrip(t *testing.T) {
+	for _, n := range []News{{Pause: 1_795_500_000_123_456}, {Limit: 40, LimitEnd: 1_795_500_001_000_000, LimitSet: true}, {LimitSet: true}} {
+		got, ok := ParseNews(n.String())
+		if !ok || got != n {
+			t.Errorf("ParseNews(%q) = %+v, %v; want %+v", n.String(), got, ok, n)
+		}
+	}
+	for _, s := range []string{"", "p", "p x", "p -1", "l 3", "l 3 4 5", "q 1", "p 1 2"} {
+		if n, ok := ParseNews(s); ok {
+			t.Errorf("ParseNews(%q) = %+v, want no news", s, n)
+		}
+	}
+}
+
+// Whatever a channel carries, ParseNews neither panics nor accepts a
+// message it would not publish the same way.
+func FuzzParseNews(f *testing.F) {
+	for _, s := range []string{"p 1795500000123456", "l 40 1795500001000000", "l 0 0", "p -1", "", "l 3 4 5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, ok := ParseNews(s)
+		if !ok {
+			return
+		}
+		again, ok := ParseNews(n.String())
+		if !ok || again != n {
+			t.Fatalf("ParseNews(%q) = %+v, whose String %q parses to %+v, %v", s, n, n.String(), again, ok)
+		}
+		if n.Pause < 0 || n.Limit < 0 || n.LimitEnd < 0 {
+			t.Fatalf("ParseNews(%q) = %+v: a negative time or limit", s, n)
+		}
+	})
+}

@@ -1,0 +1,111 @@
+package core
+
+import "time"
+
+// Attempt is one reservation round trip, as the core plans it. For each
+// limit (window) of the Throttler, on its key, it gives back rejected
+// members, adds new members at the scores they would be admitted at,
+// counts the neighbourhood of each new score, and, near the limit, reads
+// the upcoming free slots; on the first limit's key it also reads the
+// values kept beside the calls (the marker, a shared pause, a lowered
+// limit, the margin in force) and checks that the store still holds the
+// window (Probe). A store applies it in one round trip; Reply is what it
+// read.
+//
+// Adding before counting makes the decision safe without atomicity: two
+// clients adding at once each count the other, so a race can only refuse a
+// call that would have fitted, never admit one too many. Exact attempts
+// (near the limit) are applied atomically: the count sees exactly the
+// state its own insert produced, so of two callers racing for the last
+// slot exactly one wins, and the free slots read agree with that count.
+type Attempt struct {
+	Remove   []string
+	Adds     []Entry
+	Checks   []int64 // distinct scores among Adds
+	Lims     []int   // the limit in force per window
+	Slots    int     // k: how many upcoming free slots to learn (0 = none)
+	PrioMask uint8   // the priorities (a bit per level) of its claims and of the calls still waiting
+	// By level, for the priorities in PrioMask that may fill less than the
+	// highest (see WithPriorityShare): their cap per window, whose free
+	// slots the round trip learns too (when Slots > 0). Empty otherwise.
+	LowCaps [Levels][]int
+	Exact   bool // MULTI/EXEC; otherwise a plain pipeline
+	Clock   bool // include TIME
+
+	// Trims, when Trim is set: members scored before TrimAt-w-TrimSlack
+	// (TrimAt is the server's last reading of its clock, never ahead of
+	// it), and after FutureAt.
+	Trim             bool
+	TrimAt, FutureAt int64
+
+	Expire bool            // include PEXPIRE
+	TTL0   time.Duration   // the first key's TTL (longer during a pause)
+	TTLs   []time.Duration // per window, filled in when sent
+
+	Soonest int64  // the score of a call that goes as soon as the reply is back
+	Probe   string // a member of ours that must still be in the set ("" = none)
+	Mark    bool   // write the marker
+	Pause   int64  // server µs: write a shared pause until then (a heal; 0 = none)
+	Room    int    // units of the batch (or fair share) left unclaimed
+	// The generation of the clock estimate the scores were computed with
+	// (see the throttler's clockView).
+	ClockGen uint64
+
+	// The margin (see the throttler's margin.go): the round's own, published before its
+	// members are added when it is positive and the round adds any; how
+	// much wider than each window its counts reach, each way; the largest
+	// margin in force it counted with (its own or one published); and how
+	// long its own stays in force (µs). Hold: the round claims nothing
+	// until the clock estimate is tighter.
+	Margin, Widen, WideUsed, WideFor int64
+	Hold                             bool
+
+	// Places in flight asked for (WithInFlight), in batch order: the
+	// round trip grants the first ones that fit.
+	Leases     []string
+	LeaseWakes uint64 // wakes heard when the attempt was planned
+	LeaseReady bool   // subscribed then: every later wake is heard
+	LeaseStay  bool   // waiters stay parked: keep this process in the line for places
+}
+
+// Reply is what an attempt's round trip returned.
+type Reply struct {
+	Counts [][]int64 // per window, per check
+	Tails  [][]Entry // per window
+	// By level, per window: the tails read for the attempt's lowCaps.
+	LowTails [Levels][][]Entry
+	Lost     bool // the probe member is gone: Redis lost the window
+	// The clock sample showed a clock step: the attempt's scores came
+	// from an estimate now known wrong, so its counts decide nothing.
+	Stepped bool
+	NoMark  bool // the marker member was missing before this attempt wrote it
+	// The server's clock as the round trip read it (zero = not read).
+	ServerTime time.Time
+	// The members that are not calls, in server µs (0 = absent): the
+	// Pause, the lowered Limit and its end, the largest margin published
+	// and its end.
+	Pause, Limit, LimitEnd int64
+	Wide, WideEnd          int64
+	// How many of the places asked for were granted (the first ones), and
+	// when the earliest live lease expires (server µs, 0 = none).
+	LeaseGranted  int
+	LeaseEarliest int64
+}
+
+// UsageRead is what a store's Usage read: the server's clock, the pause
+// and the lowered limit, and per limit the
+// calls counting now, those scored after now, and the member whose leaving
+// frees the next slot.
+type UsageRead struct {
+	Server   time.Time
+	Meta     Meta
+	Used     []int
+	Debt     []int
+	Reserved []int
+	Nth      [][]Entry
+	Lims     []int
+}
+
+// Levels is the number of priorities; level maps one to 0..Levels-1,
+// lowest first.
+const Levels = 3

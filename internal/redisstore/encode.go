@@ -1,0 +1,34 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+)
+
+// HashTag returns the part of key that Redis Cluster hashes: the text
+// between the first '{' and the next '}' when it is not empty, else the
+// whole key.
+func HashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// NewsChannel is the channel news about the quota at key is published on:
+// the key's own name.
+func NewsChannel(key string) string { return key }
+
+// trimFloor is the lowest score a trim removes: the marker sits below it.
+const trimFloor = "0"
+
+// exclusive formats an exclusive score bound, "(v".
+func exclusive(v int64) string {
+	var b [24]byte
+	return string(strconv.AppendInt(append(b[:0], '('), v, 10))
+}
+
+// itoa formats an inclusive score bound.
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
