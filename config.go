@@ -80,44 +80,35 @@ func (c *config) jitterSpan() time.Duration {
 
 // fairShare is how many slots a round near the limit may take: about a
 // thirty-second of the limit, so that the first process to wake does not
-// reserve a whole window ahead of the others, which wake at random points
-// of the jitter span and take their own shares. A share is what one turn
-// is worth: with many processes each gets few turns a window, and larger
-// turns make their counts lumpier (bench herd24, 24 processes on 100/s:
-// with a sixteenth, 7 slots, a process got a turn about every 1.7s, and
-// Jain's index over 9s was 0.72-0.88; see sharePause too).
+// reserve a whole window ahead of the others, which wake at random points of
+// the jitter span and take their own shares. A share is what one turn is
+// worth: with many processes each gets few turns a window, and larger turns
+// make their counts lumpier.
 func (c *config) fairShare() int {
 	return max(1, min(c.batchUnits(), (c.wins[0].Limit+31)/32))
 }
 
-// sharePause is how long a worker waits after taking a full share of
-// slots ahead of their time, when the next free slot is due in lead: its
-// turn is over. The others wake at a random point of the jitter span after
-// the slots they want come within reach; this worker waits a whole span,
-// then a random part of another, so that it comes back after them and
-// processes take turns, instead of the first to wake taking share after
-// share (bench herd24: Jain's index over 9s was 0.72-0.88 with a sixteenth
-// and a pause of at most a share's time, 0.96-1.00 with a thirty-second
-// and this pause; either alone gave about 0.95 in the simulator). The
-// pause ends, though, once the next free slot is within half of
-// reserve-ahead of its time: a process alone, with nobody to take the
-// turn, then takes share after share, one round trip each, and every slot
-// is still reserved well before it is due. A window frees slots in the
-// pattern it filled them in, often a burst, and a slot taken late stays
-// late in every later window (the simulation's calm seeds 8 and 64 used
-// 96-98% of the quota when the pause let a third of each burst come due).
+// sharePause is how long a worker waits after taking a full share of slots
+// ahead of their time, when the next free slot is due in lead: its turn is
+// over. The others wake at a random point of the jitter span after the slots
+// they want come within reach; this worker waits a whole span, then a random
+// part of another, so that it comes back after them and processes take turns,
+// instead of the first to wake taking share after share. The pause ends,
+// though, once the next free slot is within half of reserve-ahead of its time:
+// a process alone, with nobody to take the turn, then takes share after share,
+// one round trip each, and every slot is still reserved well before it is due.
+// A window frees slots in the pattern it filled them in, often a burst, and a
+// slot taken late stays late in every later window.
 func (c *config) sharePause(r *rand.Rand, lead time.Duration) time.Duration {
 	return min(c.jitterSpan()+c.jitter(r), max(0, lead-c.opt.ahead/2))
 }
 
-// ttl keeps every key alive for as long as its newest member can matter in
-// any of them: a member is at most ahead in the future and counts for the
-// longest window after its score. One TTL for every key: the first key,
-// which holds the marker, then lives as long as any other, so a marker
-// found missing within a TTL of a round trip that saw it tells that Redis
-// lost the window, whichever key holds the calls that still count
-// (simulation seed 2370: a second limit's 27s window was lost and went
-// unnoticed, the first's 7s TTL having passed).
+// ttl keeps every key alive for as long as its newest member can matter in any
+// of them: a member is at most ahead in the future and counts for the longest
+// window after its score. One TTL for every key: the first key, which holds
+// the marker, then lives as long as any other, so a marker found missing
+// within a TTL of a round trip that saw it tells that Redis lost the window,
+// whichever key holds the calls that still count.
 func (c *config) ttl() time.Duration {
 	return time.Duration(c.longestW())*time.Microsecond + c.opt.ahead + 2*time.Second
 }

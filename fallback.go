@@ -1,14 +1,13 @@
 package throttler
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
-	"github.com/redis/go-redis/v9"
+	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
 // retryRedisAfter is how long FailOpen and FallbackLocal serve calls without
@@ -38,7 +37,7 @@ func (t *Throttler) failLocked(batch []*waiter, a *core.Attempt, err error) time
 	}
 	now := t.now()
 	t.known.near = true
-	t.health.closed = errors.Is(err, redis.ErrClosed)
+	t.health.closed = redisstore.Closed(err)
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
@@ -123,7 +122,7 @@ func (t *Throttler) idleAfterFailureLocked(err error) time.Duration {
 	if len(t.queue) > 0 {
 		return 0
 	}
-	if errors.Is(err, redis.ErrClosed) {
+	if redisstore.Closed(err) {
 		t.owed.replay, t.owed.unscored, t.owed.healPause, t.owed.giveBack, t.owed.recheck = nil, nil, 0, nil, nil
 		return 0
 	}

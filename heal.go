@@ -57,10 +57,9 @@ func (t *Throttler) markDue() bool { return t.owed.mark || t.health.lastSeen == 
 func (t *Throttler) noticeLossLocked(a *core.Attempt, r core.Reply, now time.Time) bool {
 	// Our last round trip refreshed the key's TTL: if that was less than a
 	// TTL ago, the key cannot have expired on its own. Measured on the
-	// server's clock when the reply read it: a local clock stepped ahead by
-	// more than a TTL would otherwise make a window lost a moment ago look
-	// long expired (simulation seed 406: a replica whose clock stepped 3.3s
-	// wrote the marker back, saw no loss and admitted a sixth call).
+	// server's clock when the reply read it: a local clock stepped ahead
+	// by more than a TTL would otherwise make a window lost a moment ago
+	// look long expired.
 	at := t.clock.server(now)
 	if !r.ServerTime.IsZero() {
 		at = r.ServerTime.UnixMicro()
@@ -78,8 +77,7 @@ func (t *Throttler) noticeLossLocked(a *core.Attempt, r core.Reply, now time.Tim
 	}
 	// A probe given back since the round trip was planned (a settled
 	// surplus, an abandoned call) was removed by this process itself: its
-	// absence proves nothing (simulation seed 124, with permits settled at
-	// once, healed twice with nothing lost).
+	// absence proves nothing.
 	lost := r.Lost && t.health.journal.holds(a.Probe)
 	if !lost && !(missing && seenRecently) {
 		return false
@@ -90,14 +88,13 @@ func (t *Throttler) noticeLossLocked(a *core.Attempt, r core.Reply, now time.Tim
 
 // healLocked pauses every process on the key until the calls a lost window
 // held have all stopped counting: the newest of them was reserved at most
-// reserve-ahead from serverNow and counts for the longest window after
-// that, or, counted with margins (see margin.go), for as much again as the
-// widest spread a round may count with. serverNow is the server's own reading of its clock when the round
-// trip that saw the loss carried one: an estimate may be off by a local
-// clock step the same round trip straddled (simulation seed 153: a pause
-// computed 114ms short ended before it began, and 1,860 calls went in a
-// window of 1,463). The pause holds here at once and is written to Redis
-// with the next round trip, together with the marker.
+// reserve-ahead from serverNow and counts for the longest window after that,
+// or, counted with margins (see margin.go), for as much again as the widest
+// spread a round may count with. serverNow is the server's own reading of its
+// clock when the round trip that saw the loss carried one: an estimate may be
+// off by a local clock step the same round trip straddled. The pause holds
+// here at once and is written to Redis with the next round trip, together with
+// the marker.
 func (t *Throttler) healLocked(serverNow int64) {
 	end := serverNow + t.longestW() + t.opt.ahead.Microseconds()
 	if t.opt.buffer > 0 {

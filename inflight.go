@@ -2,13 +2,11 @@ package throttler
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // WithInFlight caps the calls in flight at once at n, across every process
@@ -386,7 +384,7 @@ func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
 		defer cancel()
 		if err := f(ctx); err != nil {
 			t.observeRedisError(err)
-			closed = closed || errors.Is(err, redis.ErrClosed)
+			closed = closed || redisstore.Closed(err)
 			t.mu.Lock()
 			t.logRedis(err, then)
 			t.mu.Unlock()

@@ -15,11 +15,10 @@ import (
 // process's calls only. It is guarded by the Throttler's mu.
 //
 // Its log is kept on the runtime's own clock (time.Now), never on the local
-// one (WithClock's): the share bounds this process's calls in real time,
-// and a local clock stepped ahead while Redis failed would otherwise age
-// every call of the log at once, and admit a second share within the
-// window (simulation seed 5417: a step of 156ms admitted 9 more calls of a
-// share of 9). Callers convert at the boundary.
+// one (WithClock's): the share bounds this process's calls in real time, and a
+// local clock stepped ahead while Redis failed would otherwise age every call
+// of the log at once, and admit a second share within the window. Callers
+// convert at the boundary.
 type localWindow struct {
 	limit int // the smallest share: the most one call may take at once
 	logs  []localLog

@@ -25,14 +25,12 @@ type owed struct {
 	healPause int64 // server µs: the end of a heal pause to write (0 = none); see heal.go
 
 	// A round trip that failed may still be applied, late: a stalled
-	// server reads the request of a connection its client closed after
-	// the requests of newer ones, in any order (simulation seed 1907: a
-	// member added by a round trip that timed out came in after the round
-	// trip that gave it back). So what a failed round trip added for its
-	// batch, or was to give back, goes with every round trip until one
-	// planned after a round trip succeeded, which reaches the server after
-	// every request it read before that success. A set: every failure in
-	// a row doubts the same members again.
+	// server reads the request of a connection its client closed after the
+	// requests of newer ones, in any order. So what a failed round trip
+	// added for its batch, or was to give back, goes with every round trip
+	// until one planned after a round trip succeeded, which reaches the
+	// server after every request it read before that success. A set: every
+	// failure in a row doubts the same members again.
 	recheck    map[string]struct{}
 	recheckDue bool  // one did: the next round trip carries recheck
 	latest     int64 // server µs: the latest score of a member in recheck (0 = none)

@@ -68,12 +68,12 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	out.immediate = slices.Grow(buf.immediate[:0], len(in.claims))[:len(in.claims)]
 	out.remaining = slices.Grow(buf.remaining[:0], len(in.claims))[:len(in.claims)]
 	for i, cl := range in.claims {
-		// Scored for when the reply arrives, which is now: a timer for the
-		// microseconds left would only add its own latency. Unless the
-		// reply came back much sooner than the round trip it was planned
-		// with (an estimate taken during a stall): then the call would go
-		// early by the difference (seed 803: a second early). Early by up
-		// to its early tolerance, and late by up to its allowance (see
+		// Scored for when the reply arrives, which is now: a timer for
+		// the microseconds left would only add its own latency. Unless
+		// the reply came back much sooner than the round trip it was
+		// planned with (an estimate taken during a stall): then the
+		// call would go early by the difference. Early by up to its
+		// early tolerance, and late by up to its allowance (see
 		// await), keeps two calls a limit apart an interval apart.
 		out.immediate[i] = cl.score <= a.Soonest && cl.score <= in.arrived+c.earlyTolerance()
 		out.remaining[i] = remaining(c, a, in.lims, r, cl, out.ok[i])

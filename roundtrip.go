@@ -22,9 +22,9 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 		// Trims of garbage far in the future take the estimate of the
 		// server's now instead: the last reading can be hours old in a
 		// process that made no round trip since, and "an hour past it"
-		// would then remove every live member (simulation seed 663). The
-		// estimate is off by half a round trip, or by a clock step not yet
-		// seen, far less than the hour.
+		// would then remove every live member. The estimate is off by
+		// half a round trip, or by a clock step not yet seen, far less
+		// than the hour.
 		a.FutureAt = max(a.TrimAt, t.clock.server(t.now())) + core.FutureBound
 	}
 	if a.Expire {
@@ -46,8 +46,7 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 	}
 	// Another round trip (an Allow's, the worker's) may have seen the step
 	// first: this one's sample then agrees with the restarted estimate,
-	// while its scores came from the old one. (Simulation seed 377: a
-	// claim scored 7.8s ahead was admitted at once.)
+	// while its scores came from the old one.
 	r.Stepped = r.Stepped || t.clock.since(a.ClockGen)
 	return r, nil
 }

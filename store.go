@@ -8,17 +8,18 @@ import (
 	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
-// store is everything the core asks of Redis, in the core's own terms: the
-// seam behind which redisStore speaks go-redis, and through which a test can
-// put a store that fails, delays or loses writes exactly where it wants.
-// Every method is bounded by its context's deadline, whatever the client:
-// redisStore returns at the deadline, or, where it leaves the client's own
-// socket timeouts to end the call (see redisStore.inline), within one
+// store is everything the worker asks of Redis, in the core's own terms:
+// the seam behind which redisstore.Store speaks go-redis, and through
+// which a test can put a store that fails, delays or loses writes exactly
+// where it wants. Every method is bounded by its context's deadline,
+// whatever the client: redisstore.Store returns at the deadline, or, where
+// it leaves the client's own socket timeouts to end the call, within one
 // socket write and one socket read, each within those timeouts, of the
-// later of the deadline and Redis's last answer. A context cancelled before
-// its deadline ends a call under way at once only where redisStore runs it
-// in a helper goroutine; go-redis itself sees a cancellation only while it
-// waits for a connection, dials or backs off before a retry.
+// later of the deadline and Redis's last answer. A context cancelled
+// before its deadline ends a call under way at once only where
+// redisstore.Store runs it in a helper goroutine; go-redis itself sees a
+// cancellation only while it waits for a connection, dials or backs off
+// before a retry.
 type store interface {
 	// Reserve sends one round's attempt (see attempt) and returns what it
 	// read. An error means the attempt may or may not have been applied.

@@ -160,12 +160,11 @@ func windowMicros(d time.Duration) int64 {
 	return int64((d+time.Microsecond-1)/time.Microsecond) + conversionSlack
 }
 
-// conversionSlack covers the conversion of a score to a caller's local
-// clock: each process reads its clock to the nanosecond but converts in
-// whole microseconds, so two processes may place the same score up to a
-// microsecond apart each. Without it, two calls scored exactly one window
-// apart by different processes could go up to 2µs less than a window
-// apart (seen in the simulation with a zero buffer, seeds 12, 20 and 34).
+// conversionSlack covers the conversion of a score to a caller's local clock:
+// each process reads its clock to the nanosecond but converts in whole
+// microseconds, so two processes may place the same score up to a microsecond
+// apart each. Without it, two calls scored exactly one window apart by
+// different processes could go up to 2µs less than a window apart.
 const conversionSlack = 2
 
 // Limit returns the number of calls allowed per interval, as given to New.

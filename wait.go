@@ -270,9 +270,8 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 // timer ran its course while the local clock (see WithClock) counted less:
 // that clock stepped back, and the estimate, which converts with it until a
 // sample shows the step, would have the call sleep on past its slot by as
-// much. (Simulation seed 567: a call went 543ms late, into the next
-// window's calls.) With the step known, the call is late and goes back
-// (see offScoreLocked). Should Redis not answer, the estimate stands.
+// much. With the step known, the call is late and goes back (see
+// offScoreLocked). Should Redis not answer, the estimate stands.
 func (t *Throttler) resampleAfterStep(ctx context.Context) {
 	if err := t.sampleClock(ctx); err != nil {
 		t.observeRedisError(err)

@@ -184,13 +184,12 @@ func (t *Throttler) round() (time.Duration, bool) {
 	case admitted == len(batch) && a.Room <= 0 && a.Exact && claims[len(claims)-1].score > a.Soonest:
 		// Took a full share of slots ahead of their time while other
 		// processes may want the same slots: let them have a turn. The
-		// pause ends before the next free slot comes near its time (see
-		// sharePause), so one process alone loses no slot to it. A share
-		// whose last slot was free already is no turn taken from anyone:
-		// more may be free, and every slot not taken now is lost for good
-		// (the window frees slots as far apart as the calls it holds), so
-		// the next round goes at once. (The simulation's calm seed 64, one
-		// process on 8 per 2.9s, used 83% of the quota with the pause.)
+		// pause ends before the next free slot comes near its time
+		// (see sharePause), so one process alone loses no slot to it.
+		// A share whose last slot was free already is no turn taken
+		// from anyone: more may be free, and every slot not taken now
+		// is lost for good (the window frees slots as far apart as the
+		// calls it holds), so the next round goes at once.
 		lead := t.opt.ahead // no free slot known: as if one came within reach now
 		if len(t.known.slots) > 0 {
 			lead = t.clock.local(t.known.slots[0]).Sub(t.now())

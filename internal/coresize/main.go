@@ -1,11 +1,13 @@
 // Command coresize prints the figures that say how much a reader must hold
-// to change the library's core: the fields of its biggest struct, its
-// longest functions, the places that change a waiter's reservation, and
-// the core's line count (the package's non-test Go files).
+// to change the library: per package, its line count (non-test Go
+// files), the fields of its biggest structs, the types with the most
+// methods and its longest functions; for the root, also the places that
+// change a waiter's reservation.
 //
-// Run it from the module root:
+// Run it from the module root, with the package directories to measure
+// (the root and the library's own packages by default):
 //
-//	go run ./internal/coresize
+//	go run ./internal/coresize [dir...]
 package main
 
 import (
@@ -20,8 +22,19 @@ import (
 )
 
 func main() {
+	dirs := os.Args[1:]
+	if len(dirs) == 0 {
+		dirs = []string{".", "internal/core", "internal/redisstore", "counters"}
+	}
+	for _, d := range dirs {
+		measure(d)
+	}
+}
+
+// measure prints the figures of the package in dir.
+func measure(dir string) {
 	fset := token.NewFileSet()
-	files, err := filepath.Glob("*.go")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		fail(err)
 	}
@@ -32,6 +45,7 @@ func main() {
 	var (
 		funcs   []fn
 		structs = map[string]int{}
+		methods = map[string]int{}
 		lines   int
 		code    int                // lines that are neither blank nor comments
 		sites   = map[string]int{} // function -> assignments to a waiter's reservation
@@ -68,6 +82,7 @@ func main() {
 			case *ast.FuncDecl:
 				name := n.Name.Name
 				if n.Recv != nil && len(n.Recv.List) > 0 {
+					methods[recv(n.Recv.List[0].Type)]++
 					name = recv(n.Recv.List[0].Type) + "." + name
 				}
 				l := fset.Position(n.End()).Line - fset.Position(n.Pos()).Line + 1
@@ -97,23 +112,22 @@ func main() {
 		})
 	}
 	sort.Slice(funcs, func(i, j int) bool { return funcs[i].lines > funcs[j].lines })
-	type kv struct {
-		k string
-		v int
+	fmt.Printf("%s: %d lines (%d of code, without comments and blank lines) in %d files\n", dir, lines, code, countNonTest(files))
+	fmt.Print("  biggest structs (fields):")
+	for _, s := range ranked(structs, 5) {
+		fmt.Printf(" %s,", s)
 	}
-	var ss []kv
-	for k, v := range structs {
-		ss = append(ss, kv{k, v})
+	fmt.Print("\n  most methods:")
+	for _, s := range ranked(methods, 5) {
+		fmt.Printf(" %s,", s)
 	}
-	sort.Slice(ss, func(i, j int) bool { return ss[i].v > ss[j].v || ss[i].v == ss[j].v && ss[i].k < ss[j].k })
-	fmt.Printf("core: %d lines (%d of code, without comments and blank lines) in %d files\n", lines, code, countNonTest(files))
-	fmt.Print("biggest structs (fields):")
-	for _, s := range ss[:min(5, len(ss))] {
-		fmt.Printf(" %s %d,", s.k, s.v)
-	}
-	fmt.Print("\nlongest functions (lines):")
+	fmt.Print("\n  longest functions (lines):")
 	for _, f := range funcs[:min(6, len(funcs))] {
 		fmt.Printf(" %s %d,", f.name, f.lines)
+	}
+	fmt.Println()
+	if len(sites) == 0 {
+		return
 	}
 	total, fns := 0, 0
 	var where []string
@@ -123,7 +137,7 @@ func main() {
 		where = append(where, fmt.Sprintf("%s %d", k, v))
 	}
 	sort.Strings(where)
-	fmt.Printf("\nplaces that change a waiter's reservation (assignments to its fields, calls of settle): %d in %d functions, %d of them set its state (%s)\n",
+	fmt.Printf("  places that change a waiter's reservation (assignments to its fields, calls of settle): %d in %d functions, %d of them set its state (%s)\n",
 		total, fns, states, strings.Join(where, ", "))
 }
 
@@ -152,6 +166,20 @@ func isWaiterState(e ast.Expr) bool {
 func isSettle(call *ast.CallExpr) bool {
 	sel, ok := call.Fun.(*ast.SelectorExpr)
 	return ok && (sel.Sel.Name == "settle" || sel.Sel.Name == "settleLocked")
+}
+
+// ranked returns the n largest of m as "name count", largest first.
+func ranked(m map[string]int, n int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		out = append(out, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return out
 }
 
 func recv(e ast.Expr) string {

@@ -19,11 +19,10 @@ import (
 // now (KEYS[3]; see releaseScript). It returns how many it granted and the
 // earliest live lease's expiry (server µs, 0 = none).
 //
-// An id already in the set counts as granted (its expiry renewed): the
-// script may run twice for one attempt, when the client sends a pipeline
-// again after a read that timed out, and the second run must not refuse
-// the place the first one granted (simulation seed 762: a place granted
-// and read as refused, left taken until its lease expired).
+// An id already in the set counts as granted (its expiry renewed): the script
+// may run twice for one attempt, when the client sends a pipeline again after
+// a read that timed out, and the second run must not refuse the place the
+// first one granted.
 //
 // A script rather than add-then-count: a refused id would stay in the set
 // until its process took it out, and every other process counting it in
@@ -69,13 +68,11 @@ return {granted, first[2] or '0'}
 // One process per place, not every waiting one: a release that woke them
 // all would cost a round trip per waiting process, all but one refused.
 //
-// A process in line not seen for ARGV[2] µs (KEYS[3]: when each last ran
-// the lease script) leaves the line without a wake: a process with waiters
-// for a place tries again at least every third of the ttl, so one silent
-// for a whole ttl was killed or is cut off from Redis, and a wake sent to
-// it would be lost, costing each live process in line behind it a third
-// of the ttl (simulation seed 5046: three processes killed in line, a cap
-// of 1, and the live process's five waiters kept 29s).
+// A process in line not seen for ARGV[2] µs (KEYS[3]: when each last ran the
+// lease script) leaves the line without a wake: a process with waiters for a
+// place tries again at least every third of the ttl, so one silent for a whole
+// ttl was killed or is cut off from Redis, and a wake sent to it would be
+// lost, costing each live process in line behind it a third of the ttl.
 var ReleaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local stale = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[2])

@@ -526,3 +526,7 @@ end
 redis.call('ZADD', KEYS[1], string.format('%.0f', -x), ARGV[3], string.format('%.0f', -e), ARGV[4])
 return 1
 `)
+
+// Closed reports whether err says the client was closed: it will never
+// answer again.
+func Closed(err error) bool { return errors.Is(err, redis.ErrClosed) }
