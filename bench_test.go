@@ -116,7 +116,7 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				admit(claims, checks, counts, capsOf(1000), 1000, nil)
+				admit(claims, checks, counts, nil, capsOf(1000), 1000, nil)
 			}
 		})
 	}

@@ -121,9 +121,15 @@ func remaining(c *config, a *core.Attempt, lims []int, r core.Reply, cl claim, o
 // attempt, which can only refuse more, never admit more.
 func decide(c *config, a *core.Attempt, lims []int, r core.Reply, claims []claim, ok []bool) []bool {
 	wins := c.wins
-	ok = admit(claims, a.Checks, r.Counts[0], c.caps(lims[0]), wins[0].W+a.Widen, ok)
+	peaks := func(wi int) []int64 {
+		if r.Peaks == nil {
+			return nil
+		}
+		return r.Peaks[wi]
+	}
+	ok = admit(claims, a.Checks, r.Counts[0], peaks(0), c.caps(lims[0]), wins[0].W+a.Widen, ok)
 	for wi := 1; wi < len(wins); wi++ {
-		more := admit(claims, a.Checks, r.Counts[wi], c.caps(lims[wi]), wins[wi].W+a.Widen, nil)
+		more := admit(claims, a.Checks, r.Counts[wi], peaks(wi), c.caps(lims[wi]), wins[wi].W+a.Widen, nil)
 		for i := range ok {
 			ok[i] = ok[i] && more[i]
 		}

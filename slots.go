@@ -15,7 +15,10 @@ import (
 //
 // where w = interval + buffer. A member added at score g leaves it intact
 // when the members already within (g-w, g+w) number at most limit-1: every
-// window that holds g lies inside that range.
+// window that holds g lies inside that range. Near the limit, under
+// several limits, where a slot between members more than w apart must not
+// be refused for the sum of both sides, rounds also read the fullest
+// window that holds g (its peak: see redisstore.PeakScript).
 
 // claim is one caller's request within a reservation attempt: n members, all
 // added at the same score.
@@ -29,18 +32,24 @@ type claim struct {
 // admit decides which claims of one attempt keep their members. All claims'
 // members were added to the set before counting, so counts[i] (the members
 // within (checks[i]-w, checks[i]+w) after the insert) includes every member of
-// the attempt near checks[i]. checks must hold every claim's score.
+// the attempt near checks[i]. checks must hold every claim's score. peaks,
+// when not nil, holds for each check the most members not the attempt's
+// own in any one window holding it (see core.Reply.Peaks): it stands for
+// the count less the attempt's members (-1: not read), and is exact where the count
+// would add up members on both sides of the check that no window holds
+// together.
 //
 // Claims are kept greedily in order: a claim is kept when, with it and the
-// claims kept before it, no checked neighbourhood within w of it exceeds
-// the cap of its priority (caps, none above the limit). Because each count
-// was taken after the attempt's own members were added, a kept claim
-// satisfies the invariant whatever any other client does, in a transaction
-// or not: a client that adds members later counts ours, including those
-// about to be removed, and one that added earlier was counted here.
+// claims kept before it within w, no checked score within w of it would see
+// more than the cap of its priority (caps, none above the limit) in a
+// window holding it. Because each count was taken after the attempt's own
+// members were added, a kept claim satisfies the invariant whatever any
+// other client does, in a transaction or not: a client that adds members
+// later counts ours, including those about to be removed, and one that
+// added earlier was counted here.
 //
 // The result is appended to ok[:0], whose storage it may reuse.
-func admit(claims []claim, checks []int64, counts []int64, caps levelCaps, w int64, ok []bool) []bool {
+func admit(claims []claim, checks []int64, counts, peaks []int64, caps levelCaps, w int64, ok []bool) []bool {
 	var othersBuf, keptBuf [16]int64
 	others, kept := othersBuf[:0], keptBuf[:0]
 	if len(checks) > len(othersBuf) {
@@ -50,6 +59,10 @@ func admit(claims []claim, checks []int64, counts []int64, caps levelCaps, w int
 	others, kept = others[:len(checks)], kept[:len(checks)]
 	clear(kept)
 	for i, h := range checks {
+		if peaks != nil && peaks[i] >= 0 {
+			others[i] = peaks[i]
+			continue
+		}
 		var ours int64
 		for _, c := range claims {
 			if near(c.score, h, w) {

@@ -3,6 +3,7 @@ package throttler
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -17,6 +18,19 @@ func bruteFits(set []int64, g int64, n, limit int, w int64) bool {
 		all[len(set)+i] = g
 	}
 	return maxInWindow(all, w) <= limit
+}
+
+// keepClaims is set with the members of the claims ok keeps.
+func keepClaims(set []int64, claims []claim, ok []bool) []int64 {
+	kept := append([]int64(nil), set...)
+	for i, c := range claims {
+		if ok[i] {
+			for range c.n {
+				kept = append(kept, c.score)
+			}
+		}
+	}
+	return kept
 }
 
 func TestAdmitMatchesBruteForce(t *testing.T) {
@@ -59,16 +73,8 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 				}
 			}
 		}
-		ok := admit(claims, checks, counts, capsOf(limit), w, nil)
-		kept := append([]int64(nil), set...)
-		for i, c := range claims {
-			if ok[i] {
-				for range c.n {
-					kept = append(kept, c.score)
-				}
-			}
-		}
-		if got := maxInWindow(kept, w); got > limit {
+		ok := admit(claims, checks, counts, nil, capsOf(limit), w, nil)
+		if got := maxInWindow(keepClaims(set, claims, ok), w); got > limit {
 			t.Fatalf("iter %d: set %v, claims %v, limit %d, w %d: kept %v gives a window of %d",
 				iter, set, claims, limit, w, ok, got)
 		}
@@ -82,6 +88,25 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 		if len(claims) == 1 && atTail && ok[0] != bruteFits(set, claims[0].score, claims[0].n, limit, w) {
 			t.Fatalf("iter %d: set %v, claim %v, limit %d, w %d: admit says %v, brute force disagrees",
 				iter, set, claims[0], limit, w, ok[0])
+		}
+		// With the peaks an exact attempt reads, the same holds, and a lone
+		// claim anywhere is kept exactly when it fits.
+		sorted := slices.Sorted(slices.Values(set))
+		peaks := make([]int64, len(checks))
+		for i, h := range checks {
+			peaks[i] = core.Peak(sorted, h, w)
+			if counts[i] <= int64(limit) {
+				peaks[i] = -1 // as PeakScript answers: the count decides
+			}
+		}
+		ok = admit(claims, checks, counts, peaks, capsOf(limit), w, nil)
+		if got := maxInWindow(keepClaims(set, claims, ok), w); got > limit {
+			t.Fatalf("iter %d: set %v, claims %v, limit %d, w %d: with peaks %v, kept %v gives a window of %d",
+				iter, set, claims, limit, w, peaks, ok, got)
+		}
+		if len(claims) == 1 && ok[0] != bruteFits(set, claims[0].score, claims[0].n, limit, w) {
+			t.Fatalf("iter %d: set %v, claim %v, limit %d, w %d: with peaks %v admit says %v, brute force disagrees",
+				iter, set, claims[0], limit, w, peaks, ok[0])
 		}
 	}
 }
@@ -198,7 +223,7 @@ func FuzzAdmitKeepsInvariant(f *testing.F) {
 				}
 			}
 		}
-		ok := admit(claims, checks, counts, capsOf(limit), w, nil)
+		ok := admit(claims, checks, counts, nil, capsOf(limit), w, nil)
 		for i, c := range claims {
 			if ok[i] {
 				for range c.n {

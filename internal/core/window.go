@@ -34,3 +34,28 @@ const FutureBound = int64(time.Hour / time.Microsecond)
 // DebtPrefix starts the members a Settle adds as debt, so that Usage can
 // tell them from calls (they count the same).
 const DebtPrefix = "\x00d"
+
+// Peak is the most of scores (ascending) in any one window (t-w, t] that
+// holds g, that is with g <= t < g+w: what PeakScript computes in Redis
+// for an exact attempt (see Reply.Peaks). Such a window holds the most at
+// t = g or at a score, and both its ends only move forward as t does.
+func Peak(scores []int64, g, w int64) int64 {
+	var peak int64
+	lo, hi := 0, 0 // the window's scores are scores[lo:hi]
+	at := func(t int64) {
+		for hi < len(scores) && scores[hi] <= t {
+			hi++
+		}
+		for lo < hi && scores[lo] <= t-w {
+			lo++
+		}
+		peak = max(peak, int64(hi-lo))
+	}
+	at(g)
+	for _, s := range scores {
+		if s > g && s < g+w {
+			at(s)
+		}
+	}
+	return peak
+}

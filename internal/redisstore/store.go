@@ -52,7 +52,8 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (when the attempt trims)
 //	ZREMRANGEBYSCORE key (<now+1h> +inf
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
-//	ZCOUNT key (<g-w> (<g+w>                    (once per distinct score g)
+//	ZCOUNT key (<g-w> (<g+w>                    (plain attempts: once per distinct score g)
+//	EVAL <PeakScript> key <w> <g>...            (exact attempts with several limits: the same counts, and each g's peak)
 //	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
 //	PEXPIRE key <ttl>                           (at most every second, and on a new key)
 //	... the same for the key of every other limit (WithLimit) ...
@@ -83,7 +84,7 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 	if err != nil {
 		return core.Reply{}, err
 	}
-	return cmds.reply(), nil
+	return cmds.reply()
 }
 
 // attemptCmds are the commands of one attempt's round trip, queued on a
@@ -92,7 +93,8 @@ type attemptCmds struct {
 	s      *Store
 	a      *core.Attempt
 	ctx    context.Context // the round trip's
-	counts []*redis.IntCmd // window by window
+	counts []*redis.IntCmd // window by window (plain attempts)
+	peaks  []*redis.Cmd    // per window (exact attempts: see PeakScript)
 	tails  []*redis.ZSliceCmd
 	// By level: the tails for the attempt's lowCaps.
 	lowTails [core.Levels][]*redis.ZSliceCmd
@@ -143,9 +145,13 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		if len(add) > 0 {
 			p.ZAdd(ctx, x.Key, add...)
 		}
-		for _, g := range a.Checks {
-			w := x.W + a.Widen
-			c.counts = append(c.counts, p.ZCount(ctx, x.Key, exclusive(g-w), exclusive(g+w)))
+		switch w := x.W + a.Widen; {
+		case a.Exact && len(a.Checks) > 0 && len(s.wins) > 1:
+			c.peaks = append(c.peaks, c.peakCmd(p, x.Key, w, a.Lims[wi]))
+		default:
+			for _, g := range a.Checks {
+				c.counts = append(c.counts, p.ZCount(ctx, x.Key, exclusive(g-w), exclusive(g+w)))
+			}
 		}
 		if a.Slots > 0 {
 			c.tails = append(c.tails, c.tail(p, x.Key, a.Lims[wi]))
@@ -190,7 +196,7 @@ func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSli
 }
 
 // reply reads the commands' results.
-func (c *attemptCmds) reply() core.Reply {
+func (c *attemptCmds) reply() (core.Reply, error) {
 	s, a := c.s, c.a
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
@@ -219,12 +225,22 @@ func (c *attemptCmds) reply() core.Reply {
 		r.ServerTime = c.clock.Val()
 	}
 	c.leaseReply(&r)
-	flat := make([]int64, len(c.counts))
-	for i, cmd := range c.counts {
-		flat[i] = cmd.Val()
-	}
-	for wi := range s.wins {
-		r.Counts[wi] = flat[wi*len(a.Checks) : (wi+1)*len(a.Checks)]
+	if c.peaks != nil {
+		r.Peaks = make([][]int64, len(s.wins))
+		for wi, cmd := range c.peaks {
+			var err error
+			if r.Counts[wi], r.Peaks[wi], err = readPeaks(cmd, len(a.Checks)); err != nil {
+				return core.Reply{}, err
+			}
+		}
+	} else {
+		flat := make([]int64, len(c.counts))
+		for i, cmd := range c.counts {
+			flat[i] = cmd.Val()
+		}
+		for wi := range s.wins {
+			r.Counts[wi] = flat[wi*len(a.Checks) : (wi+1)*len(a.Checks)]
+		}
 	}
 	if a.Slots > 0 {
 		r.Tails = make([][]core.Entry, len(s.wins))
@@ -237,7 +253,7 @@ func (c *attemptCmds) reply() core.Reply {
 			}
 		}
 	}
-	return r
+	return r, nil
 }
 
 func (s *Store) Remove(ctx context.Context, members []string) error {
