@@ -76,6 +76,6 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 		}
 		return r, nil
 	}
-	t.observeAllowed(n)
+	t.stats.allowed(n)
 	return Result{Allowed: true, Remaining: res.remaining}, nil
 }

@@ -181,7 +181,7 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 	got, err := t.st.ApplyCounters(rctx, a)
 	cancel()
 	if err != nil {
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 		return
 	}
 	t.mu.Lock()
@@ -218,7 +218,7 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
 		cancel()
 		switch {
 		case err != nil:
-			t.observeRedisError(err)
+			t.stats.redisError(err)
 		case got.BackoffEnd > serverNow:
 			return // a back-off is under way: this call went before it
 		case got.Backoff > 0 && serverNow-got.BackoffEnd < got.Backoff:

@@ -35,64 +35,79 @@ func (t *Throttler) failLocked(batch []*waiter, a *core.Attempt, err error) time
 			}
 		}
 	}
-	now := t.now()
 	t.known.near = true
 	t.health.closed = redisstore.Closed(err)
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.logRedis(err, "calls admitted without throttling")
-		t.degradeLocked()
-		// The batch's calls go. Their members, which may have reached
-		// Redis, are given back (above): a clock estimate a step made
-		// wrong may have scored them far ahead, where they would count at
-		// the wrong time. The calls count anew, at the time they go, on
-		// the runtime's clock (see serverByRuntime).
-		at := t.afterPauseLocked(now)
-		rtAt := time.Now().Add(at.Sub(now))
-		for _, w := range batch {
-			if t.admitDegradedLocked(w, at, time.Time{}) && w.caller == present {
-				t.replayLocked(rtAt, at, w.n)
-			}
-		}
-		t.serveDegradedLocked(now)
-		return t.idleAfterFailureLocked(err)
+		t.failOpenLocked(batch)
 	case policyLocal:
 		t.logRedis(err, "calls throttled locally")
-		t.degradeLocked()
-		var requeue []*waiter
-		for _, w := range batch {
-			if w.caller != present {
-				t.unholdLocked(w)
-				w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
-				continue
-			}
-			t.requeueLocked(w)
-			requeue = append(requeue, w)
-		}
-		t.pushFrontLocked(requeue)
-		if d := t.serveDegradedLocked(now); len(t.queue) > 0 {
+		if d, serving := t.fallBackLocked(batch, err); serving {
 			return d
 		}
-		return t.idleAfterFailureLocked(err)
 	default:
 		t.logRedis(err, "calls fail")
-		e := redisError(err)
-		for _, w := range batch {
-			stale := w.res.held() // a leaving caller gives them back itself
-			if w.caller != leaving {
-				t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-				stale = w.res.stale
-			}
-			w.settle(reservation{state: stFailed, err: e, stale: stale})
-		}
-		// Fail the whole queue: while Redis hangs, no waiter should sit out
-		// one timeout per batch ahead of it.
-		for _, w := range t.queue {
-			w.settle(reservation{state: stFailed, err: e, stale: w.res.stale})
-		}
-		t.queue = t.queue[:0]
-		return t.idleAfterFailureLocked(err)
+		t.failAllLocked(batch, err)
 	}
+	return t.idleAfterFailureLocked(err)
+}
+
+// failOpenLocked admits the batch's calls without Redis (FailOpen). Their
+// members, which may have reached Redis, were given back (see failLocked):
+// a clock estimate a step made wrong may have scored them far ahead, where
+// they would count at the wrong time. The calls count anew, at the time
+// they go, on the runtime's clock (see serverByRuntime).
+func (t *Throttler) failOpenLocked(batch []*waiter) {
+	t.degradeLocked()
+	now := t.now()
+	at := t.afterPauseLocked(now)
+	rtAt := time.Now().Add(at.Sub(now))
+	for _, w := range batch {
+		if t.admitDegradedLocked(w, at, time.Time{}) && w.caller == present {
+			t.replayLocked(rtAt, at, w.n)
+		}
+	}
+	t.serveDegradedLocked(now)
+}
+
+// fallBackLocked queues the batch's calls again for the local window
+// (FallbackLocal), and serves it; serving reports that calls still wait,
+// to be served again after d.
+func (t *Throttler) fallBackLocked(batch []*waiter, err error) (d time.Duration, serving bool) {
+	t.degradeLocked()
+	var requeue []*waiter
+	for _, w := range batch {
+		if w.caller != present {
+			t.unholdLocked(w)
+			w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
+			continue
+		}
+		t.requeueLocked(w)
+		requeue = append(requeue, w)
+	}
+	t.pushFrontLocked(requeue)
+	d = t.serveDegradedLocked(t.now())
+	return d, len(t.queue) > 0
+}
+
+// failAllLocked fails the batch's calls and the whole queue with err
+// (FailClosed): while Redis hangs, no waiter should sit out one timeout
+// per batch ahead of it.
+func (t *Throttler) failAllLocked(batch []*waiter, err error) {
+	e := redisError(err)
+	for _, w := range batch {
+		stale := w.res.held() // a leaving caller gives them back itself
+		if w.caller != leaving {
+			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+			stale = w.res.stale
+		}
+		w.settle(reservation{state: stFailed, err: e, stale: stale})
+	}
+	for _, w := range t.queue {
+		w.settle(reservation{state: stFailed, err: e, stale: w.res.stale})
+	}
+	t.queue = t.queue[:0]
 }
 
 // admitDegradedLocked admits w without Redis, to go at at (its slot in the
@@ -269,9 +284,7 @@ func (t *Throttler) trimReplayLocked(serverNow int64) {
 // FailOpen and FallbackLocal policies.
 func (t *Throttler) degradeLocked() {
 	if t.health.degraded.IsZero() {
-		if o := t.opt.observer.Degraded; o != nil {
-			o(true)
-		}
+		t.stats.degraded(true)
 	}
 	t.health.degraded = time.Now().Add(retryRedisAfter)
 }
@@ -289,9 +302,7 @@ func (t *Throttler) recovered() {
 			// local window, as well as to Redis's.
 			t.health.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
 		}
-		if o := t.opt.observer.Degraded; o != nil {
-			o(false)
-		}
+		t.stats.degraded(false)
 	}
 }
 

@@ -174,7 +174,7 @@ func (t *Throttler) grantLeasesLocked(a *core.Attempt, r core.Reply, batch []*wa
 // subscription takes try again when it does.
 func (t *Throttler) parkLocked(w *waiter, a *core.Attempt) (requeue bool) {
 	l := t.lease
-	t.observePlaceWait()
+	t.stats.placeWait()
 	if l.ready && (!a.LeaseReady || l.wakes != a.LeaseWakes) {
 		return true
 	}
@@ -196,7 +196,7 @@ func (t *Throttler) parkBehindLocked(w *waiter) bool {
 		return false
 	}
 	l.parked = append(l.parked, w)
-	t.observePlaceWait()
+	t.stats.placeWait()
 	return true
 }
 
@@ -383,7 +383,7 @@ func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 		defer cancel()
 		if err := f(ctx); err != nil {
-			t.observeRedisError(err)
+			t.stats.redisError(err)
 			closed = closed || redisstore.Closed(err)
 			t.mu.Lock()
 			t.logRedis(err, then)
@@ -432,7 +432,7 @@ func (t *Throttler) InFlight(ctx context.Context) (taken, limit int, err error) 
 	defer cancel()
 	n, err := t.st.LiveLeases(ctx)
 	if err != nil {
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 		return 0, 0, redisError(err)
 	}
 	return n, t.lease.N, nil

@@ -124,10 +124,7 @@ func (t *Throttler) learnMetaLocked(r core.Reply) {
 // observer when it did.
 func (t *Throttler) pauseLocked(end int64) {
 	if t.shared.pauseUntil(end) {
-		t.stats.pauses.Add(1)
-		if o := t.opt.observer.Paused; o != nil {
-			o(t.clock.local(end))
-		}
+		t.stats.paused(t.clock.local(end))
 	}
 }
 
@@ -135,7 +132,7 @@ func (t *Throttler) pauseLocked(end int64) {
 // and tells the observer when the limit in force changed.
 func (t *Throttler) lowerLocked(n int, till int64) {
 	before, after := t.shared.lower(n, till, t.wins[0].Limit)
-	if o := t.opt.observer.LimitChanged; o != nil && after != before {
-		o(after)
+	if after != before {
+		t.stats.limitChanged(after)
 	}
 }

@@ -40,50 +40,52 @@ type newsState struct {
 	kick     chan struct{} // wakes the listener: the last sleeper woke
 }
 
-// newsWantedLocked reports whether the process has calls that news
-// concerns: calls sleeping toward their slot. (A queued call learns of a
-// pause or a lowered limit with the round trip that reserves it.)
-func (t *Throttler) newsWantedLocked() bool { return t.news.sleeping > 0 }
+// wanted reports whether the process has calls that news concerns: calls
+// sleeping toward their slot. (A queued call learns of a pause or a
+// lowered limit with the round trip that reserves it.)
+func (n *newsState) wanted() bool { return n.sleeping > 0 }
 
 // minNewsSleep is the shortest sleep toward a slot that starts a listener:
 // news about a slot a few milliseconds away could not come in time.
 const minNewsSleep = 5 * time.Millisecond
 
-// listenLocked starts the listener when calls wait and none runs.
-func (t *Throttler) listenLocked() {
-	if t.news.running || !t.newsWantedLocked() {
-		return
+// sleep registers a call about to sleep d toward its slot, and returns
+// the channel that news closes, and whether a listener is to start (it
+// is then counted as running).
+func (n *newsState) sleep(d time.Duration) (woke <-chan struct{}, start bool) {
+	n.sleeping++
+	if n.woke == nil {
+		n.woke = make(chan struct{})
 	}
-	t.news.running = true
-	if t.news.kick == nil {
-		t.news.kick = make(chan struct{}, 1)
+	if d >= minNewsSleep && !n.running {
+		n.running, start = true, true
+		if n.kick == nil {
+			n.kick = make(chan struct{}, 1)
+		}
 	}
-	go t.listen()
+	return n.woke, start
 }
 
-// sleepLocked registers a call about to sleep d toward its slot, and
-// returns the channel that news closes.
-func (t *Throttler) sleepLocked(d time.Duration) <-chan struct{} {
-	t.news.sleeping++
-	if t.news.woke == nil {
-		t.news.woke = make(chan struct{})
-	}
-	if d >= minNewsSleep {
-		t.listenLocked()
-	}
-	return t.news.woke
-}
-
-// wakeLocked ends what sleepLocked began.
-func (t *Throttler) wakeLocked() {
-	t.news.sleeping--
-	if !t.newsWantedLocked() && t.news.running {
+// wake ends what sleep began.
+func (n *newsState) wake() {
+	n.sleeping--
+	if !n.wanted() && n.running {
 		// The listener lingers from now on.
 		select {
-		case t.news.kick <- struct{}{}:
+		case n.kick <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// sleepLocked registers a call about to sleep d toward its slot, starts
+// the listener when none runs, and returns the channel that news closes.
+func (t *Throttler) sleepLocked(d time.Duration) <-chan struct{} {
+	woke, start := t.news.sleep(d)
+	if start {
+		go t.listen()
+	}
+	return woke
 }
 
 // listen is the listener goroutine: it subscribes, applies what it hears,
@@ -100,48 +102,29 @@ func (t *Throttler) listen() {
 		}
 	}()
 	for {
-		t.mu.Lock()
-		now := t.now()
-		if t.newsWantedLocked() {
-			lingerTill = time.Time{}
-		} else if lingerTill.IsZero() {
-			lingerTill = now.Add(newsLinger)
-		}
-		if !lingerTill.IsZero() && !now.Before(lingerTill) {
-			t.news.running = false
-			t.mu.Unlock()
+		now, kick, ok := t.lingering(&lingerTill)
+		if !ok {
 			return
 		}
-		kick := t.news.kick
-		t.mu.Unlock()
 		if watch == nil && !now.Before(retryAt) {
 			watch = t.st.WatchNews(redisstore.NewsChannel(t.wins[0].Key))
 		}
 		var heard, ready, lost <-chan struct{}
+		wake := lingerTill
 		if watch != nil {
 			heard, ready, lost = watch.Heard, watch.Ready, watch.Done
-		}
-		wake := lingerTill
-		if watch == nil {
+		} else {
 			wake = minTime(nonZero(wake, retryAt), retryAt)
 		}
-		var (
-			timer <-chan time.Time
-			tm    *time.Timer
-		)
+		var timer <-chan time.Time
+		var tm *time.Timer
 		if !wake.IsZero() {
 			tm = time.NewTimer(max(0, wake.Sub(now)))
 			timer = tm.C
 		}
 		select {
 		case <-heard:
-			t.mu.Lock()
-			for _, m := range watch.Take() {
-				if n, ok := core.ParseNews(m); ok {
-					t.newsLocked(n)
-				}
-			}
-			t.mu.Unlock()
+			t.hear(watch.Take())
 		case <-ready:
 			// News published before the subscription took, or while the
 			// connection was down, was not heard: read what it said.
@@ -165,6 +148,37 @@ func (t *Throttler) listen() {
 	}
 }
 
+// lingering tells the listener whether to go on (ok), and, when it goes
+// on, the time and what wakes it when the last sleeper wakes. It starts
+// the linger when no call waits (lingerTill), and ends the listener when
+// the linger is over.
+func (t *Throttler) lingering(lingerTill *time.Time) (now time.Time, kick <-chan struct{}, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now = t.now()
+	if t.news.wanted() {
+		*lingerTill = time.Time{}
+	} else if lingerTill.IsZero() {
+		*lingerTill = now.Add(newsLinger)
+	}
+	if !lingerTill.IsZero() && !now.Before(*lingerTill) {
+		t.news.running = false
+		return now, nil, false
+	}
+	return now, t.news.kick, true
+}
+
+// hear applies the news messages heard.
+func (t *Throttler) hear(msgs []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range msgs {
+		if n, ok := core.ParseNews(m); ok {
+			t.newsLocked(n)
+		}
+	}
+}
+
 // nonZero returns a unless it is zero, else b.
 func nonZero(a, b time.Time) time.Time {
 	if a.IsZero() {
@@ -180,7 +194,7 @@ func (t *Throttler) readNews() {
 	defer cancel()
 	r, err := t.st.ReadMeta(ctx)
 	if err != nil {
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 		return
 	}
 	t.mu.Lock()

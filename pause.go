@@ -74,7 +74,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		t.nudge()
 	}
 	if syncErr != nil {
-		t.observeRedisError(syncErr)
+		t.stats.redisError(syncErr)
 		return redisError(syncErr)
 	}
 	ttl := t.ttl()
@@ -88,7 +88,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		t.mu.Lock()
 		t.logRedis(err, "the change was not written")
 		t.mu.Unlock()
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 		return redisError(err)
 	}
 	return nil

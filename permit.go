@@ -49,7 +49,7 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 // It counts one wait in Stats, however many times it waited.
 func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *Permit, err error) {
 	start := t.now()
-	defer func() { t.observeWait(n, start, err) }()
+	defer func() { t.stats.wait(n, t.now().Sub(start), err) }()
 	for {
 		res, lease, err := t.waitSlot(ctx, where, n, true)
 		if err != nil {
@@ -119,10 +119,7 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 	}
 	p.once.Do(func() {
 		t := p.t
-		t.stats.settled.Add(1)
-		if o := t.opt.observer.Settled; o != nil {
-			o(p.estimate, actual)
-		}
+		t.stats.settle(p.estimate, actual)
 		p.err = t.settle(ctx, p, actual)
 	})
 	p.Done()
@@ -148,12 +145,12 @@ func (p *Permit) Done() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 		defer cancel()
 		if err := t.st.ReleaseLeases(ctx, []string{p.lease}, 0); err != nil {
-			t.observeRedisError(err)
+			t.stats.redisError(err)
 			t.mu.Lock()
 			t.giveLeaseBackLocked(p.lease) // the keeper tries once more
 			t.mu.Unlock()
 		}
-		t.observeInFlight(-1)
+		t.stats.inFlightBy(-1)
 	})
 }
 

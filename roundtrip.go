@@ -37,7 +37,7 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 	r, err := t.st.Reserve(ctx, a)
 	recv := t.now()
 	if err != nil {
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 		return core.Reply{}, err
 	}
 	t.stats.roundTrips.Add(1)
@@ -128,7 +128,7 @@ func (t *Throttler) release(ctx context.Context, members []string) error {
 // next round trip that works writes, which a worker makes even in a
 // process that only calls Allow.
 func (t *Throttler) writeLater(err error, then string, owe func(*owed)) {
-	t.observeRedisError(err)
+	t.stats.redisError(err)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	owe(&t.owed)

@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -75,18 +74,6 @@ type Stats struct {
 	// error past a quarter of the buffer, here or on another replica, or
 	// calls woken late, asked for a margin (see WithBuffer).
 	ClockError, Margin time.Duration
-}
-
-// statCounters are the Stats counters that are not state.
-type statCounters struct {
-	admitted, waits, abandoned, failed, refused atomic.Uint64
-	roundTrips, redisErrors, pauses             atomic.Uint64
-	heals, lateWakes                            atomic.Uint64
-	settled, returned, debt                     atomic.Uint64
-	placeWaits                                  atomic.Uint64
-	rejected                                    [numRejections]atomic.Uint64
-	inFlight                                    atomic.Int64
-	waited                                      atomic.Int64 // nanoseconds
 }
 
 // Stats returns a snapshot of t's counters and state. It takes no Redis
@@ -172,57 +159,6 @@ func WithObserver(o Observer) Option {
 	}
 }
 
-// observePlaceWait counts a call that found every place in flight taken.
-func (t *Throttler) observePlaceWait() {
-	t.stats.placeWaits.Add(1)
-	if o := t.opt.observer.PlaceWait; o != nil {
-		o()
-	}
-}
-
-// observeInFlight counts a place taken (+1) or given back (-1).
-func (t *Throttler) observeInFlight(delta int64) {
-	n := t.stats.inFlight.Add(delta)
-	if o := t.opt.observer.InFlight; o != nil {
-		o(int(n))
-	}
-}
-
-func (t *Throttler) observeRedisError(err error) {
-	t.stats.redisErrors.Add(1)
-	if o := t.opt.observer.RedisError; o != nil {
-		o(err)
-	}
-}
-
-// observeWait counts the outcome of a WaitN call that took since start.
-func (t *Throttler) observeWait(n int, start time.Time, err error) {
-	switch {
-	case err == nil:
-		waited := t.now().Sub(start)
-		t.stats.admitted.Add(uint64(n))
-		t.stats.waits.Add(1)
-		t.stats.waited.Add(int64(waited))
-		if o := t.opt.observer.Admitted; o != nil {
-			o(n, waited)
-		}
-	case isRedis(err):
-		t.stats.failed.Add(1)
-	case isInvalid(err):
-	default:
-		why, ok := rejectionOf(err)
-		if !ok || why == RejectedDeadline {
-			t.stats.abandoned.Add(1)
-		}
-		if ok {
-			t.stats.rejected[why].Add(1)
-			if o := t.opt.observer.Rejected; o != nil {
-				o(why)
-			}
-		}
-	}
-}
-
 // Rejection is why a wait (see Stats) was turned away without its slot.
 type Rejection uint8
 
@@ -255,12 +191,4 @@ func (r Rejection) String() string {
 		return "shed"
 	}
 	return fmt.Sprintf("Rejection(%d)", uint8(r))
-}
-
-// observeAllowed counts n calls AllowN admitted.
-func (t *Throttler) observeAllowed(n int) {
-	t.stats.admitted.Add(uint64(n))
-	if o := t.opt.observer.Admitted; o != nil {
-		o(n, 0)
-	}
 }

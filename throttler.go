@@ -37,7 +37,7 @@ type Throttler struct {
 	st    store // Redis, behind the seam
 	ids   *memberSource
 	clock *clockSync // its own, or its Group's (see withClockSync)
-	stats statCounters
+	stats meter
 
 	mu      sync.Mutex // guards what follows
 	queue   []*waiter  // not yet reserved: AllowN first, then by priority, FIFO within one
@@ -127,6 +127,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		clock:  o.clockSync(),
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
+	t.stats.obs = o.observer
 	t.minLimit = limit
 	for _, x := range wins[1:] {
 		t.minLimit = min(t.minLimit, x.Limit)

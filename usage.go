@@ -49,7 +49,7 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	defer cancel()
 	rd, err := t.st.Usage(ctx, t.usageLimits)
 	if err != nil {
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 		return nil, redisError(err)
 	}
 	server := rd.Server

@@ -77,7 +77,7 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 // place in flight, whose lease it returns.
 func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
 	start := t.now()
-	defer func() { t.observeWait(n, start, err) }()
+	defer func() { t.stats.wait(n, t.now().Sub(start), err) }()
 	return t.waitSlot(ctx, where, n, place)
 }
 
@@ -127,7 +127,7 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, place boo
 				t.giveLeaseBackLocked(w.lease)
 				w.lease = ""
 			} else if w.lease != "" {
-				t.observeInFlight(1)
+				t.stats.inFlightBy(1)
 			}
 		}()
 	}
@@ -173,22 +173,8 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 	}
 	t.mu.Lock()
 	res := w.res
-	switch res.state {
-	case stFailed, stRefused:
-		// Whatever of this call may still be in Redis (members of an earlier
-		// attempt that did not fit) leaves with it.
-		held := res.held()
-		w.res, w.caller = reservation{state: res.state, err: res.err, retry: res.retry, remaining: res.remaining}, gone
-		if isRedis(res.err) {
-			t.owed.giveBack = append(t.owed.giveBack, held...)
-			held = nil
-		}
-		t.mu.Unlock()
-		t.release(ctx, held)
-		if res.state == stRefused {
-			return refused, nil
-		}
-		return proceed, res.err
+	if res.state == stFailed || res.state == stRefused {
+		return t.endUnadmittedAndUnlock(ctx, w)
 	}
 	t.mu.Unlock()
 	at, immediate := res.at, res.immediate
@@ -199,27 +185,8 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 				t.abandon(ctx, w)
 				return proceed, deadlineError(at, w.deadline, w.cause)
 			}
-			t.mu.Lock()
-			news := t.sleepLocked(d)
-			t.mu.Unlock()
-			slept, fired := t.now(), false
-			timer := time.NewTimer(d)
-			select {
-			case <-timer.C:
-				fired = true
-			case <-news: // a pause or a lowered limit: look again
-				woken = true
-			case <-ctx.Done():
-			}
-			timer.Stop()
-			t.mu.Lock()
-			t.wakeLocked()
-			t.mu.Unlock()
-			if ctx.Err() != nil {
+			if woken = t.sleepToward(ctx, d); ctx.Err() != nil {
 				return proceed, t.abandon(ctx, w)
-			}
-			if fired && t.now().Sub(slept) < d-time.Duration(t.earlyTolerance())*time.Microsecond {
-				t.resampleAfterStep(ctx)
 			}
 		}
 		immediate = false
@@ -266,6 +233,52 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 	return proceed, nil
 }
 
+// endUnadmittedAndUnlock ends the wait of w, failed or refused (an AllowN),
+// with t.mu held: whatever of it may still be in Redis (members of an
+// earlier attempt that did not fit) leaves with it.
+func (t *Throttler) endUnadmittedAndUnlock(ctx context.Context, w *waiter) (outcome, error) {
+	res := w.res
+	held := res.held()
+	w.res, w.caller = reservation{state: res.state, err: res.err, retry: res.retry, remaining: res.remaining}, gone
+	if isRedis(res.err) {
+		t.owed.giveBack = append(t.owed.giveBack, held...)
+		held = nil
+	}
+	t.mu.Unlock()
+	t.release(ctx, held)
+	if res.state == stRefused {
+		return refused, nil
+	}
+	return proceed, res.err
+}
+
+// sleepToward sleeps d toward a call's slot, until news comes (woken),
+// ctx ends, or the timer fires; a timer that ran its course while the
+// local clock counted less has the clock sampled again (see
+// resampleAfterStep).
+func (t *Throttler) sleepToward(ctx context.Context, d time.Duration) (woken bool) {
+	t.mu.Lock()
+	news := t.sleepLocked(d)
+	t.mu.Unlock()
+	slept, fired := t.now(), false
+	timer := time.NewTimer(d)
+	select {
+	case <-timer.C:
+		fired = true
+	case <-news: // a pause or a lowered limit: look again
+		woken = true
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	t.mu.Lock()
+	t.news.wake()
+	t.mu.Unlock()
+	if fired && ctx.Err() == nil && t.now().Sub(slept) < d-time.Duration(t.earlyTolerance())*time.Microsecond {
+		t.resampleAfterStep(ctx)
+	}
+	return woken
+}
+
 // resampleAfterStep takes a sample of the server's clock for a sleeper whose
 // timer ran its course while the local clock (see WithClock) counted less:
 // that clock stepped back, and the estimate, which converts with it until a
@@ -274,7 +287,7 @@ func (t *Throttler) await(ctx context.Context, w *waiter) (outcome, error) {
 // offScoreLocked). Should Redis not answer, the estimate stands.
 func (t *Throttler) resampleAfterStep(ctx context.Context) {
 	if err := t.sampleClock(ctx); err != nil {
-		t.observeRedisError(err)
+		t.stats.redisError(err)
 	}
 }
 

@@ -174,13 +174,20 @@ func (t *Throttler) round() (time.Duration, bool) {
 	t.upkeep.done(a, now)
 	t.owed.sent(a)
 	admitted := t.resolveLocked(a, r, batch, claims)
+	return t.nextRoundLocked(a, batch, claims, admitted, sleep), true
+}
+
+// nextRoundLocked is how long the worker waits before its next round, once
+// a round's reply admitted admitted of its batch; sleep is what the round
+// planned.
+func (t *Throttler) nextRoundLocked(a *core.Attempt, batch []*waiter, claims []claim, admitted int, sleep time.Duration) time.Duration {
 	switch {
 	case t.owed.healPause > 0:
 		// Redis lost the window: tell the others at once.
-		return 0, true
+		return 0
 	case len(batch) == 0:
 		// Only upkeep (give-backs, a probe): keep the sleep planned.
-		return sleep, true
+		return sleep
 	case admitted == len(batch) && a.Room <= 0 && a.Exact && claims[len(claims)-1].score > a.Soonest:
 		// Took a full share of slots ahead of their time while other
 		// processes may want the same slots: let them have a turn. The
@@ -194,9 +201,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 		if len(t.known.slots) > 0 {
 			lead = t.clock.local(t.known.slots[0]).Sub(t.now())
 		}
-		return t.sharePause(t.rng, lead), true
+		return t.sharePause(t.rng, lead)
 	}
-	return 0, true
+	return 0
 }
 
 // planLocked plans the next round (see plan) from a snapshot of what t
@@ -236,8 +243,28 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 	p := plan(&t.config, in, reqs, sc.plan)
 	sc.reqs, sc.plan = reqs, p
 
+	batch, claims = t.applyPlanLocked(a, p), p.claims
+	a.Checks = append(a.Checks, p.checks...)
+	a.Exact, a.Slots, a.Soonest, a.Room, a.PrioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
+	a.LowCaps = t.lowCaps(a.PrioMask, a.Slots, a.Lims, a.LowCaps)
+	sleep = p.sleep
+	if p.jitter {
+		sleep += t.turnJitter(t.rng, t.known.lost)
+		if len(batch) == 0 {
+			sleep = min(sleep, t.quiet())
+		}
+	}
+	return a, batch, claims, sleep
+}
+
+// applyPlanLocked applies plan p's word on each queued waiter: those that
+// fail or are refused are told, those it keeps stay queued, and those that
+// claim a slot get their members in a and leave the queue for the batch,
+// which it returns (p.claims are the batch's claims, in order).
+func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
+	sc := &t.scratch
 	clear(sc.batch)
-	batch, claims = sc.batch[:0], p.claims
+	batch := sc.batch[:0]
 	rest := t.queue[:0]
 	for i, w := range t.queue {
 		switch d := p.each[i]; d.verdict {
@@ -259,24 +286,14 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 				a.Adds = append(a.Adds, core.Entry{Score: d.score, Member: members[j]})
 			}
 			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.shareAt}
-			claims[len(batch)].first = first
+			p.claims[len(batch)].first = first
 			batch = append(batch, w)
 		}
 	}
 	clear(t.queue[len(rest):])
 	t.queue = rest
 	sc.batch = batch
-	a.Checks = append(a.Checks, p.checks...)
-	a.Exact, a.Slots, a.Soonest, a.Room, a.PrioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
-	a.LowCaps = t.lowCaps(a.PrioMask, a.Slots, a.Lims, a.LowCaps)
-	sleep = p.sleep
-	if p.jitter {
-		sleep += t.turnJitter(t.rng, t.known.lost)
-		if len(batch) == 0 {
-			sleep = min(sleep, t.quiet())
-		}
-	}
-	return a, batch, claims, sleep
+	return batch
 }
 
 // resolveLocked applies a reply (see resolve): claims that fit are
@@ -285,6 +302,37 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 // back to the head of the queue.
 func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter, claims []claim) (admitted int) {
 	t.learnMetaLocked(r)
+	res := t.decideLocked(a, r, batch, claims)
+	t.grantLeasesLocked(a, r, batch)
+	var requeue []*waiter
+	for i, w := range batch {
+		switch ok, again := t.settleClaimLocked(a, res, i, w, claims[i]); {
+		case ok:
+			admitted++
+		case again:
+			requeue = append(requeue, w)
+		}
+	}
+	t.pushFrontLocked(requeue)
+	if admitted > 0 {
+		t.known.lost = 0
+	} else if len(requeue) > 0 {
+		t.known.lost++
+	}
+	if a.Slots > 0 {
+		t.known.slots, t.known.capped = res.slots, res.capped
+	}
+	t.recovered()
+	if t.onResolved != nil {
+		t.onResolved(len(requeue))
+	}
+	return admitted
+}
+
+// decideLocked resolves the reply to a (see resolve) with what this
+// process knows as it arrives: the limits and pause in force, the margin
+// it read, whether Redis lost the window, and which callers are leaving.
+func (t *Throttler) decideLocked(a *core.Attempt, r core.Reply, batch []*waiter, claims []claim) resolveOut {
 	now := t.now()
 	view := t.clock.view()
 	arrived := view.server(now) // the reply is in: the server's now
@@ -306,64 +354,50 @@ func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter
 	if len(claims) > 0 { // a round that claimed nothing says nothing about room
 		t.known.near = res.near
 	}
+	return res
+}
 
-	t.grantLeasesLocked(a, r, batch)
-	var requeue []*waiter
-	for i, w := range batch {
-		c := claims[i]
-		switch {
-		case w.caller == gone:
-			// Its caller returned: what it holds is ours to give back.
-			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-			t.dropLocalLocked(w)
-			t.dropLeaseLocked(w)
-			w.settle(reservation{state: stFailed})
-		case w.caller == leaving:
-			// Its caller is leaving, and gives back what it holds.
-			w.settle(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
-		case res.ok[i] && !w.needsPlace():
-			admitted++
-			w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
-				at: t.clock.local(c.score), score: c.score, margin: a.Margin, immediate: res.immediate[i],
-				epoch: t.shared.epoch, remaining: res.remaining[i]})
-			t.health.journal.add(c.score, w.res.members)
-			if t.onAdmit != nil {
-				t.onAdmit(c.score, w.res.members)
-			}
-		case w.now:
-			// Refused: its caller removes the members before it returns.
-			t.dropLocalLocked(w)
-			retry := time.Time{}
-			if len(res.slots) >= w.n && res.slots[w.n-1] > c.score {
-				retry = t.clock.local(res.slots[w.n-1])
-			}
-			if t.shared.pausedTill > c.score {
-				retry = maxTime(retry, t.clock.local(t.shared.pausedTill))
-			}
-			w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.remaining[i]})
-		default:
-			// No slot, or no place in flight: its slot goes back, and it
-			// tries again, or waits for a place (see WithInFlight).
-			t.requeueLocked(w)
-			if !w.needsPlace() || t.parkLocked(w, a) {
-				requeue = append(requeue, w)
-			}
+// settleClaimLocked applies the outcome res gave the claim c of w, the
+// i-th of the batch: admitted (ok), refused, given back for a caller gone,
+// or to be queued again (again) for another slot or a place in flight.
+func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w *waiter, c claim) (ok, again bool) {
+	switch {
+	case w.caller == gone:
+		// Its caller returned: what it holds is ours to give back.
+		t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+		t.dropLocalLocked(w)
+		t.dropLeaseLocked(w)
+		w.settle(reservation{state: stFailed})
+	case w.caller == leaving:
+		// Its caller is leaving, and gives back what it holds.
+		w.settle(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
+	case res.ok[i] && !w.needsPlace():
+		w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
+			at: t.clock.local(c.score), score: c.score, margin: a.Margin, immediate: res.immediate[i],
+			epoch: t.shared.epoch, remaining: res.remaining[i]})
+		t.health.journal.add(c.score, w.res.members)
+		if t.onAdmit != nil {
+			t.onAdmit(c.score, w.res.members)
 		}
+		return true, false
+	case w.now:
+		// Refused: its caller removes the members before it returns.
+		t.dropLocalLocked(w)
+		retry := time.Time{}
+		if len(res.slots) >= w.n && res.slots[w.n-1] > c.score {
+			retry = t.clock.local(res.slots[w.n-1])
+		}
+		if t.shared.pausedTill > c.score {
+			retry = maxTime(retry, t.clock.local(t.shared.pausedTill))
+		}
+		w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.remaining[i]})
+	default:
+		// No slot, or no place in flight: its slot goes back, and it
+		// tries again, or waits for a place (see WithInFlight).
+		t.requeueLocked(w)
+		return false, !w.needsPlace() || t.parkLocked(w, a)
 	}
-	t.pushFrontLocked(requeue)
-	if admitted > 0 {
-		t.known.lost = 0
-	} else if len(requeue) > 0 {
-		t.known.lost++
-	}
-	if a.Slots > 0 {
-		t.known.slots, t.known.capped = res.slots, res.capped
-	}
-	t.recovered()
-	if t.onResolved != nil {
-		t.onResolved(len(requeue))
-	}
-	return admitted
+	return false, false
 }
 
 // roundScratch holds the buffers of a round, reused by the next one.

@@ -1,0 +1,116 @@
+package throttler
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// meter counts what Stats reports and passes each event to the Observer
+// (WithObserver): a Throttler's one place for both.
+type meter struct {
+	statCounters
+	rejected [numRejections]atomic.Uint64
+	obs      Observer
+}
+
+// statCounters are the Stats counters that are not state.
+type statCounters struct {
+	admitted, waits, abandoned, failed, refused atomic.Uint64
+	roundTrips, redisErrors, pauses             atomic.Uint64
+	heals, lateWakes                            atomic.Uint64
+	settled, returned, debt                     atomic.Uint64
+	placeWaits                                  atomic.Uint64
+	inFlight                                    atomic.Int64
+	waited                                      atomic.Int64 // nanoseconds
+}
+
+// placeWait counts a call that found every place in flight taken.
+func (m *meter) placeWait() {
+	m.placeWaits.Add(1)
+	if o := m.obs.PlaceWait; o != nil {
+		o()
+	}
+}
+
+// inFlightBy counts a place taken (+1) or given back (-1).
+func (m *meter) inFlightBy(delta int64) {
+	n := m.inFlight.Add(delta)
+	if o := m.obs.InFlight; o != nil {
+		o(int(n))
+	}
+}
+
+// redisError counts a Redis call that failed or timed out.
+func (m *meter) redisError(err error) {
+	m.redisErrors.Add(1)
+	if o := m.obs.RedisError; o != nil {
+		o(err)
+	}
+}
+
+// wait counts the outcome of a wait for n units (any face) that took
+// waited.
+func (m *meter) wait(n int, waited time.Duration, err error) {
+	switch {
+	case err == nil:
+		m.admitted.Add(uint64(n))
+		m.waits.Add(1)
+		m.waited.Add(int64(waited))
+		if o := m.obs.Admitted; o != nil {
+			o(n, waited)
+		}
+	case isRedis(err):
+		m.failed.Add(1)
+	case isInvalid(err):
+	default:
+		why, ok := rejectionOf(err)
+		if !ok || why == RejectedDeadline {
+			m.abandoned.Add(1)
+		}
+		if ok {
+			m.rejected[why].Add(1)
+			if o := m.obs.Rejected; o != nil {
+				o(why)
+			}
+		}
+	}
+}
+
+// allowed counts n calls AllowN admitted.
+func (m *meter) allowed(n int) {
+	m.admitted.Add(uint64(n))
+	if o := m.obs.Admitted; o != nil {
+		o(n, 0)
+	}
+}
+
+// paused counts a shared pause set or learned of, until the local time end.
+func (m *meter) paused(end time.Time) {
+	m.pauses.Add(1)
+	if o := m.obs.Paused; o != nil {
+		o(end)
+	}
+}
+
+// limitChanged tells the observer the first limit in force is now n.
+func (m *meter) limitChanged(n int) {
+	if o := m.obs.LimitChanged; o != nil {
+		o(n)
+	}
+}
+
+// degraded tells the observer calls began (true) or stopped (false)
+// following the failure policy.
+func (m *meter) degraded(on bool) {
+	if o := m.obs.Degraded; o != nil {
+		o(on)
+	}
+}
+
+// settle counts a permit settled with its estimate and actual use.
+func (m *meter) settle(estimate, actual int) {
+	m.settled.Add(1)
+	if o := m.obs.Settled; o != nil {
+		o(estimate, actual)
+	}
+}
