@@ -21,9 +21,9 @@ import (
 //
 // Such a window holds the most at t = g or at a member's score after g,
 // so the script reads only the members after g (those reserved ahead of
-// it, few next to the members before it) and counts the rest, per window,
-// with ZCOUNT: its cost grows with the calls reserved ahead, not with the
-// limit.
+// it) and counts the rest, per window, with ZCOUNT: its cost grows with
+// the calls reserved ahead of g, which many replicas reserving far ahead
+// make many.
 //
 // The neighbourhood's count alone refuses a call that every window holding
 // it has room for when members on both sides of it, more than w apart,

@@ -145,10 +145,10 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		if len(add) > 0 {
 			p.ZAdd(ctx, x.Key, add...)
 		}
-		switch w := x.W + a.Widen; {
-		case a.Exact && len(a.Checks) > 0 && len(s.wins) > 1:
+		w := x.W + a.Widen
+		if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
 			c.peaks = append(c.peaks, c.peakCmd(p, x.Key, w, a.Lims[wi]))
-		default:
+		} else {
 			for _, g := range a.Checks {
 				c.counts = append(c.counts, p.ZCount(ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 			}
