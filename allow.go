@@ -58,7 +58,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	}
 	w := &waiter{n: n, now: true, wake: make(chan struct{}, 1), prio: prio}
 	t.submit(w)
-	o, err := t.await(ctx, w)
+	o, err := w.await(ctx, t)
 	if err != nil {
 		if isRedis(err) {
 			t.stats.failed.Add(1)

@@ -124,3 +124,56 @@ func (c *config) longest() int {
 	}
 	return i
 }
+
+// newConfig checks New's arguments and options, and returns the
+// configuration they make, or an error wrapping ErrInvalidArgument.
+func newConfig(key string, limit int, interval time.Duration, opts []Option) (config, error) {
+	if err := checkWindow("New", key, limit, interval); err != nil {
+		return config{}, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			return config{}, invalidf("New(%q): nil Option", key)
+		}
+		if err := opt(&o); err != nil {
+			return config{}, err
+		}
+	}
+	if err := checkShares(o.shares); err != nil {
+		return config{}, err
+	}
+	if o.buffer > interval*10 && o.buffer > time.Minute {
+		return config{}, invalidf("New(%q): buffer %s dwarfs the interval %s", key, o.buffer, interval)
+	}
+	if !o.aheadSet {
+		o.ahead = min(interval, time.Second)
+	}
+	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.extra...)
+	for i := range wins {
+		wins[i].W = windowMicros(wins[i].Interval + o.buffer)
+		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
+			return config{}, err
+		}
+		for _, x := range wins[:i] {
+			if x.Key == wins[i].Key {
+				return config{}, invalidf("New(%q): key %q holds two limits", key, x.Key)
+			}
+		}
+	}
+	if o.inflight != nil {
+		if err := sameSlot(wins[0].Key, o.inflight.Key); err != nil {
+			return config{}, err
+		}
+		for _, x := range wins {
+			if x.Key == o.inflight.Key {
+				return config{}, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.Key)
+			}
+		}
+	}
+	c := config{wins: wins, opt: o, minLimit: limit}
+	for _, x := range wins[1:] {
+		c.minLimit = min(c.minLimit, x.Limit)
+	}
+	return c, nil
+}

@@ -89,7 +89,7 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
 		return
 	}
-	if rd.q.Remaining >= t.Limit() && !t.loweredNow() {
+	if rd.q.Remaining >= t.Limit() && !lowered(t) {
 		return // the API leaves at least New's limit, and nothing is lowered: nothing to learn
 	}
 	v, _ := tr.followers.LoadOrStore(t, &follower{})
@@ -193,15 +193,6 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 	}
 }
 
-// loweredNow reports whether this process knows of a lowered limit in
-// force.
-func (t *Throttler) loweredNow() bool {
-	serverNow := t.clock.server(t.now())
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.shared.lowered > 0 && serverNow < t.shared.lowerTill
-}
-
 // backOff pauses every replica after a refusal that states no end: for
 // Transport.Backoff, or twice the last back-off when the API refuses again
 // within that back-off's length after it ended, at most MaxPause. A
@@ -249,7 +240,7 @@ func (tr *Transport) followLimitHeader(ctx context.Context, t *Throttler, resp *
 	if d <= 0 {
 		d = time.Hour
 	}
-	t.lowerTo(ctx, n, d)
+	lowerTo(ctx, t, n, d)
 }
 
 // retryCallDelay is how long a Transport waits before sending a call again
@@ -302,4 +293,28 @@ func abs64(v int64) int64 {
 		return -v
 	}
 	return v
+}
+
+// lowered reports whether t's process knows of a lowered limit in force.
+func lowered(t *Throttler) bool {
+	serverNow := t.clock.server(t.now())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.shared.loweredAt(serverNow)
+}
+
+// lowerTo lowers (or restores) t's shared limit to n, what the API stated,
+// for d (see SetLimit), writing to Redis only when that changes what is in
+// force or the lowering is past half its time. A failure is logged; the
+// response stands.
+func lowerTo(ctx context.Context, t *Throttler, n int, d time.Duration) {
+	t.mu.Lock()
+	serverNow := t.clock.server(t.now())
+	lowered := t.shared.loweredAt(serverNow)
+	fresh := lowered && t.shared.lowered == n && t.shared.lowerTill-serverNow > d.Microseconds()/2
+	t.mu.Unlock()
+	if fresh || (!lowered && n >= t.wins[0].Limit) {
+		return
+	}
+	t.SetLimit(ctx, n, d)
 }

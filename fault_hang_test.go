@@ -66,14 +66,14 @@ func redisHangCase(t *testing.T, policy FailurePolicy) {
 	for range 3 {
 		th := mustNew(t, srv.NewClient(), key, limit, interval, WithBuffer(buffer), WithLogger(quiet),
 			WithRedisTimeout(timeout), WithFailurePolicy(policy))
-		th.onAdmit = func(score int64, members []string) {
+		th.hooks.onAdmit = func(score int64, members []string) {
 			mu.Lock()
 			for _, m := range members {
 				byMem[m] = score
 			}
 			mu.Unlock()
 		}
-		th.onRelease = func(members []string) {
+		th.hooks.onRelease = func(members []string) {
 			mu.Lock()
 			for _, m := range members {
 				delete(byMem, m)

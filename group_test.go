@@ -224,7 +224,7 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 			wctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- th.Wait(wctx) }()
-			waitLocked(t, th, 5*time.Second, "the second call never queued", func() bool { return len(th.queue) == 1 })
+			waitLocked(t, th, 5*time.Second, "the second call never queued", func() bool { return len(th.worker.queue) == 1 })
 			busy(t, g, th, "a caller waiting")
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
@@ -246,7 +246,7 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- th.Wait(ctx) }()
 			waitLocked(t, th, 5*time.Second, "the third call never got its slot", func() bool {
-				return len(th.health.journal.entries) == 3 && len(th.queue) == 0
+				return len(th.health.journal.entries) == 3 && len(th.worker.queue) == 0
 			})
 			th.mu.Lock()
 			ahead := th.health.journal.entries[2].Score - th.clock.server(th.now())
@@ -256,7 +256,7 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 			}
 			// The worker exits: only the sleeping call holds the key (and
 			// the listener for news its sleep keeps).
-			waitLocked(t, th, 10*time.Second, "worker still running", func() bool { return !th.running })
+			waitLocked(t, th, 10*time.Second, "worker still running", func() bool { return !th.worker.running })
 			busy(t, g, th, "a slot reserved ahead")
 			if err := <-done; err != nil {
 				t.Fatal(err)

@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"log/slog"
-	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
 )
@@ -33,57 +32,53 @@ import (
 // their calls back; calls sleeping toward a slot inside the pause give it
 // back and wait for one after it.
 
-// lossChecksLocked puts into attempt a, about to be sent, what lets its
-// reply show a loss, and what a heal still has to write: the probe, the
+// lossChecks puts into attempt a, about to be sent, what lets its reply
+// show a loss, and what a heal still has to write (o): the probe, the
 // marker and the heal pause. Every round trip carries them, a Wait's and an
 // Allow's alike.
-func (t *Throttler) lossChecksLocked(a *core.Attempt, serverNow int64) {
-	t.health.journal.trim(serverNow)
-	a.Probe, _ = t.health.journal.probe()
-	a.Mark, t.owed.mark = t.markDue(), false
-	a.Pause = t.owed.healPause
+func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
+	h.journal.trim(serverNow)
+	a.Probe, _ = h.journal.probe()
+	a.Mark, o.mark = o.mark || h.lastSeen == 0, false
+	// The marker goes when one found missing, or a heal's, is owed; and
+	// until a reply vouches for the key, with every round trip, for a
+	// process whose round trips had only found it missing (a new key)
+	// could not tell a window lost after them from a new key.
+	a.Pause = o.healPause
 }
 
-// markDue reports whether the next round trip writes the marker: one
-// found missing, or a heal's, is owed; and until a reply vouches for the
-// key, every round trip writes it, for a process whose round trips had only
-// found it missing (a new key) could not tell a window lost after them from
-// a new key.
-func (t *Throttler) markDue() bool { return t.owed.mark || t.health.lastSeen == 0 }
-
-// noticeLossLocked reads the loss checks of reply r to attempt a, applied
-// at now, and starts a heal when they show one. It reports whether Redis
-// lost the window, in which case the reply's counts decide nothing.
-func (t *Throttler) noticeLossLocked(a *core.Attempt, r core.Reply, now time.Time) bool {
+// noticeLoss reads the loss checks of reply r to attempt a, which reached
+// the server at serverAt (µs), and reports whether Redis lost the window;
+// the caller then heals (see Throttler.healLocked), and the reply's counts
+// decide nothing. ttl is the keys' TTL in µs; what is owed goes to o.
+func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, o *owed) bool {
 	// Our last round trip refreshed the key's TTL: if that was less than a
-	// TTL ago, the key cannot have expired on its own. Measured on the
-	// server's clock when the reply read it: a local clock stepped ahead
-	// by more than a TTL would otherwise make a window lost a moment ago
-	// look long expired.
-	at := t.clock.server(now)
-	if !r.ServerTime.IsZero() {
-		at = r.ServerTime.UnixMicro()
-	}
-	seenRecently := t.health.lastSeen > 0 && at-t.health.lastSeen < t.ttl().Microseconds()
+	// TTL ago, the key cannot have expired on its own.
+	seenRecently := h.lastSeen > 0 && serverAt-h.lastSeen < ttl
 	missing := r.NoMark && !a.Mark // a marker we were writing ourselves proves nothing
 	if missing {
-		t.owed.mark = true // with the next round trip
+		o.mark = true // with the next round trip
 	} else {
 		// Found, or written: only such a round trip vouches for the key.
 		// (Two round trips of one process may cross, an Allow's and the
 		// worker's: one that saw no marker on a new key must not make
 		// the other's miss look like a loss.)
-		t.health.lastSeen = at
+		h.lastSeen = serverAt
 	}
 	// A probe given back since the round trip was planned (a settled
 	// surplus, an abandoned call) was removed by this process itself: its
 	// absence proves nothing.
-	lost := r.Lost && t.health.journal.holds(a.Probe)
-	if !lost && !(missing && seenRecently) {
-		return false
+	lost := r.Lost && h.journal.holds(a.Probe)
+	return lost || missing && seenRecently
+}
+
+// forget notes that admitted members were given back: their call did not
+// go (hooks sees them).
+func (h *health) forget(members []string, hooks *testHooks) {
+	h.journal.forget(members)
+	if hooks.onRelease != nil {
+		hooks.onRelease(members)
 	}
-	t.healLocked(at)
-	return true
 }
 
 // healLocked pauses every process on the key until the calls a lost window

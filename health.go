@@ -2,22 +2,54 @@ package throttler
 
 import "time"
 
-// health is Redis's health as this process sees it, guarded by the
-// Throttler's mu: whether calls follow the failure policy instead of Redis
-// (see fallback.go), and what lets a round trip tell that Redis lost the
-// window (see heal.go).
+// health is what lets a round trip tell that Redis lost the window (see
+// heal.go), guarded by the Throttler's mu.
 type health struct {
+	lastSeen int64   // server µs: the last round trip that found (or wrote) the marker (0 = none)
+	journal  journal // our admissions that still count: the probe for a lost window
+}
+
+// fallback is how a process serves its calls while Redis fails, as its
+// failure policy says (see fallback.go), guarded by the Throttler's mu.
+// It owns Redis's health as the process sees it, and the local window.
+type fallback struct {
+	t          *Throttler
 	degraded   time.Time // on the runtime's clock: until then, Redis is not tried (FailOpen, FallbackLocal)
 	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
-	lastSeen   int64     // server µs: the last round trip that found (or wrote) the marker (0 = none)
-	journal    journal   // our admissions that still count: the probe for a lost window
 	// The client was closed (redis.ErrClosed): it will never answer, so
 	// calls admitted without it are not kept to write back.
 	closed bool
+	local  *localWindow // FallbackLocal's in-process window, or nil
 }
 
 // isDegraded reports whether Redis is not to be tried yet after a failure.
 // The deadline is on the runtime's clock (time.Now): a local clock
 // (WithClock) that stepped back would otherwise keep Redis untried, and
 // what the process owes it unwritten, for as long as the step.
-func (h *health) isDegraded() bool { return time.Now().Before(h.degraded) }
+func (f *fallback) isDegraded() bool { return time.Now().Before(f.degraded) }
+
+// degrade stops trying Redis for a while after it failed, under the
+// FailOpen and FallbackLocal policies. It reports whether Redis was
+// healthy until now.
+func (f *fallback) degrade() (began bool) {
+	began = f.degraded.IsZero()
+	f.degraded = time.Now().Add(retryRedisAfter)
+	return began
+}
+
+// recover notes a successful round trip at now, and reports whether Redis
+// had been failing. After FallbackLocal (share), other processes may still
+// be admitting calls locally, and write them back only when they next try
+// Redis (at most retryRedisAfter from now): until then Redis's counts miss
+// them, and this process keeps to its share of the limit in the local
+// window as well as to Redis's.
+func (f *fallback) recover(now time.Time, share bool) (was bool) {
+	if f.degraded.IsZero() {
+		return false
+	}
+	f.degraded = time.Time{}
+	if share {
+		f.shareUntil = now.Add(retryRedisAfter + 250*time.Millisecond)
+	}
+	return true
+}

@@ -55,12 +55,12 @@ type recorder struct {
 }
 
 func (r *recorder) watch(th *Throttler) *Throttler {
-	th.onAdmit = func(score int64, members []string) {
+	th.hooks.onAdmit = func(score int64, members []string) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.list = append(r.list, admission{score: score, members: append([]string(nil), members...)})
 	}
-	th.onRelease = func(members []string) {
+	th.hooks.onRelease = func(members []string) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.list = slices.DeleteFunc(r.list, func(a admission) bool {
@@ -134,7 +134,7 @@ func mustNew(t testing.TB, c redis.UniversalClient, key string, limit int, inter
 func waitIdle(t testing.TB, th *Throttler) {
 	t.Helper()
 	waitLocked(t, th, 10*time.Second, "worker or news listener still running 10s after the last call returned",
-		func() bool { return !th.running && !th.news.running })
+		func() bool { return !th.worker.running && !th.news.running })
 }
 
 // waitLocked waits up to within until cond, read under th's mutex, holds,

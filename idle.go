@@ -15,15 +15,15 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lastRound = t.upkeep.round
-	if t.running || len(t.queue) > 0 || t.waiting > 0 || t.pendingLocked() || t.news.running {
+	if t.worker.running || len(t.worker.queue) > 0 || t.worker.waiting > 0 || t.worker.pending(&t.owed) || t.news.running {
 		return false, lastRound
 	}
 	if l := t.lease; l != nil && (l.keeper || l.wanted()) {
 		return false, lastRound
 	}
 	now := t.now()
-	if t.health.isDegraded() || now.Before(t.health.shareUntil) ||
-		(t.local != nil && t.local.holds(time.Now())) {
+	if t.fallback.isDegraded() || now.Before(t.fallback.shareUntil) ||
+		(t.fallback.local != nil && t.fallback.local.holds(time.Now())) {
 		return false, lastRound
 	}
 	serverNow := t.clock.server(now)

@@ -86,12 +86,14 @@ type leases struct {
 	// of the server's clock is off, and sending them back again for it
 	// would only spin.
 	earliest, expiredFor int64
-	keeper               bool // a keeper goroutine runs
+	keeper               bool   // a keeper goroutine runs
+	spawn                func() // starts one
 	kick                 chan struct{}
 }
 
-func newLeases(o *core.InFlight) *leases {
-	return &leases{InFlight: *o, held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+// newLeases returns the places of o, whose keeper spawn starts.
+func newLeases(o *core.InFlight, spawn func()) *leases {
+	return &leases{InFlight: *o, held: map[string]struct{}{}, kick: make(chan struct{}, 1), spawn: spawn}
 }
 
 // wanted reports whether the keeper has anything to do.
@@ -99,6 +101,7 @@ func (l *leases) wanted() bool {
 	return l.active > 0 || len(l.held) > 0 || len(l.back) > 0 || len(l.parked) > 0 || l.pass > 0
 }
 
+// nudge wakes the keeper for a turn.
 func (l *leases) nudge() {
 	select {
 	case l.kick <- struct{}{}:
@@ -106,43 +109,43 @@ func (l *leases) nudge() {
 	}
 }
 
-// giveLeaseBackLocked gives a place back (the keeper sends it).
-func (t *Throttler) giveLeaseBackLocked(id string) {
+// giveBack gives a place back (the keeper sends it).
+func (l *leases) giveBack(id string) {
 	if id == "" {
 		return
 	}
-	delete(t.lease.held, id)
-	t.lease.back = append(t.lease.back, id)
-	t.startKeeperLocked()
-	t.lease.nudge()
+	delete(l.held, id)
+	l.back = append(l.back, id)
+	l.startKeeper()
+	l.nudge()
 }
 
-// startKeeperLocked starts the keeper when it has something to do and
-// none runs.
-func (t *Throttler) startKeeperLocked() {
-	if l := t.lease; l != nil && !l.keeper && l.wanted() {
+// startKeeper starts the keeper when it has something to do and none
+// runs.
+func (l *leases) startKeeper() {
+	if l != nil && !l.keeper && l.wanted() {
 		l.keeper = true
-		go t.keep()
+		l.spawn()
 	}
 }
 
-// askPlaceLocked adds to a the ask for a place in flight of w, a claim of
-// the round, when it needs one, with what the process knows of its wakes
-// as the round is planned (see parkLocked).
-func (t *Throttler) askPlaceLocked(a *core.Attempt, w *waiter) {
+// ask adds to a the ask for a place in flight of w, a claim of the round,
+// when it needs one, under the name id, with what the process knows of its
+// wakes as the round is planned (see park).
+func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
 	if !w.needsPlace() {
 		return
 	}
-	w.leaseTry = t.ids.next()
+	w.leaseTry = ids.next()
 	a.Leases = append(a.Leases, w.leaseTry)
-	l := t.lease
 	a.LeaseWakes, a.LeaseReady, a.LeaseStay = l.wakes, l.ready, len(l.parked) > 0
 }
 
-// grantLeasesLocked gives the batch's waiters the places the reply
-// granted: the first ones asked for, in batch order.
-func (t *Throttler) grantLeasesLocked(a *core.Attempt, r core.Reply, batch []*waiter) {
-	if t.lease == nil {
+// grant gives the batch's waiters the places reply r to a granted: the
+// first ones asked for, in batch order. Without WithInFlight (l nil) it
+// does nothing.
+func (l *leases) grant(a *core.Attempt, r core.Reply, batch []*waiter) {
+	if l == nil {
 		return
 	}
 	granted := r.LeaseGranted
@@ -153,75 +156,103 @@ func (t *Throttler) grantLeasesLocked(a *core.Attempt, r core.Reply, batch []*wa
 		if granted > 0 {
 			granted--
 			w.lease = w.leaseTry
-			t.lease.held[w.lease] = struct{}{}
-			t.startKeeperLocked()
+			l.held[w.lease] = struct{}{}
+			l.startKeeper()
 		}
 		w.leaseTry = ""
 	}
 	if r.LeaseEarliest > 0 {
-		t.lease.earliest = r.LeaseEarliest
+		l.earliest = r.LeaseEarliest
 	}
 	if len(a.Leases) > 0 && (r.LeaseGranted < len(a.Leases) || a.LeaseStay) {
-		t.lease.inLine = true // the script put this process in line
+		l.inLine = true // the script put this process in line
 	}
 }
 
-// parkLocked parks w, refused a place, until this process is woken (see
-// WithInFlight) or a lease expires. A wake heard since its round trip was
-// planned, or a subscription that took since (wakes before it went
-// unheard), may be for a place the round trip did not see: w then goes
-// straight back to the queue instead (requeue). Waiters parked before the
-// subscription takes try again when it does.
-func (t *Throttler) parkLocked(w *waiter, a *core.Attempt) (requeue bool) {
-	l := t.lease
-	t.stats.placeWait()
+// park parks w, refused a place by the round trip of attempt a, until this
+// process is woken (see WithInFlight) or a lease expires. A wake heard
+// since the round trip was planned, or a subscription that took since
+// (wakes before it went unheard), may be for a place the round trip did
+// not see: w then goes straight back to the queue instead (requeue).
+// Waiters parked before the subscription takes try again when it does.
+func (l *leases) park(w *waiter, a *core.Attempt) (requeue bool) {
 	if l.ready && (!a.LeaseReady || l.wakes != a.LeaseWakes) {
 		return true
 	}
 	l.parked = append(l.parked, w)
-	t.startKeeperLocked()
+	l.startKeeper()
 	l.nudge()
 	return false
 }
 
-// parkBehindLocked parks a call that wants a place when waiters of this
-// process already wait for one and the process is in the line: it would
-// be refused, and it would cost a round trip, and a second one to give
-// back the slot it claimed with it. The wakes the line brings serve the
-// parked in order. Not while Redis fails: the failure policy serves it.
-func (t *Throttler) parkBehindLocked(w *waiter) bool {
-	l := t.lease
-	if l == nil || !w.needsPlace() || !l.inLine || len(l.parked) == 0 ||
-		t.health.isDegraded() {
+// parkBehind parks a call that wants a place when waiters of this process
+// already wait for one and the process is in the line: it would be
+// refused, and it would cost a round trip, and a second one to give back
+// the slot it claimed with it. The wakes the line brings serve the parked
+// in order. Not while Redis fails (degraded): the failure policy serves
+// it. Without WithInFlight (l nil) it parks nothing.
+func (l *leases) parkBehind(w *waiter, degraded bool) bool {
+	if l == nil || !w.needsPlace() || !l.inLine || len(l.parked) == 0 || degraded {
 		return false
 	}
 	l.parked = append(l.parked, w)
-	t.stats.placeWait()
 	return true
+}
+
+// ended ends the wait of w, which wanted a place (see active), and
+// reports whether w goes holding one. A w that does not go (ok false)
+// gives its place back; a place its round trip in flight asks for is the
+// worker's to give back, once it knows.
+func (l *leases) ended(w *waiter, ok bool) (holds bool) {
+	l.active--
+	l.nudge()
+	if !ok {
+		l.giveBack(w.lease)
+		w.lease = ""
+	}
+	return w.lease != ""
+}
+
+// drop takes w's place, or its attempt at one, off w and gives it back.
+// Without WithInFlight (l nil) it does nothing.
+func (l *leases) drop(w *waiter) {
+	if l == nil {
+		return
+	}
+	l.giveBack(w.lease)
+	l.giveBack(w.leaseTry)
+	w.lease, w.leaseTry = "", ""
+}
+
+// unpark removes w from the parked waiters. Without WithInFlight (l nil)
+// it does nothing.
+func (l *leases) unpark(w *waiter) {
+	if l != nil {
+		l.parked = slices.DeleteFunc(l.parked, func(x *waiter) bool { return x == w })
+	}
 }
 
 // unparkLocked sends the first n parked waiters (all, for n < 0) back to
 // the head of the queue.
-func (t *Throttler) unparkLocked(n int) {
-	l := t.lease
+func (k *keeper) unparkLocked(n int) {
+	t, l := k.t, k.l
 	if n < 0 || n > len(l.parked) {
 		n = len(l.parked)
 	}
 	if n == 0 {
 		return
 	}
-	t.pushFrontLocked(slices.Clone(l.parked[:n]))
+	t.worker.pushFront(slices.Clone(l.parked[:n]))
 	l.parked = slices.Delete(l.parked, 0, n)
-	if !t.running {
-		t.running = true
-		go t.work(0)
+	if t.worker.running {
+		t.worker.nudge()
 	} else {
-		t.nudge()
+		t.worker.start(&t.owed)
 	}
 }
 
-// keep is the keeper goroutine (see leases).
-func (t *Throttler) keep() {
+// runKeeper is the keeper goroutine (see leases).
+func runKeeper(t *Throttler) {
 	k := keeper{t: t, l: t.lease, nextRenew: t.now().Add(t.lease.TTL / 3)}
 	defer k.stopWatching()
 	for {
@@ -229,13 +260,13 @@ func (t *Throttler) keep() {
 		if !ok {
 			return
 		}
-		if t.keeperWrite(w) {
+		if k.write(w) {
 			// The client was closed: the process is shutting down, and
 			// its leases expire on their own.
 			t.mu.Lock()
 			clear(k.l.held)
 			k.l.back, k.l.pass = nil, 0
-			t.unparkLocked(-1)
+			k.unparkLocked(-1)
 			t.mu.Unlock()
 		}
 		if w.subscribe {
@@ -300,7 +331,7 @@ func (k *keeper) plan() (keeperWork, bool) {
 		// A lease expired (a killed process's, as far as this one
 		// knows): its place went back without waking anyone.
 		l.expiredFor, expires = l.earliest, false
-		t.unparkLocked(-1)
+		k.unparkLocked(-1)
 	}
 	w := keeperWork{back: l.back, pass: l.pass}
 	l.back, l.pass = nil, 0
@@ -311,7 +342,7 @@ func (k *keeper) plan() (keeperWork, bool) {
 		k.nextRenew = now.Add(l.TTL / 3)
 		// A wake can be lost (the woken process died before it passed
 		// it on): a waiter tries again at least this often.
-		t.unparkLocked(1)
+		k.unparkLocked(1)
 	}
 	w.expiry = t.clock.server(now) + l.TTL.Microseconds()
 	w.subscribe = k.watch == nil && len(l.parked) > 0 && !now.Before(k.subscribeAt)
@@ -344,7 +375,7 @@ func (k *keeper) wait(until time.Time) {
 		// go-redis reconnected it) may have missed their wake: they try
 		// again.
 		l.ready = true
-		t.unparkLocked(-1)
+		k.unparkLocked(-1)
 		t.mu.Unlock()
 	case <-heard:
 		n := len(k.watch.Take())
@@ -354,7 +385,7 @@ func (k *keeper) wait(until time.Time) {
 		l.wakes += uint64(n)
 		l.inLine = false // a wake takes the process out of the line
 		l.pass += max(0, n-len(l.parked))
-		t.unparkLocked(n)
+		k.unparkLocked(n)
 		t.mu.Unlock()
 	case <-lost:
 		// The subscription failed (Redis went away): wakes go unheard
@@ -364,7 +395,7 @@ func (k *keeper) wait(until time.Time) {
 		k.subscribeAt = t.now().Add(time.Second)
 		t.mu.Lock()
 		l.ready = false
-		t.unparkLocked(-1)
+		k.unparkLocked(-1)
 		t.mu.Unlock()
 	}
 }
@@ -376,9 +407,10 @@ func (k *keeper) stopWatching() {
 	}
 }
 
-// keeperWrite gives back places, passes wakes on and renews leases for the
-// keeper. It reports whether the client was closed.
-func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
+// write gives back places, passes wakes on and renews leases, the
+// keeper's turn w. It reports whether the client was closed.
+func (k *keeper) write(w keeperWork) (closed bool) {
+	t := k.t
 	write := func(f func(context.Context) error, then string) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 		defer cancel()
@@ -386,7 +418,7 @@ func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
 			t.stats.redisError(err)
 			closed = closed || redisstore.Closed(err)
 			t.mu.Lock()
-			t.logRedis(err, then)
+			t.stats.logRedis(t.now(), err, then)
 			t.mu.Unlock()
 		}
 	}
@@ -400,24 +432,6 @@ func (t *Throttler) keeperWrite(w keeperWork) (closed bool) {
 			"leases of calls in flight not renewed; retried in a third of their ttl")
 	}
 	return closed
-}
-
-// dropLeaseLocked takes w's place, or its attempt at one, off w and gives
-// it back.
-func (t *Throttler) dropLeaseLocked(w *waiter) {
-	if t.lease == nil {
-		return
-	}
-	t.giveLeaseBackLocked(w.lease)
-	t.giveLeaseBackLocked(w.leaseTry)
-	w.lease, w.leaseTry = "", ""
-}
-
-// unparkWaiterLocked removes w from the parked waiters.
-func (t *Throttler) unparkWaiterLocked(w *waiter) {
-	if t.lease != nil {
-		t.lease.parked = slices.DeleteFunc(t.lease.parked, func(x *waiter) bool { return x == w })
-	}
 }
 
 // InFlight reads from Redis how many places in flight are taken now, by

@@ -132,31 +132,51 @@ func (s *sharedState) learnWide(wide, end int64) {
 	}
 }
 
-// marginLocked sets attempt a's margin (see margin.go), planned with the
-// clock estimate view at serverNow: its own, from the estimate's error
-// bound and the slack its waiters ask for, and the spread its counts reach
-// with the largest margin in force. A margin that ends within the
+// setMargin sets attempt a's margin (see margin.go), planned with a clock
+// estimate of error bound e: its own, from e and the slack its waiters ask
+// for (the most any asks), and the spread its counts reach with wide, the
+// largest margin in force. A margin that ends within the
 // estimate's error of now is taken to be in force still. The error alone
 // may hold the round; slack never does: it is granted only as far as
 // maxSpread allows, and a call woken later than that is sent back to
 // reserve again, as any late call is. A loose estimate is sampled on every
 // round trip, to tighten it sooner.
-func (t *Throttler) marginLocked(a *core.Attempt, view clockView, serverNow int64) {
-	e := view.errBound()
-	var slack int64
-	for _, w := range t.queue {
-		slack = max(slack, w.slack)
-	}
-	wide := t.shared.wideAt(serverNow - e)
-	a.Margin = t.margin(e, 0)
+func (c *config) setMargin(a *core.Attempt, e, slack, wide int64) {
+	a.Margin = c.margin(e, 0)
 	if _, a.Hold = spread(e, a.Margin, wide); !a.Hold && slack > 0 {
 		room := maxSpread - e
-		a.Margin = max(a.Margin, min(t.margin(e, slack), room/2, room-wide))
+		a.Margin = max(a.Margin, min(c.margin(e, slack), room/2, room-wide))
 	}
 	a.Widen, _ = spread(e, a.Margin, wide)
 	a.WideUsed = max(a.Margin, wide)
-	a.WideFor = t.wideFor(a.Margin)
-	if e > t.opt.buffer.Microseconds()/4 || a.Hold {
+	a.WideFor = c.wideFor(a.Margin)
+	if e > c.opt.buffer.Microseconds()/4 || a.Hold {
 		a.Clock = true // a loose estimate, or near to needing a margin
 	}
+}
+
+// offScore tells how far from its score the admitted res would go now,
+// by clock's estimate as it stands now (see margin.go): the local
+// time to go instead when it is early (in the future), and how late it is
+// (positive) when later than its allowance, including when the estimate
+// got so much worse since that the call cannot be placed within its margin
+// at all. A call admitted without Redis, or with a zero buffer, is never
+// early or late.
+func (c *config) offScore(res reservation, clock *clockSync) (target time.Time, late time.Duration) {
+	if res.score == 0 || c.opt.buffer <= 0 {
+		return time.Time{}, 0
+	}
+	view := clock.view()
+	allow := c.allowance(res.margin, view.errBound())
+	target = view.local(res.score)
+	off := c.now().Sub(target).Microseconds() // > 0: late
+	switch {
+	case allow < 0:
+		return time.Time{}, time.Duration(abs64(off)-allow) * time.Microsecond
+	case off < -c.earlyTolerance():
+		return target, 0
+	case off > allow:
+		return time.Time{}, time.Duration(off) * time.Microsecond
+	}
+	return time.Time{}, 0
 }

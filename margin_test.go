@@ -170,8 +170,8 @@ func TestLateAgainAsksForAMargin(t *testing.T) {
 		clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
 		var rec recorder
 		th := rec.watch(mustNew(t, c, key, 5, time.Second, WithClock(clock), WithBuffer(50*time.Millisecond)))
-		inner := th.onAdmit
-		th.onAdmit = func(s int64, m []string) {
+		inner := th.hooks.onAdmit
+		th.hooks.onAdmit = func(s int64, m []string) {
 			inner(s, m)
 			if steps.Add(1) <= lateBeforeSlack {
 				step.Add(int64(200 * time.Millisecond))

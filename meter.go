@@ -1,16 +1,33 @@
 package throttler
 
 import (
+	"log/slog"
 	"sync/atomic"
 	"time"
 )
 
-// meter counts what Stats reports and passes each event to the Observer
-// (WithObserver): a Throttler's one place for both.
+// meter counts what Stats reports, passes each event to the Observer
+// (WithObserver), and logs Redis's failures: a Throttler's one place for
+// what it reports.
 type meter struct {
 	statCounters
 	rejected [numRejections]atomic.Uint64
 	obs      Observer
+
+	logger   *slog.Logger
+	logAttrs []any     // the Throttler's key and failure policy
+	lastLog  time.Time // the last Redis failure logged; under the Throttler's mu
+}
+
+// logRedis logs a Redis failure, err, and what follows from it (then), at
+// most once a second; now is the Throttler's clock. The caller holds the
+// Throttler's mu.
+func (m *meter) logRedis(now time.Time, err error, then string) {
+	if now.Sub(m.lastLog) < time.Second {
+		return
+	}
+	m.lastLog = now
+	m.logger.Warn("throttler: redis failed", append(m.logAttrs[:len(m.logAttrs):len(m.logAttrs)], slog.String("then", then), slog.Any("err", err))...)
 }
 
 // statCounters are the Stats counters that are not state.

@@ -78,90 +78,89 @@ func (n *newsState) wake() {
 	}
 }
 
-// sleepLocked registers a call about to sleep d toward its slot, starts
-// the listener when none runs, and returns the channel that news closes.
-func (t *Throttler) sleepLocked(d time.Duration) <-chan struct{} {
-	woke, start := t.news.sleep(d)
-	if start {
-		go t.listen()
-	}
-	return woke
+// listener is the listener goroutine's own state: it subscribes, applies
+// what it hears, and exits once no call has waited for newsLinger.
+type listener struct {
+	t          *Throttler
+	watch      *redisstore.Subscription
+	retryAt    time.Time // after a failed subscription: when to try again
+	lingerTill time.Time // no call waits: when the listener exits (zero while one does)
 }
 
-// listen is the listener goroutine: it subscribes, applies what it hears,
-// and exits once no call has waited for newsLinger.
-func (t *Throttler) listen() {
-	var (
-		watch      *redisstore.Subscription
-		retryAt    time.Time
-		lingerTill time.Time
-	)
+// runListener is the listener goroutine (see newsState).
+func runListener(t *Throttler) {
+	l := listener{t: t}
 	defer func() {
-		if watch != nil {
-			watch.Close()
+		if l.watch != nil {
+			l.watch.Close()
 		}
 	}()
-	for {
-		now, kick, ok := t.lingering(&lingerTill)
-		if !ok {
-			return
-		}
-		if watch == nil && !now.Before(retryAt) {
-			watch = t.st.WatchNews(redisstore.NewsChannel(t.wins[0].Key))
-		}
-		var heard, ready, lost <-chan struct{}
-		wake := lingerTill
-		if watch != nil {
-			heard, ready, lost = watch.Heard, watch.Ready, watch.Done
-		} else {
-			wake = minTime(nonZero(wake, retryAt), retryAt)
-		}
-		var timer <-chan time.Time
-		var tm *time.Timer
-		if !wake.IsZero() {
-			tm = time.NewTimer(max(0, wake.Sub(now)))
-			timer = tm.C
-		}
-		select {
-		case <-heard:
-			t.hear(watch.Take())
-		case <-ready:
-			// News published before the subscription took, or while the
-			// connection was down, was not heard: read what it said.
-			t.readNews()
-		case <-lost:
-			watch.Close()
-			if watch.Closed {
-				t.mu.Lock()
-				t.news.running = false
-				t.mu.Unlock()
-				watch = nil
-				return // the client was closed: nothing more will come
-			}
-			watch, retryAt = nil, t.now().Add(time.Second)
-		case <-kick:
-		case <-timer:
-		}
-		if tm != nil {
-			tm.Stop()
-		}
+	for l.turn() {
 	}
+}
+
+// turn waits for news, a kick or the end of the linger, and applies what
+// came. It reports whether the listener goes on.
+func (l *listener) turn() bool {
+	t := l.t
+	now, kick, ok := l.lingering()
+	if !ok {
+		return false
+	}
+	if l.watch == nil && !now.Before(l.retryAt) {
+		l.watch = t.st.WatchNews(redisstore.NewsChannel(t.wins[0].Key))
+	}
+	var heard, ready, lost <-chan struct{}
+	wake := l.lingerTill
+	if l.watch != nil {
+		heard, ready, lost = l.watch.Heard, l.watch.Ready, l.watch.Done
+	} else {
+		wake = minTime(nonZero(wake, l.retryAt), l.retryAt)
+	}
+	var timer <-chan time.Time
+	if !wake.IsZero() {
+		tm := time.NewTimer(max(0, wake.Sub(now)))
+		defer tm.Stop()
+		timer = tm.C
+	}
+	select {
+	case <-heard:
+		l.hear(l.watch.Take())
+	case <-ready:
+		// News published before the subscription took, or while the
+		// connection was down, was not heard: read what it said.
+		l.readNews()
+	case <-lost:
+		l.watch.Close()
+		if l.watch.Closed {
+			t.mu.Lock()
+			t.news.running = false
+			t.mu.Unlock()
+			l.watch = nil
+			return false // the client was closed: nothing more will come
+		}
+		l.watch, l.retryAt = nil, t.now().Add(time.Second)
+	case <-kick:
+	case <-timer:
+	}
+	return true
 }
 
 // lingering tells the listener whether to go on (ok), and, when it goes
 // on, the time and what wakes it when the last sleeper wakes. It starts
-// the linger when no call waits (lingerTill), and ends the listener when
-// the linger is over.
-func (t *Throttler) lingering(lingerTill *time.Time) (now time.Time, kick <-chan struct{}, ok bool) {
+// the linger when no call waits, and ends the listener when the linger is
+// over.
+func (l *listener) lingering() (now time.Time, kick <-chan struct{}, ok bool) {
+	t := l.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now = t.now()
 	if t.news.wanted() {
-		*lingerTill = time.Time{}
-	} else if lingerTill.IsZero() {
-		*lingerTill = now.Add(newsLinger)
+		l.lingerTill = time.Time{}
+	} else if l.lingerTill.IsZero() {
+		l.lingerTill = now.Add(newsLinger)
 	}
-	if !lingerTill.IsZero() && !now.Before(*lingerTill) {
+	if !l.lingerTill.IsZero() && !now.Before(l.lingerTill) {
 		t.news.running = false
 		return now, nil, false
 	}
@@ -169,7 +168,8 @@ func (t *Throttler) lingering(lingerTill *time.Time) (now time.Time, kick <-chan
 }
 
 // hear applies the news messages heard.
-func (t *Throttler) hear(msgs []string) {
+func (l *listener) hear(msgs []string) {
+	t := l.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range msgs {
@@ -189,7 +189,8 @@ func nonZero(a, b time.Time) time.Time {
 
 // readNews reads the pause and the lowered limit from Redis and applies
 // them as news.
-func (t *Throttler) readNews() {
+func (l *listener) readNews() {
+	t := l.t
 	ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 	defer cancel()
 	r, err := t.st.ReadMeta(ctx)
@@ -232,5 +233,5 @@ func (t *Throttler) newsLocked(n core.News) {
 		close(t.news.woke)
 		t.news.woke = nil
 	}
-	t.nudge()
+	t.worker.nudge()
 }

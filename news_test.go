@@ -31,7 +31,7 @@ func TestNewsReachesSleepers(t *testing.T) {
 			})
 		}
 		waitLocked(t, sleeper, 5*time.Second, "the calls never slept toward their slots", func() bool {
-			return sleeper.news.sleeping == 3 && sleeper.news.running && !sleeper.running
+			return sleeper.news.sleeping == 3 && sleeper.news.running && !sleeper.worker.running
 		})
 		// Let the listener's subscription take before the pause is set: a
 		// pause set earlier is read when it does (see news.go), which

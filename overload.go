@@ -51,11 +51,11 @@ func WithMaxQueue(n int) Option {
 // withMaxWait derives the context a call waits with under WithMaxWait, and
 // notes on w when the maximum wait, not ctx's own deadline, is the one
 // that ends it.
-func (t *Throttler) withMaxWait(ctx context.Context, w *waiter) (context.Context, context.CancelFunc) {
-	if t.opt.maxWait <= 0 {
+func (o *options) withMaxWait(ctx context.Context, w *waiter) (context.Context, context.CancelFunc) {
+	if o.maxWait <= 0 {
 		return ctx, func() {}
 	}
-	at := time.Now().Add(t.opt.maxWait)
+	at := time.Now().Add(o.maxWait)
 	if d, ok := ctx.Deadline(); ok && !at.Before(d) {
 		return ctx, func() {}
 	}
@@ -63,46 +63,40 @@ func (t *Throttler) withMaxWait(ctx context.Context, w *waiter) (context.Context
 	return context.WithDeadlineCause(ctx, at, ErrMaxWait)
 }
 
-// enterLocked admits a new WaitN to the queue, or says why it fails at
-// once: its earliest slot lies past its deadline (or maximum wait), as
-// far as the last reply told, or WithMaxQueue's bound is reached and no
-// call of a lower priority can be shed. On success the call counts as
-// waiting until leaveLocked.
-func (t *Throttler) enterLocked(w *waiter) error {
-	if !w.deadline.IsZero() {
-		if err := t.tooLateLocked(w); err != nil {
-			return err
-		}
-	}
-	if t.opt.maxQueue > 0 && t.waiting >= t.opt.maxQueue {
-		victim := t.sheddableLocked(w.prio)
+// enter admits a new WaitN to the queue, or says why it fails at once:
+// maxQueue calls wait already (WithMaxQueue; 0 = no bound) and no call of
+// a lower priority can be shed. On success the call counts as waiting
+// until leave. (The caller checks the deadline first: see tooLateLocked.)
+func (q *workerState) enter(w *waiter, maxQueue int) error {
+	if maxQueue > 0 && q.waiting >= maxQueue {
+		victim := q.sheddable(w.prio)
 		if victim == nil {
-			return rejectf(RejectedQueueFull, ErrQueueFull, "throttler: %d calls wait already (WithMaxQueue)", t.waiting)
+			return rejectf(RejectedQueueFull, ErrQueueFull, "throttler: %d calls wait already (WithMaxQueue)", q.waiting)
 		}
-		t.queue = slices.DeleteFunc(t.queue, func(x *waiter) bool { return x == victim })
+		q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == victim })
 		victim.counted = false
-		t.waiting--
+		q.waiting--
 		victim.settle(reservation{state: stFailed, stale: victim.res.stale,
 			err: rejectf(RejectedShed, ErrQueueFull, "throttler: shed from a full queue for a call of priority %s", w.prio)})
 	}
 	w.counted = true
-	t.waiting++
+	q.waiting++
 	return nil
 }
 
-// leaveLocked ends what enterLocked began.
-func (t *Throttler) leaveLocked(w *waiter) {
+// leave ends what enter began.
+func (q *workerState) leave(w *waiter) {
 	if w.counted {
 		w.counted = false
-		t.waiting--
+		q.waiting--
 	}
 }
 
-// sheddableLocked returns the queued call to shed for a call of priority
-// p: the most recent of the lowest priority below p, or nil.
-func (t *Throttler) sheddableLocked(p Priority) *waiter {
+// sheddable returns the queued call to shed for a call of priority p: the
+// most recent of the lowest priority below p, or nil.
+func (q *workerState) sheddable(p Priority) *waiter {
 	var victim *waiter
-	for _, x := range t.queue {
+	for _, x := range q.queue {
 		if x.now || !x.counted || x.prio >= p {
 			continue
 		}
@@ -125,7 +119,7 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 		return nil // the worker fails it, with the reason
 	}
 	ahead := 0
-	for _, x := range t.queue {
+	for _, x := range t.worker.queue {
 		if x.now || x.prio >= w.prio {
 			ahead += x.n
 		}

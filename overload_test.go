@@ -157,7 +157,7 @@ func TestMaxQueueShedsTheLowestPriority(t *testing.T) {
 				}
 				errs <- err
 			}()
-			waitLocked(t, th, 5*time.Second, name+" never waited", func() bool { return th.waiting == waiting })
+			waitLocked(t, th, 5*time.Second, name+" never waited", func() bool { return th.worker.waiting == waiting })
 			return errs
 		}
 		low1 := start("low1", PriorityLow, 1)

@@ -10,7 +10,7 @@ import (
 
 // owed is what this process still has to write to Redis, with the next
 // round trip that works, guarded by the Throttler's mu. A worker runs while
-// any of it is left (see pendingLocked), even in a process that only calls
+// any of it is left (see workerState.pending), even in a process that only calls
 // Allow.
 type owed struct {
 	giveBack []string     // members to remove: calls that did not go
@@ -83,4 +83,58 @@ func (o *owed) sent(a *core.Attempt) {
 		o.healPause = 0
 	}
 	o.recheckDue = len(o.recheck) > 0
+}
+
+// countLater notes n calls admitted without Redis, going at rt on the
+// runtime's clock (at on the local one), to count in Redis once it
+// answers. They are scored on the runtime's clock, for the local one may
+// have stepped since the last sample (see serverByRuntime); before any
+// sample, once one comes in (see scoreUnscored).
+func (o *owed) countLater(c *clockSync, ids *memberSource, rt, at time.Time, n int) {
+	if !c.anchored() {
+		for range n {
+			o.unscored = append(o.unscored, rt)
+		}
+		return
+	}
+	serverAt := c.serverByRuntime(rt, at)
+	for range n {
+		o.replay = append(o.replay, core.Entry{Score: serverAt, Member: ids.next()})
+	}
+}
+
+// scoreUnscored scores the calls admitted without Redis before any clock
+// sample, once one came in.
+func (o *owed) scoreUnscored(c *clockSync, ids *memberSource) {
+	if len(o.unscored) == 0 || !c.anchored() {
+		return
+	}
+	for _, rt := range o.unscored {
+		o.replay = append(o.replay, core.Entry{Score: c.serverByRuntime(rt, time.Time{}), Member: ids.next()})
+	}
+	o.unscored = o.unscored[:0]
+}
+
+// trimReplay forgets replayed admissions that no longer matter to any
+// window, the longest (w µs) included, which bounds the journal to about
+// one window of calls.
+func (o *owed) trimReplay(serverNow, w int64) {
+	keep := o.replay[:0]
+	for _, e := range o.replay {
+		if e.Score > serverNow-w {
+			keep = append(keep, e)
+		}
+	}
+	clear(o.replay[len(keep):])
+	o.replay = keep
+	since := time.Duration(w) * time.Microsecond
+	o.unscored = slices.DeleteFunc(o.unscored, func(rt time.Time) bool { return time.Since(rt) > since })
+}
+
+// unhold gives back what w's reservation holds: its members leave Redis
+// with the next round trip, and its slot in the local share (local, nil
+// without one) is freed. The caller then replaces w's reservation.
+func (o *owed) unhold(w *waiter, local *localWindow) {
+	o.giveBack = append(o.giveBack, w.res.members...)
+	w.freeShare(local)
 }

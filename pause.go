@@ -58,7 +58,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 	if !t.clock.synced() {
 		// Without a sample the estimate takes the local clock for the
 		// server's: good enough for this process alone, should Redis fail.
-		syncErr = t.syncClock(ctx)
+		syncErr = t.sampleClock(ctx, firstSamples)
 	}
 	serverNow := t.clock.server(t.now())
 	m := plan(serverNow)
@@ -71,7 +71,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		t.mu.Lock()
 		m.apply()
 		t.mu.Unlock()
-		t.nudge()
+		t.worker.nudge()
 	}
 	if syncErr != nil {
 		t.stats.redisError(syncErr)
@@ -86,7 +86,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 	err := t.st.WriteMeta(ctx, m.MetaWrite, ttl)
 	if err != nil {
 		t.mu.Lock()
-		t.logRedis(err, "the change was not written")
+		t.stats.logRedis(t.now(), err, "the change was not written")
 		t.mu.Unlock()
 		t.stats.redisError(err)
 		return redisError(err)

@@ -57,13 +57,13 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *
 		}
 		p := &Permit{t: t, estimate: n, score: res.score, margin: res.margin, members: res.members, lease: lease}
 		t.mu.Lock()
-		_, late := t.offScoreLocked(reservation{score: p.score, margin: p.margin})
+		_, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
 		if late <= 0 {
 			t.mu.Unlock()
 			return p, nil
 		}
 		t.stats.lateWakes.Add(1)
-		t.forgetLocked(p.members)
+		t.health.forget(p.members, &t.hooks)
 		t.mu.Unlock()
 		t.release(ctx, p.members)
 		p.Done()
@@ -120,7 +120,7 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 	p.once.Do(func() {
 		t := p.t
 		t.stats.settle(p.estimate, actual)
-		p.err = t.settle(ctx, p, actual)
+		p.err = p.settle(ctx, actual)
 	})
 	p.Done()
 	return p.err
@@ -147,15 +147,16 @@ func (p *Permit) Done() {
 		if err := t.st.ReleaseLeases(ctx, []string{p.lease}, 0); err != nil {
 			t.stats.redisError(err)
 			t.mu.Lock()
-			t.giveLeaseBackLocked(p.lease) // the keeper tries once more
+			t.lease.giveBack(p.lease) // the keeper tries once more
 			t.mu.Unlock()
 		}
 		t.stats.inFlightBy(-1)
 	})
 }
 
-// settle applies a permit's first Settle.
-func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
+// settle applies p's first Settle.
+func (p *Permit) settle(ctx context.Context, actual int) error {
+	t := p.t
 	if p.members == nil || actual == p.estimate {
 		return nil
 	}
@@ -163,7 +164,7 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		t.stats.returned.Add(uint64(p.estimate - actual))
 		surplus := p.members[actual:]
 		t.mu.Lock()
-		t.forgetLocked(surplus)
+		t.health.forget(surplus, &t.hooks)
 		t.mu.Unlock()
 		if err := t.release(ctx, surplus); err != nil {
 			return redisError(err)
@@ -171,7 +172,7 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		// Waiters here may fit now: a worker sleeping until the next
 		// slot it knew of looks again (other processes find the surplus
 		// with their next round trip).
-		t.nudge()
+		t.worker.nudge()
 		return nil
 	}
 	t.stats.debt.Add(uint64(actual - p.estimate))
@@ -182,8 +183,8 @@ func (t *Throttler) settle(ctx context.Context, p *Permit, actual int) error {
 		debt[i] = core.Entry{Score: p.score, Member: members[i]}
 	}
 	t.mu.Lock()
-	if t.onAdmit != nil {
-		t.onAdmit(p.score, members)
+	if t.hooks.onAdmit != nil {
+		t.hooks.onAdmit(p.score, members)
 	}
 	t.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.redisTimeout)

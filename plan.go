@@ -35,7 +35,7 @@ type planIn struct {
 	// The runtime's clock (time.Now) at now: the local share keeps its
 	// log on it (see localWindow), not on the local clock, which may step.
 	runtime  time.Time
-	probe    bool // the round trip carries a probe (see lossChecksLocked)
+	probe    bool // the round trip carries a probe (see health.lossChecks)
 	quietDue bool // no round trip reached Redis for quiet()
 	// How much wider than its windows the round counts each claim's
 	// neighbourhood, each way (µs), and whether it must claim nothing
@@ -245,18 +245,7 @@ func (p *planner) placeWait(r request) decision {
 		}
 		g = max(p.floor, slots[p.pos+r.n-1])
 	}
-	var shareAt time.Time
-	if in.sharing != nil {
-		// Just back from the fallback: also within this process's share.
-		if r.n > in.sharing.limit {
-			g = max(g, in.clock.server(in.shareUntil))
-		} else {
-			// Any time after the local slot fits it; record the call at
-			// the time it will go.
-			g = max(g, in.clock.server(in.fromRuntime(in.sharing.slot(in.runtime, r.n))))
-			shareAt = in.toRuntime(in.clock.local(g))
-		}
-	}
+	g, shareAt := p.withinShare(r, g)
 	if !r.deadline.IsZero() {
 		if at := in.clock.local(g); tooLate(at, r.deadline) {
 			return decision{verdict: fail, err: deadlineError(at, r.deadline, r.cause)}
@@ -290,6 +279,23 @@ func (p *planner) placeWait(r request) decision {
 		in.sharing.take(shareAt, r.n)
 	}
 	return decision{verdict: claim1, score: g, shareAt: shareAt}
+}
+
+// withinShare places r no earlier than g and, just back from the fallback
+// (see fallback.recover), also within this process's share of the local window;
+// shareAt is then the runtime's time its call is recorded at there.
+func (p *planner) withinShare(r request, g int64) (_ int64, shareAt time.Time) {
+	in := p.in
+	if in.sharing == nil {
+		return g, time.Time{}
+	}
+	if r.n > in.sharing.limit {
+		return max(g, in.clock.server(in.shareUntil)), time.Time{}
+	}
+	// Any time after the local slot fits it; record the call at the time
+	// it will go.
+	g = max(g, in.clock.server(in.fromRuntime(in.sharing.slot(in.runtime, r.n))))
+	return g, in.toRuntime(in.clock.local(g))
 }
 
 // finish completes the plan once every request is placed: how long a round

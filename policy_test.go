@@ -150,7 +150,7 @@ func TestFallbackReplaysIntoRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	th.mu.Lock()
-	th.health.degraded = time.Time{} // do not wait out the retry second
+	th.fallback.degraded = time.Time{} // do not wait out the retry second
 	th.mu.Unlock()
 	for range 2 {
 		if err := th.Wait(context.Background()); err != nil {
@@ -213,11 +213,11 @@ func TestRedisHangs(t *testing.T) {
 func TestAllowWhileSharing(t *testing.T) {
 	th := miniThrottler(t, 4, time.Minute, WithFailurePolicy(FallbackLocal(0.5)))
 	ctx := context.Background()
-	if err := th.syncClock(ctx); err != nil {
+	if err := th.sampleClock(ctx, firstSamples); err != nil {
 		t.Fatal(err)
 	}
 	th.mu.Lock()
-	th.health.shareUntil = time.Now().Add(time.Hour)
+	th.fallback.shareUntil = time.Now().Add(time.Hour)
 	th.shared.pausedTill = th.clock.server(time.Now().Add(time.Hour))
 	th.mu.Unlock()
 	if res, err := th.Allow(ctx); err != nil || res.Allowed {
@@ -257,7 +257,7 @@ func TestFallbackReplaysIntoLongerLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	th.mu.Lock()
-	th.health.degraded = time.Time{} // do not wait out the retry second
+	th.fallback.degraded = time.Time{} // do not wait out the retry second
 	th.mu.Unlock()
 	if err := th.Wait(context.Background()); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestFallbackWithClosedClientHoldsNoWorker(t *testing.T) {
 		}
 	}
 	th.mu.Lock()
-	running, replay := th.running, len(th.owed.replay)
+	running, replay := th.worker.running, len(th.owed.replay)
 	th.mu.Unlock()
 	if running || replay > 0 {
 		t.Fatalf("after Allow with a closed client: worker running %v, %d calls kept to write back; want none", running, replay)
@@ -342,7 +342,7 @@ func TestFailOpenCountsFailedBatchWhenItGoes(t *testing.T) {
 		}
 		hook.armed.Store(false)
 		th.mu.Lock()
-		th.health.degraded = time.Time{} // do not wait out the retry second
+		th.fallback.degraded = time.Time{} // do not wait out the retry second
 		th.mu.Unlock()
 		if err := th.Wait(ctx); err != nil {
 			t.Fatal(err)

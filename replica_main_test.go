@@ -70,11 +70,11 @@ func replicaMain() int {
 		return 2
 	}
 	// The hooks run under th.mu: they only queue a line.
-	th.onAdmit = func(score int64, members []string) { out.add(replica.AdmitLine(score, members)) }
-	th.onRelease = func(members []string) { out.add(replica.ReleaseLine(members)) }
+	th.hooks.onAdmit = func(score int64, members []string) { out.add(replica.AdmitLine(score, members)) }
+	th.hooks.onRelease = func(members []string) { out.add(replica.ReleaseLine(members)) }
 	if cfg.KillMid > 0 {
 		events := 0
-		th.onResolved = func(rejected int) {
+		th.hooks.onResolved = func(rejected int) {
 			if rejected == 0 {
 				return
 			}
@@ -159,7 +159,7 @@ func replicaMain() int {
 	// keeper the places they were granted.
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		th.mu.Lock()
-		running := th.running || th.lease != nil && th.lease.keeper
+		running := th.worker.running || th.lease != nil && th.lease.keeper
 		th.mu.Unlock()
 		if !running {
 			break

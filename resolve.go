@@ -21,7 +21,7 @@ type resolveIn struct {
 	pausedTill int64  // server µs, as the reply told it
 	arrived    int64  // server µs: the server's now as the reply is applied
 	// The counts prove nothing: scored with a clock estimate a step made
-	// wrong, or Redis lost the window (see noticeLossLocked).
+	// wrong, or Redis lost the window (see health.noticeLoss).
 	distrust bool
 	// The largest margin in force as the reply read it (µs; see
 	// margin.go).

@@ -63,42 +63,34 @@ func sane(tail []core.Entry, limit int64) []core.Entry {
 	return tail
 }
 
-// syncClock takes a first sample of the server clock: up to
-// firstSamples of them, until one comes from a round trip short enough
-// (see tightSample). The first round trip of a new client often dials its
-// connection, and a process just started is often slow: a second sample,
-// on a warm connection, is usually far tighter than the first, and every
-// replica's calls are placed by their estimates.
-func (t *Throttler) syncClock(ctx context.Context) error {
-	for i := 0; ; i++ {
-		if err := t.sampleClock(ctx); err != nil {
+// sampleClock takes up to n samples of the server's clock (TIME), each
+// bounded by the Redis timeout, until one comes from a round trip short
+// enough (see tightSample). The first round trip of a new client often
+// dials its connection, and a process just started is often slow: a second
+// sample, on a warm connection, is usually far tighter than the first, and
+// every replica's calls are placed by their estimates. It returns the
+// error of the first sample; once one is taken, the samples taken stand.
+func (t *Throttler) sampleClock(ctx context.Context, n int) error {
+	for i := range n {
+		sctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
+		sent := t.now()
+		server, err := t.st.Now(sctx)
+		cancel()
+		if err != nil {
 			if i > 0 {
-				return nil // the samples taken stand
+				return nil
 			}
 			return err
 		}
-		e := t.clock.view().errBound()
-		if i+1 == firstSamples || e <= tightSample || t.margin(e, 0) == 0 && i > 0 {
+		t.clock.observe(sent, t.now(), server)
+		if e := t.clock.view().errBound(); e <= tightSample || t.margin(e, 0) == 0 && i > 0 {
 			return nil
 		}
 	}
-}
-
-// sampleClock takes one sample of the server's clock (TIME), bounded by the
-// Redis timeout.
-func (t *Throttler) sampleClock(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-	defer cancel()
-	sent := t.now()
-	server, err := t.st.Now(ctx)
-	if err != nil {
-		return err
-	}
-	t.clock.observe(sent, t.now(), server)
 	return nil
 }
 
-// firstSamples bounds the round trips syncClock makes, and tightSample is
+// firstSamples bounds the round trips a first sampleClock makes, and tightSample is
 // an error bound it stops at at once (µs): a round trip of a millisecond.
 // Past the first sample it stops, too, once the estimate needs no margin
 // (see margin.go).
@@ -132,12 +124,12 @@ func (t *Throttler) writeLater(err error, then string, owe func(*owed)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	owe(&t.owed)
-	t.logRedis(err, then)
-	t.startWorkerLocked()
+	t.stats.logRedis(t.now(), err, then)
+	t.worker.start(&t.owed)
 }
 
 // releaseTimeout bounds how long an abandoned call spends giving its slot
 // back, so that cancellation stays prompt when Redis hangs.
-func (t *Throttler) releaseTimeout() time.Duration {
-	return min(t.opt.redisTimeout, 250*time.Millisecond)
+func (c *config) releaseTimeout() time.Duration {
+	return min(c.opt.redisTimeout, 250*time.Millisecond)
 }

@@ -1,7 +1,6 @@
 package throttler
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"sync"
@@ -203,21 +202,6 @@ func (tr *Transport) base() http.RoundTripper {
 		return tr.Base
 	}
 	return http.DefaultTransport
-}
-
-// lowerTo lowers (or restores) the shared limit to what the API stated,
-// writing to Redis only when that changes what is in force or the lowering
-// is past half its time.
-func (t *Throttler) lowerTo(ctx context.Context, n int, d time.Duration) {
-	t.mu.Lock()
-	serverNow := t.clock.server(t.now())
-	lowered := t.shared.lowered > 0 && serverNow < t.shared.lowerTill
-	fresh := lowered && t.shared.lowered == n && t.shared.lowerTill-serverNow > d.Microseconds()/2
-	t.mu.Unlock()
-	if fresh || (!lowered && n >= t.wins[0].Limit) {
-		return
-	}
-	t.SetLimit(ctx, n, d) // a failure is logged; the response stands
 }
 
 // replayable reports whether req can be sent again: it has no body, or

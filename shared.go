@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
 )
@@ -67,4 +68,19 @@ func (s *sharedState) lower(n int, till int64, configured int) (before, after in
 	}
 	s.lowered, s.lowerTill = n, till
 	return before, after
+}
+
+// after returns now, or the end of the pause known to be in force: a pause
+// learned before Redis failed still holds.
+func (s *sharedState) after(now time.Time, c *clockSync) time.Time {
+	if s.pausedTill > c.server(now) {
+		return c.local(s.pausedTill)
+	}
+	return now
+}
+
+// loweredAt reports whether a lowering of the first limit is in force at
+// serverNow (µs).
+func (s *sharedState) loweredAt(serverNow int64) bool {
+	return s.lowered > 0 && serverNow < s.lowerTill
 }

@@ -357,8 +357,8 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 	start := w.rec.Start()
 	// The library's own randomness drawn from the seed: a replay makes
 	// the same choices.
-	th.rng = rand.New(rand.NewPCG(uint64(sc.Seed), uint64(i)))
-	th.onAdmit = func(score int64, members []string) {
+	th.worker.rng = rand.New(rand.NewPCG(uint64(sc.Seed), uint64(i)))
+	th.hooks.onAdmit = func(score int64, members []string) {
 		r.mu.Lock()
 		for _, m := range members {
 			r.admitted[m] = score
@@ -366,7 +366,7 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 		r.mu.Unlock()
 		w.rec.Note(i, "reserved n=%d at score %s%s", len(members), time.UnixMicro(score).Sub(start), placed(th, r.clock, score))
 	}
-	th.onRelease = func(members []string) {
+	th.hooks.onRelease = func(members []string) {
 		r.mu.Lock()
 		for _, m := range members {
 			delete(r.admitted, m)
@@ -937,9 +937,9 @@ func (w *simWorld) checkIdle() {
 			}
 			r.th.mu.Lock()
 			keeper := r.th.lease != nil && r.th.lease.keeper
-			if r.th.running || len(r.th.queue) > 0 || keeper {
+			if r.th.worker.running || len(r.th.worker.queue) > 0 || keeper {
 				busy += fmt.Sprintf(" r%d(running=%v queue=%d giveBack=%d replay=%d keeper=%v)", r.id,
-					r.th.running, len(r.th.queue), len(r.th.owed.giveBack), len(r.th.owed.replay), keeper)
+					r.th.worker.running, len(r.th.worker.queue), len(r.th.owed.giveBack), len(r.th.owed.replay), keeper)
 			}
 			r.th.mu.Unlock()
 		}

@@ -109,7 +109,7 @@ func (t *Throttler) Stats() Stats {
 	}
 	var lims [1]int
 	s.Limit = t.shared.limits(t.wins, serverNow, lims[:0])[0]
-	s.Degraded = t.health.isDegraded()
+	s.Degraded = t.fallback.isDegraded()
 	s.ClockError = time.Duration(t.clock.view().errBound()) * time.Microsecond
 	s.Margin = time.Duration(t.upkeep.widen) * time.Microsecond
 	return s

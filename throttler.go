@@ -25,7 +25,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,32 +38,17 @@ type Throttler struct {
 	clock *clockSync // its own, or its Group's (see withClockSync)
 	stats meter
 
-	mu      sync.Mutex // guards what follows
-	queue   []*waiter  // not yet reserved: AllowN first, then by priority, FIFO within one
-	waiting int        // waits (any face) between enterLocked and leaveLocked (see WithMaxQueue)
-	running bool       // a worker goroutine serves the queue
-	kick    chan struct{}
-	known   known        // what the last reply told of the room ahead
-	shared  sharedState  // the pause and lowered limit every process agrees on
-	health  health       // Redis's health as this process sees it: fallback and heal
-	owed    owed         // what this process still has to write to Redis
-	upkeep  upkeep       // when each kind of upkeep last rode on a round trip
-	local   *localWindow // the fallback's in-process window, when configured
-	lease   *leases      // places in flight (WithInFlight), or nil
-	news    newsState    // listening for pauses and lowered limits (see news.go)
-	rng     *rand.Rand   // spreads wake-ups (see jitter, sharePause)
-	scratch roundScratch
-
-	// onAdmit, when set (tests), sees every admission with its server-time
-	// score in microseconds and its members, under t.mu.
-	onAdmit func(score int64, members []string)
-	// onRelease, when set (tests), sees admitted members given back because
-	// their call did not go (abandoned, or woken too late), under t.mu.
-	onRelease func(members []string)
-	// onResolved, when set (fault-injection tests), runs after a reply was
-	// applied, with how many claims it rejected: their members are still in
-	// Redis until the next round trip gives them back. Under t.mu.
-	onResolved func(rejected int)
+	mu       sync.Mutex  // guards what follows
+	worker   workerState // the queue and the worker that serves it
+	known    known       // what the last reply told of the room ahead
+	shared   sharedState // the pause and lowered limit every process agrees on
+	health   health      // what tells that Redis lost the window (see heal.go)
+	fallback fallback    // serving calls while Redis fails (see fallback.go)
+	owed     owed        // what this process still has to write to Redis
+	upkeep   upkeep      // when each kind of upkeep last rode on a round trip
+	lease    *leases     // places in flight (WithInFlight), or nil
+	news     newsState   // listening for pauses and lowered limits (see news.go)
+	hooks    testHooks
 }
 
 // New returns a Throttler that admits at most limit calls in any window of
@@ -80,75 +64,39 @@ type Throttler struct {
 // New checks its arguments and options and returns an error wrapping
 // ErrInvalidArgument when one is bad. It does no network I/O.
 func New(client redis.UniversalClient, key string, limit int, interval time.Duration, opts ...Option) (*Throttler, error) {
-	switch {
-	case client == nil:
+	if client == nil {
 		return nil, invalidf("New: nil Redis client")
 	}
-	if err := checkWindow("New", key, limit, interval); err != nil {
+	c, err := newConfig(key, limit, interval, opts)
+	if err != nil {
 		return nil, err
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, invalidf("New(%q): nil Option", key)
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if err := checkShares(o.shares); err != nil {
-		return nil, err
-	}
-	if o.buffer > interval*10 && o.buffer > time.Minute {
-		return nil, invalidf("New(%q): buffer %s dwarfs the interval %s", key, o.buffer, interval)
-	}
-	if !o.aheadSet {
-		o.ahead = min(interval, time.Second)
-	}
-	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.extra...)
-	for i := range wins {
-		wins[i].W = windowMicros(wins[i].Interval + o.buffer)
-		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
-			return nil, err
-		}
-		for _, x := range wins[:i] {
-			if x.Key == wins[i].Key {
-				return nil, invalidf("New(%q): key %q holds two limits", key, x.Key)
-			}
-		}
-	}
+	o, wins := c.opt, c.wins
 	ids := newMemberSource()
 	t := &Throttler{
-		config: config{wins: wins, opt: o},
-		st:     redisstore.NewStore(client, wins, (&config{wins: wins}).longest(), o.inflight, ids.id()),
+		config: c,
+		st:     redisstore.NewStore(client, wins, c.longest(), o.inflight, ids.id()),
 		ids:    ids,
-		kick:   make(chan struct{}, 1),
-		known:  known{near: true},
-		clock:  o.clockSync(),
-		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		worker: workerState{
+			kick: make(chan struct{}, 1),
+			rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		},
+		known: known{near: true},
+		clock: o.clockSync(),
 	}
 	t.stats.obs = o.observer
-	t.minLimit = limit
-	for _, x := range wins[1:] {
-		t.minLimit = min(t.minLimit, x.Limit)
-	}
+	t.stats.logger, t.stats.logAttrs = o.logger, []any{slog.String("key", key), slog.String("policy", o.policy.String())}
+	t.worker.spawn = func(sleep time.Duration) { go runWorker(t, sleep) }
+	t.fallback.t = t
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
 	t.health.journal.cap = 2 * wins[t.longest()].Limit
 	t.health.journal.w = t.longestW()
 	if o.inflight != nil {
-		if err := sameSlot(wins[0].Key, o.inflight.Key); err != nil {
-			return nil, err
-		}
-		for _, x := range wins {
-			if x.Key == o.inflight.Key {
-				return nil, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.Key)
-			}
-		}
-		t.lease = newLeases(o.inflight)
+		t.lease = newLeases(o.inflight, func() { go runKeeper(t) })
 	}
 	if o.policy.kind == policyLocal {
-		t.local = newLocalWindow(o.policy.share, wins, o.buffer)
+		t.fallback.local = newLocalWindow(o.policy.share, wins, o.buffer)
 	}
 	return t, nil
 }
@@ -179,13 +127,17 @@ func (t *Throttler) Interval() time.Duration { return t.wins[0].Interval }
 // Key returns the Redis key holding the shared window.
 func (t *Throttler) Key() string { return t.wins[0].Key }
 
-// logRedis logs a Redis failure at most once a second.
-func (t *Throttler) logRedis(err error, what string) {
-	now := t.now()
-	if now.Sub(t.upkeep.log) < time.Second {
-		return
-	}
-	t.upkeep.log = now
-	t.opt.logger.Warn("throttler: redis failed", slog.String("key", t.wins[0].Key),
-		slog.String("policy", t.opt.policy.String()), slog.String("then", what), slog.Any("err", err))
+// testHooks lets tests watch the worker. Each runs under the Throttler's
+// mutex when set.
+type testHooks struct {
+	// onAdmit sees every admission with its server-time score in
+	// microseconds and its members.
+	onAdmit func(score int64, members []string)
+	// onRelease sees admitted members given back because their call did
+	// not go (abandoned, or woken too late).
+	onRelease func(members []string)
+	// onResolved (fault-injection tests) runs after a reply was applied,
+	// with how many claims it rejected: their members are still in Redis
+	// until the next round trip gives them back.
+	onResolved func(rejected int)
 }

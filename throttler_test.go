@@ -164,8 +164,8 @@ func TestInvariantSkewedClocks(t *testing.T) {
 			clock := func() time.Time { return time.Now().Add(skew) }
 			th := rec.watch(mustNew(t, dial(), key, limit, interval, WithClock(clock)))
 			score := make(chan int64, 100)
-			inner := th.onAdmit
-			th.onAdmit = func(s int64, m []string) { inner(s, m); score <- s }
+			inner := th.hooks.onAdmit
+			th.hooks.onAdmit = func(s int64, m []string) { inner(s, m); score <- s }
 			for range 4 {
 				wg.Add(1)
 				go func() {
@@ -406,8 +406,8 @@ func TestLateWakeReReserves(t *testing.T) {
 		clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
 		var rec recorder
 		th := rec.watch(mustNew(t, c, key, 5, time.Second, WithClock(clock), WithBuffer(50*time.Millisecond)))
-		inner := th.onAdmit
-		th.onAdmit = func(s int64, m []string) {
+		inner := th.hooks.onAdmit
+		th.hooks.onAdmit = func(s int64, m []string) {
 			inner(s, m)
 			step.CompareAndSwap(0, int64(200*time.Millisecond))
 		}

@@ -14,7 +14,6 @@ import (
 type upkeep struct {
 	trim, clock, expire time.Time
 	round               time.Time // the last round trip that reached Redis
-	log                 time.Time // the last Redis failure logged
 	widen               int64     // how much wider the last round trip counted (µs; see margin.go)
 }
 

@@ -89,9 +89,9 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 
 // usageLimits returns the limits in force at server time now, given what
 // the first key keeps beside its calls.
-func (t *Throttler) usageLimits(now int64, m core.Meta) []int {
-	lims := make([]int, len(t.wins))
-	for i, x := range t.wins {
+func (c *config) usageLimits(now int64, m core.Meta) []int {
+	lims := make([]int, len(c.wins))
+	for i, x := range c.wins {
 		lims[i] = x.Limit
 	}
 	lims[0] = m.LimitAt(now, lims[0])

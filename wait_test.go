@@ -23,7 +23,7 @@ func TestRequeuedImmediateCallWaitsForItsNewSlot(t *testing.T) {
 	th := mustNew(t, c, "k", 10, time.Second, WithLogger(quiet), WithFailurePolicy(FailOpen()))
 	const pause = 300 * time.Millisecond
 	var pauseEnd time.Time
-	th.onAdmit = func(int64, []string) {
+	th.hooks.onAdmit = func(int64, []string) {
 		if !pauseEnd.IsZero() {
 			return
 		}
@@ -80,8 +80,8 @@ func TestWaitNeverSucceedsAfterItsContextEnded(t *testing.T) {
 				}
 				ctx := &endingCtx{Context: context.Background()}
 				var admitted, released int
-				th.onAdmit = func(int64, []string) { admitted++; ctx.end.Store(true) }
-				th.onRelease = func([]string) { released++ }
+				th.hooks.onAdmit = func(int64, []string) { admitted++; ctx.end.Store(true) }
+				th.hooks.onRelease = func([]string) { released++ }
 				err := th.Wait(ctx)
 				if !errors.Is(err, context.Canceled) {
 					t.Fatalf("Wait with a context that ended when its slot was reserved = %v, want context.Canceled", err)
@@ -90,7 +90,7 @@ func TestWaitNeverSucceedsAfterItsContextEnded(t *testing.T) {
 					t.Fatalf("admitted %d, given back %d: want the one slot given back", admitted, released)
 				}
 				waitIdle(t, th)
-				th.onAdmit = nil
+				th.hooks.onAdmit = nil
 				if got := len(keyMembers(t, dial(), key)); got != map[bool]int{false: 0, true: limit}[ahead] {
 					t.Fatalf("%d members in Redis after the give-back", got)
 				}

@@ -53,7 +53,7 @@ type reservation struct {
 type waitState uint8
 
 const (
-	stQueued   waitState = iota // in t.queue
+	stQueued   waitState = iota // in t.worker.queue
 	stInFlight                  // in a round trip's batch
 	stAdmitted                  // holds a slot at res.at
 	stFailed                    // res.err says why
@@ -104,5 +104,24 @@ func signal(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:
+	}
+}
+
+// requeue sends w, whose reservation did not hold, back to the queue's
+// state: what it holds goes back (see owed.unhold), and what it still has
+// in Redis from an earlier attempt stays known (see queuedAfter). The
+// caller puts w back in the queue (see workerState.pushFront).
+func (w *waiter) requeue(o *owed, local *localWindow) {
+	o.unhold(w, local)
+	w.res = queuedAfter(w.res)
+}
+
+// freeShare gives back the slot w holds in local, the local window it
+// keeps to while sharing (see health.recover), when w does not keep its
+// reservation: the caller then replaces w's reservation with one that
+// holds no such slot.
+func (w *waiter) freeShare(local *localWindow) {
+	if !w.res.shareAt.IsZero() && local != nil {
+		local.release(w.res.shareAt, w.n)
 	}
 }

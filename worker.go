@@ -2,7 +2,10 @@ package throttler
 
 import (
 	"context"
+	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -15,36 +18,19 @@ import (
 // a time; it exits when nothing is left to do, so an idle Throttler holds
 // no goroutine.
 
-// submit queues w and, when no worker runs, serves one round in the
-// caller's goroutine (see serveInline).
+// submit queues w and, when no worker was running, serves one round in
+// the caller's goroutine, which spares an uncontended call two goroutine
+// hand-offs, then hands whatever is left (waiters that arrived meanwhile,
+// or this caller, if it must wait for a slot) to a worker goroutine.
 func (t *Throttler) submit(w *waiter) {
-	if t.enqueue(w) {
-		t.serveInline()
-	}
-}
-
-// enqueue queues w: an AllowN ahead of every WaitN (it does not wait behind
-// them), a WaitN behind those of its priority and higher. It returns true when no worker was
-// running: the caller then serves the queue itself for one round, which
-// spares an uncontended call two goroutine hand-offs.
-func (t *Throttler) enqueue(w *waiter) (inline bool) {
 	t.mu.Lock()
 	w.res = reservation{state: stQueued, stale: w.res.stale}
-	if t.parkBehindLocked(w) {
+	if t.lease.parkBehind(w, t.fallback.isDegraded()) {
+		t.stats.placeWait()
 		t.mu.Unlock()
-		return false
+		return
 	}
-	// Behind every call it does not go before: an AllowN behind the
-	// AllowNs, a WaitN behind those of its priority and higher.
-	i := len(t.queue)
-	for i > 0 && (w.now && !t.queue[i-1].now || !w.now && !t.queue[i-1].now && t.queue[i-1].prio < w.prio) {
-		i--
-	}
-	t.queue = slices.Insert(t.queue, i, w)
-	first := i == 0
-	if !t.running {
-		t.running, first, inline = true, false, true
-	}
+	first, inline := t.worker.insert(w)
 	t.mu.Unlock()
 	if first || w.now {
 		// The worker may be sleeping with nobody queued (retrying Redis for
@@ -52,73 +38,35 @@ func (t *Throttler) enqueue(w *waiter) (inline bool) {
 		// after a turn near the limit (see round): a caller now at the
 		// head, first or ahead of every call of a lower priority, should
 		// not wait that sleep out.
-		t.nudge()
+		t.worker.nudge()
 	}
-	return inline
-}
-
-// serveInline runs one round in the caller's goroutine, then hands whatever
-// is left (waiters that arrived meanwhile, or this caller, if it must wait
-// for a slot) to a worker goroutine.
-func (t *Throttler) serveInline() {
-	sleep, more := t.round()
-	if !more || t.idle() {
+	if !inline {
 		return
 	}
-	go t.work(sleep)
-}
-
-// nudge wakes a sleeping worker.
-func (t *Throttler) nudge() {
-	select {
-	case t.kick <- struct{}{}:
-	default:
+	sleep, more := t.round()
+	if !more || t.worker.stopIdle(&t.mu, &t.owed) {
+		return
 	}
+	t.worker.spawn(sleep)
 }
 
-// work serves the queue until it is empty.
-func (t *Throttler) work(sleep time.Duration) {
+// runWorker is the worker goroutine: it serves t's queue until nothing is
+// left to do.
+func runWorker(t *Throttler, sleep time.Duration) {
 	for {
 		if sleep > 0 {
 			timer := time.NewTimer(sleep)
 			select {
 			case <-timer.C:
-			case <-t.kick:
+			case <-t.worker.kick:
 			}
 			timer.Stop()
 		}
 		var more bool
 		sleep, more = t.round()
-		if !more || (sleep > 0 && t.idle()) {
+		if !more || (sleep > 0 && t.worker.stopIdle(&t.mu, &t.owed)) {
 			return
 		}
-	}
-}
-
-// idle stops the worker when no caller waits and nothing is left to tell
-// Redis, rather than have it sleep first.
-func (t *Throttler) idle() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.pendingLocked() {
-		return false
-	}
-	t.running = false
-	return true
-}
-
-// pendingLocked reports whether the worker has anything to do: callers
-// waiting, or something to tell Redis (see owed).
-func (t *Throttler) pendingLocked() bool {
-	return len(t.queue) > 0 || t.owed.pending()
-}
-
-// startWorkerLocked starts a worker when there is something to tell Redis
-// and none runs.
-func (t *Throttler) startWorkerLocked() {
-	if !t.running && t.pendingLocked() {
-		t.running = true
-		go t.work(0)
 	}
 }
 
@@ -126,24 +74,24 @@ func (t *Throttler) startWorkerLocked() {
 // to sleep before the next round, and false when the worker should exit.
 func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
-	t.trimReplayLocked(t.clock.server(t.now()))
-	if !t.pendingLocked() {
-		t.running = false
+	t.owed.trimReplay(t.clock.server(t.now()), t.longestW())
+	if !t.worker.pending(&t.owed) {
+		t.worker.running = false
 		t.mu.Unlock()
 		return 0, false
 	}
-	if t.opt.policy.kind != policyClosed && t.health.isDegraded() {
-		d := t.serveDegradedLocked(t.now())
+	if t.opt.policy.kind != policyClosed && t.fallback.isDegraded() {
+		d := t.fallback.serveDegradedLocked(t.now())
 		t.mu.Unlock()
 		return d, true
 	}
 	t.mu.Unlock()
 
 	if !t.clock.synced() {
-		if err := t.syncClock(context.Background()); err != nil {
+		if err := t.sampleClock(context.Background(), firstSamples); err != nil {
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			return t.failLocked(nil, nil, err), true
+			return t.fallback.failLocked(nil, nil, err), true
 		}
 	}
 
@@ -165,9 +113,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 	if err != nil {
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
-		t.scratch.a = nil
+		t.worker.scratch.a = nil
 		t.owed.mark = t.owed.mark || a.Mark // it may not have arrived
-		return t.failLocked(batch, a, err), true
+		return t.fallback.failLocked(batch, a, err), true
 	}
 	t.upkeep.round = now
 	t.owed.giveUpAt = time.Time{} // what it had to give back went with it
@@ -201,7 +149,7 @@ func (t *Throttler) nextRoundLocked(a *core.Attempt, batch []*waiter, claims []c
 		if len(t.known.slots) > 0 {
 			lead = t.clock.local(t.known.slots[0]).Sub(t.now())
 		}
-		return t.sharePause(t.rng, lead)
+		return t.sharePause(t.worker.rng, lead)
 	}
 	return 0
 }
@@ -215,29 +163,30 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 	view := t.clock.view()
 	serverNow := view.server(now)
 	// One round runs at a time: its buffers are reused from the last one.
-	sc := &t.scratch
+	sc := &t.worker.scratch
 	if sc.a == nil {
 		sc.a = new(core.Attempt)
 	}
-	t.scoreReplaysLocked()
+	t.owed.scoreUnscored(t.clock, t.ids)
 	*sc.a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), Adds: append(sc.a.Adds[:0], t.owed.replay...),
 		Checks: sc.a.Checks[:0], Lims: t.shared.limits(t.wins, serverNow, sc.a.Lims), TTLs: sc.a.TTLs, LowCaps: sc.a.LowCaps}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
-	t.lossChecksLocked(a, serverNow)
+	t.health.lossChecks(a, serverNow, &t.owed)
 	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.Mark)
 	a.Expire = a.Expire || a.Pause > 0 // the key must outlive the pause
 	a.TTL0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
 	a.ClockGen = view.gen
-	t.marginLocked(a, view, serverNow)
+	e := view.errBound()
+	t.setMargin(a, e, t.worker.slack(), t.shared.wideAt(serverNow-e))
 
 	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.Lims, pausedTill: t.shared.pausedTill, known: t.known,
 		probe: a.Probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.Widen, hold: a.Hold}
-	if now.Before(t.health.shareUntil) && t.local != nil {
-		in.sharing, in.shareUntil = t.local.clone(), t.health.shareUntil
+	if now.Before(t.fallback.shareUntil) && t.fallback.local != nil {
+		in.sharing, in.shareUntil = t.fallback.local.clone(), t.fallback.shareUntil
 	}
 	reqs := sc.reqs[:0]
-	for _, w := range t.queue {
+	for _, w := range t.worker.queue {
 		reqs = append(reqs, request{n: w.n, deadline: w.deadline, cause: w.cause, now: w.now, prio: w.prio})
 	}
 	p := plan(&t.config, in, reqs, sc.plan)
@@ -249,7 +198,7 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 	a.LowCaps = t.lowCaps(a.PrioMask, a.Slots, a.Lims, a.LowCaps)
 	sleep = p.sleep
 	if p.jitter {
-		sleep += t.turnJitter(t.rng, t.known.lost)
+		sleep += t.turnJitter(t.worker.rng, t.known.lost)
 		if len(batch) == 0 {
 			sleep = min(sleep, t.quiet())
 		}
@@ -262,11 +211,11 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 // claim a slot get their members in a and leave the queue for the batch,
 // which it returns (p.claims are the batch's claims, in order).
 func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
-	sc := &t.scratch
+	sc := &t.worker.scratch
 	clear(sc.batch)
 	batch := sc.batch[:0]
-	rest := t.queue[:0]
-	for i, w := range t.queue {
+	rest := t.worker.queue[:0]
+	for i, w := range t.worker.queue {
 		switch d := p.each[i]; d.verdict {
 		case keep:
 			rest = append(rest, w)
@@ -276,9 +225,9 @@ func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
 			w.settle(reservation{state: stRefused, retry: d.retry, stale: w.res.held()})
 		case claim1:
 			if !d.shareAt.IsZero() {
-				t.local.take(d.shareAt, w.n)
+				t.fallback.local.take(d.shareAt, w.n)
 			}
-			t.askPlaceLocked(a, w)
+			t.lease.ask(a, w, t.ids)
 			first := len(a.Adds)
 			members := make([]string, w.n)
 			for j := range members {
@@ -290,8 +239,8 @@ func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
 			batch = append(batch, w)
 		}
 	}
-	clear(t.queue[len(rest):])
-	t.queue = rest
+	clear(t.worker.queue[len(rest):])
+	t.worker.queue = rest
 	sc.batch = batch
 	return batch
 }
@@ -303,7 +252,7 @@ func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
 func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter, claims []claim) (admitted int) {
 	t.learnMetaLocked(r)
 	res := t.decideLocked(a, r, batch, claims)
-	t.grantLeasesLocked(a, r, batch)
+	t.lease.grant(a, r, batch)
 	var requeue []*waiter
 	for i, w := range batch {
 		switch ok, again := t.settleClaimLocked(a, res, i, w, claims[i]); {
@@ -313,7 +262,7 @@ func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter
 			requeue = append(requeue, w)
 		}
 	}
-	t.pushFrontLocked(requeue)
+	t.worker.pushFront(requeue)
 	if admitted > 0 {
 		t.known.lost = 0
 	} else if len(requeue) > 0 {
@@ -322,9 +271,12 @@ func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter
 	if a.Slots > 0 {
 		t.known.slots, t.known.capped = res.slots, res.capped
 	}
-	t.recovered()
-	if t.onResolved != nil {
-		t.onResolved(len(requeue))
+	if t.fallback.recover(t.now(), t.opt.policy.kind == policyLocal) {
+		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].Key))
+		t.stats.degraded(false)
+	}
+	if t.hooks.onResolved != nil {
+		t.hooks.onResolved(len(requeue))
 	}
 	return admitted
 }
@@ -341,8 +293,18 @@ func (t *Throttler) decideLocked(a *core.Attempt, r core.Reply, batch []*waiter,
 	if r.WideEnd > arrived-e {
 		wide = r.Wide
 	}
-	lost := t.noticeLossLocked(a, r, now)
-	sc := &t.scratch
+	// Measured on the server's clock when the reply read it: a local
+	// clock stepped ahead by more than a TTL would otherwise make a window
+	// lost a moment ago look long expired.
+	at := t.clock.server(now)
+	if !r.ServerTime.IsZero() {
+		at = r.ServerTime.UnixMicro()
+	}
+	lost := t.health.noticeLoss(a, r, at, t.ttl().Microseconds(), &t.owed)
+	if lost {
+		t.healLocked(at)
+	}
+	sc := &t.worker.scratch
 	sc.leaving = sc.leaving[:0]
 	for _, w := range batch {
 		sc.leaving = append(sc.leaving, w.caller != present)
@@ -365,8 +327,8 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 	case w.caller == gone:
 		// Its caller returned: what it holds is ours to give back.
 		t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-		t.dropLocalLocked(w)
-		t.dropLeaseLocked(w)
+		w.freeShare(t.fallback.local)
+		t.lease.drop(w)
 		w.settle(reservation{state: stFailed})
 	case w.caller == leaving:
 		// Its caller is leaving, and gives back what it holds.
@@ -376,13 +338,13 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 			at: t.clock.local(c.score), score: c.score, margin: a.Margin, immediate: res.immediate[i],
 			epoch: t.shared.epoch, remaining: res.remaining[i]})
 		t.health.journal.add(c.score, w.res.members)
-		if t.onAdmit != nil {
-			t.onAdmit(c.score, w.res.members)
+		if t.hooks.onAdmit != nil {
+			t.hooks.onAdmit(c.score, w.res.members)
 		}
 		return true, false
 	case w.now:
 		// Refused: its caller removes the members before it returns.
-		t.dropLocalLocked(w)
+		w.freeShare(t.fallback.local)
 		retry := time.Time{}
 		if len(res.slots) >= w.n && res.slots[w.n-1] > c.score {
 			retry = t.clock.local(res.slots[w.n-1])
@@ -394,10 +356,97 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 	default:
 		// No slot, or no place in flight: its slot goes back, and it
 		// tries again, or waits for a place (see WithInFlight).
-		t.requeueLocked(w)
-		return false, !w.needsPlace() || t.parkLocked(w, a)
+		w.requeue(&t.owed, t.fallback.local)
+		if !w.needsPlace() {
+			return false, true
+		}
+		t.stats.placeWait()
+		return false, t.lease.park(w, a)
 	}
 	return false, false
+}
+
+// workerState is the queue and the worker that serves it, under the
+// Throttler's mutex.
+type workerState struct {
+	queue   []*waiter // not yet reserved: AllowN first, then by priority, FIFO within one
+	waiting int       // waits (any face) between enter and leave (see WithMaxQueue)
+	running bool      // a worker goroutine serves the queue
+	kick    chan struct{}
+	rng     *rand.Rand // spreads wake-ups (see jitter, sharePause)
+	scratch roundScratch
+	spawn   func(sleep time.Duration) // starts a worker goroutine that first sleeps sleep
+}
+
+// insert queues w behind every call it does not go before: an AllowN
+// (which does not wait behind WaitNs) behind the AllowNs, a WaitN behind
+// those of its priority and higher. It reports whether w is first in the
+// queue while a worker runs, and whether no worker ran (inline: the
+// caller serves one round itself, and counts as the worker meanwhile).
+func (q *workerState) insert(w *waiter) (first, inline bool) {
+	i := len(q.queue)
+	for i > 0 && (w.now && !q.queue[i-1].now || !w.now && !q.queue[i-1].now && q.queue[i-1].prio < w.prio) {
+		i--
+	}
+	q.queue = slices.Insert(q.queue, i, w)
+	first = i == 0
+	if !q.running {
+		q.running, first, inline = true, false, true
+	}
+	return first, inline
+}
+
+// nudge wakes a sleeping worker.
+func (q *workerState) nudge() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pending reports whether the worker has anything to do: callers waiting,
+// or something to tell Redis (o).
+func (q *workerState) pending(o *owed) bool {
+	return len(q.queue) > 0 || o.pending()
+}
+
+// stopIdle stops the worker when no caller waits and nothing is left to
+// tell Redis (o), rather than have it sleep first; it locks mu, the
+// Throttler's, to look. It reports whether the worker stopped.
+func (q *workerState) stopIdle(mu *sync.Mutex, o *owed) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	if q.pending(o) {
+		return false
+	}
+	q.running = false
+	return true
+}
+
+// start starts a worker, with spawn, when there is something to do (see
+// pending) and none runs.
+func (q *workerState) start(o *owed) {
+	if !q.running && q.pending(o) {
+		q.running = true
+		q.spawn(0)
+	}
+}
+
+// slack returns the most slack a queued waiter asks for (see margin.go).
+func (q *workerState) slack() int64 {
+	var slack int64
+	for _, w := range q.queue {
+		slack = max(slack, w.slack)
+	}
+	return slack
+}
+
+// pushFront puts ws back at the head of the queue, in their order: waiters
+// that had their turn go before those that joined since.
+func (q *workerState) pushFront(ws []*waiter) {
+	if len(ws) > 0 {
+		q.queue = append(ws, q.queue...)
+	}
 }
 
 // roundScratch holds the buffers of a round, reused by the next one.

@@ -1,0 +1,239 @@
+package throttler
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// A call's own side of a wait, on its caller's goroutine: it waits for the
+// worker to settle its reservation, sleeps toward its slot, and gives back
+// what it holds when it cannot go (see waiter).
+
+// outcome is how a call's wait for its reservation ended.
+type outcome uint8
+
+const (
+	proceed     outcome = iota // the call goes, or fails with the error returned
+	again                      // it queues anew: woken more than half the buffer after its slot
+	againPaused                // it queues anew: a shared pause or a lower limit came after its slot was reserved
+	refused                    // AllowN: no room now (w.res says more)
+)
+
+// await waits on t for w's reservation and then for its slot. A WaitN queues
+// anew (again, againPaused), its slot given back, when a shared pause
+// covers the slot or the limit was lowered after it was reserved, or when
+// it was woken later after its slot than its allowance (half the buffer,
+// less the clock estimate's error, plus any margin: see margin.go), for
+// going late would spend the margin the buffer keeps for the network. A
+// call that the estimate as it stands now puts early sleeps on. An AllowN
+// is refused where a WaitN queues anew.
+func (w *waiter) await(ctx context.Context, t *Throttler) (outcome, error) {
+	select {
+	case <-w.wake:
+	case <-ctx.Done():
+		return proceed, w.abandon(ctx, t)
+	}
+	t.mu.Lock()
+	res := w.res
+	if res.state == stFailed || res.state == stRefused {
+		return w.endUnadmittedAndUnlock(ctx, t)
+	}
+	t.mu.Unlock()
+	if o, reached, err := w.toSlot(ctx, t, res); !reached {
+		return o, err
+	}
+	if ended(ctx) {
+		// The slot came as ctx ended (the select above took the timer, or
+		// ctx's own timer has yet to fire): the caller would spend the slot
+		// on a call its context already killed. It goes back instead.
+		return proceed, w.abandon(ctx, t)
+	}
+	return proceed, nil
+}
+
+// toSlot sleeps toward the slot of res, w's admitted reservation, and
+// reports whether w reached it (reached); when it did not, the outcome and
+// error are await's (see await).
+func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ outcome, reached bool, _ error) {
+	at, immediate := res.at, res.immediate
+	for {
+		woken := false // by news, before at
+		if d := at.Sub(t.now()); d > 0 && !immediate {
+			if !w.deadline.IsZero() && tooLate(at, w.deadline) {
+				w.abandon(ctx, t)
+				return proceed, false, deadlineError(at, w.deadline, w.cause)
+			}
+			if woken = w.sleepToward(ctx, t, d); ctx.Err() != nil {
+				return proceed, false, w.abandon(ctx, t)
+			}
+		}
+		immediate = false
+		t.mu.Lock()
+		if (t.shared.paused(t.clock.server(res.at)) && t.shared.paused(t.clock.server(t.now()))) ||
+			(res.epoch != t.shared.epoch && !res.immediate) {
+			// A shared pause began after this slot was reserved (wait it
+			// out), or the limit was lowered since: a slot reserved ahead
+			// under the higher limit may not fit the lower one.
+			o, err := w.unreserveAndUnlock(ctx, t, againPaused)
+			return o, false, err
+		}
+		target, late := t.offScore(res, t.clock)
+		if now := t.now(); woken && now.Before(at) {
+			// Woken by news that did not concern this slot: sleep on.
+			t.mu.Unlock()
+			continue
+		} else if target.After(now) {
+			// Early, by the estimate as it stands now (it changed since
+			// the slot was reserved): sleep on.
+			t.mu.Unlock()
+			at = target
+			continue
+		}
+		if late > 0 {
+			// Not called yet, so the slot can go back. Late
+			// lateBeforeSlack times in a row, the call asks for a margin
+			// wide enough for such a wake (see margin.go) rather than be
+			// late for ever on a machine too loaded to wake it in time.
+			t.stats.lateWakes.Add(1)
+			if w.lates++; w.lates >= lateBeforeSlack {
+				w.slack = max(2*w.slack, 2*late.Microseconds())
+			}
+			o, err := w.unreserveAndUnlock(ctx, t, again)
+			return o, false, err
+		}
+		t.mu.Unlock()
+		return proceed, true, nil
+	}
+}
+
+// endUnadmittedAndUnlock ends the wait of w, failed or refused (an AllowN),
+// with t.mu held: whatever of it may still be in Redis (members of an
+// earlier attempt that did not fit) leaves with it.
+func (w *waiter) endUnadmittedAndUnlock(ctx context.Context, t *Throttler) (outcome, error) {
+	res := w.res
+	held := res.held()
+	w.res, w.caller = reservation{state: res.state, err: res.err, retry: res.retry, remaining: res.remaining}, gone
+	if isRedis(res.err) {
+		t.owed.giveBack = append(t.owed.giveBack, held...)
+		held = nil
+	}
+	t.mu.Unlock()
+	t.release(ctx, held)
+	if res.state == stRefused {
+		return refused, nil
+	}
+	return proceed, res.err
+}
+
+// sleepToward sleeps d toward w's slot, until news comes (woken),
+// ctx ends, or the timer fires; a timer that ran its course while the
+// local clock counted less has the clock sampled again.
+func (w *waiter) sleepToward(ctx context.Context, t *Throttler, d time.Duration) (woken bool) {
+	t.mu.Lock()
+	news, listen := t.news.sleep(d)
+	if listen {
+		go runListener(t)
+	}
+	t.mu.Unlock()
+	slept, fired := t.now(), false
+	timer := time.NewTimer(d)
+	select {
+	case <-timer.C:
+		fired = true
+	case <-news: // a pause or a lowered limit: look again
+		woken = true
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	t.mu.Lock()
+	t.news.wake()
+	t.mu.Unlock()
+	if fired && ctx.Err() == nil && t.now().Sub(slept) < d-time.Duration(t.earlyTolerance())*time.Microsecond {
+		// The timer ran its course while the local clock (see WithClock)
+		// counted less: that clock stepped back, and the estimate, which
+		// converts with it until a sample shows the step, would have the
+		// call sleep on past its slot by as much. With the step known, the
+		// call is late and goes back (see offScore). Should Redis not
+		// answer, the estimate stands.
+		if err := t.sampleClock(ctx, 1); err != nil {
+			t.stats.redisError(err)
+		}
+	}
+	return woken
+}
+
+// lateBeforeSlack is how many times in a row a call is woken late before
+// its claims ask for a margin that covers such a wake (see margin.go): a
+// single late wake (a pause of the garbage collector) costs that call a
+// new slot; only a machine that keeps waking it late costs every replica
+// a wider window.
+const lateBeforeSlack = 3
+
+// unreserveAndUnlock gives back the slot an admitted w has not used yet, and
+// unlocks t.mu. A WaitN queues anew (o says why), its members leaving Redis
+// with the next round trip; an AllowN is refused, its members removed
+// before it returns.
+func (w *waiter) unreserveAndUnlock(ctx context.Context, t *Throttler, o outcome) (outcome, error) {
+	members := w.res.members
+	t.health.forget(members, &t.hooks)
+	if w.now {
+		w.freeShare(t.fallback.local)
+		w.res, w.caller = reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone
+		t.mu.Unlock()
+		t.release(ctx, members)
+		return refused, nil
+	}
+	w.requeue(&t.owed, t.fallback.local)
+	t.mu.Unlock()
+	// Give the slot back now, not with the round that reserves the call
+	// again (after a pause, that may be far off): until it is gone, the
+	// window counts a call that never went, and so do the readings of an
+	// API's counter (see Transport.Counters).
+	t.worker.nudge()
+	return o, nil
+}
+
+// abandon handles a caller whose ctx ended: it removes w from t's
+// queue, or gives back what was reserved for it, and returns the ctx error.
+func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
+	t.mu.Lock()
+	switch w.res.state {
+	case stQueued:
+		t.worker.queue = slices.DeleteFunc(t.worker.queue, func(x *waiter) bool { return x == w })
+		t.lease.unpark(w)
+		stale := w.res.stale
+		w.res, w.caller = reservation{state: stFailed}, gone
+		t.mu.Unlock()
+		t.worker.nudge()
+		t.release(ctx, stale)
+		return endedError(ctx)
+	case stInFlight:
+		// The round trip may be adding this call's members right now: wait
+		// for its reply (one round trip) to know what to remove, but no
+		// longer than the release timeout.
+		w.caller = leaving
+		t.mu.Unlock()
+		timer := time.NewTimer(t.releaseTimeout())
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+		t.mu.Lock()
+		if w.res.state == stInFlight {
+			w.caller = gone // the worker gives its members back when the reply comes
+			t.mu.Unlock()
+			return endedError(ctx)
+		}
+	}
+	held := w.res.held()
+	if w.res.state == stAdmitted {
+		t.health.forget(w.res.members, &t.hooks)
+	}
+	w.freeShare(t.fallback.local)
+	w.res, w.caller = reservation{state: stFailed}, gone
+	t.mu.Unlock()
+	t.release(ctx, held)
+	return endedError(ctx)
+}
