@@ -88,7 +88,7 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 }
 
 // attemptCmds are the commands of one attempt's round trip, queued on a
-// pipeline (see attempt for the sequence), and read back into a reply.
+// pipeline (see Reserve for the sequence), and read back into a reply.
 type attemptCmds struct {
 	s      *Store
 	a      *core.Attempt
@@ -104,9 +104,39 @@ type attemptCmds struct {
 	leases   *redis.Cmd           // the lease script's, when places were asked for
 }
 
+// queue queues the attempt's commands on p: the lease script (when places
+// are asked for), then the sequence Reserve lists: the margin, every
+// limit's key in turn (its writes, its reads, its PEXPIRE), and the meta
+// reads last.
 func (c *attemptCmds) queue(p redis.Pipeliner) error {
-	s, a, ctx := c.s, c.a, c.ctx
+	s, a := c.s, c.a
 	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.Checks))
+	zs := c.members()
+	c.queueLeases(p)
+	if a.Margin > 0 && len(a.Adds) > 0 {
+		// Before any member is added: a round that counts after them
+		// reads the margin it must count with (see margin.go).
+		WideScript.Eval(c.ctx, p, []string{s.wins[0].Key}, a.Margin, a.WideFor, WideMember, WideEndMember)
+	}
+	var remove []any
+	if len(a.Remove) > 0 {
+		remove = toAny(a.Remove)
+	}
+	for wi := range s.wins {
+		c.queueWrites(p, wi, zs, remove)
+		c.queueReads(p, wi)
+		if a.Expire {
+			p.PExpire(c.ctx, s.wins[wi].Key, a.TTLs[wi])
+		}
+	}
+	c.queueMeta(p)
+	return nil
+}
+
+// members returns the attempt's adds as go-redis members, followed by the
+// marker when the attempt writes it: the first len(a.Adds) are the adds.
+func (c *attemptCmds) members() []redis.Z {
+	a := c.a
 	zs := make([]redis.Z, len(a.Adds), len(a.Adds)+1)
 	for i, e := range a.Adds {
 		zs[i] = redis.Z{Score: float64(e.Score), Member: e.Member}
@@ -114,57 +144,67 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	if a.Mark {
 		zs = append(zs, redis.Z{Score: float64(MetaScore(1)), Member: Marker})
 	}
-	c.queueLeases(p)
-	if a.Margin > 0 && len(a.Adds) > 0 {
-		// Before any member is added: a round that counts after them
-		// reads the margin it must count with (see margin.go).
-		WideScript.Eval(ctx, p, []string{s.wins[0].Key}, a.Margin, a.WideFor, WideMember, WideEndMember)
+	return zs
+}
+
+// queueWrites queues the writes to the key of window wi: the removal of
+// remove (when not nil), the trim (when the attempt trims), the pause and
+// its news (first key only), and the add of zs (the marker in the first
+// key only).
+func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remove []any) {
+	a, ctx, x := c.a, c.ctx, c.s.wins[wi]
+	if remove != nil {
+		p.ZRem(ctx, x.Key, remove...)
 	}
-	var remove []any
-	if len(a.Remove) > 0 {
-		remove = toAny(a.Remove)
+	if a.Trim && a.TrimAt > 0 {
+		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.TrimAt-x.W-core.TrimSlack))
+		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.FutureAt), "+inf")
 	}
-	for wi, x := range s.wins {
-		if remove != nil {
-			p.ZRem(ctx, x.Key, remove...)
+	if wi == 0 && a.Pause > 0 {
+		// Before the marker: a marker present means the pause written
+		// with it is there too. Every replica listening hears of it.
+		p.ZAddLT(ctx, x.Key, redis.Z{Score: float64(MetaScore(a.Pause)), Member: PauseMember})
+		p.Publish(ctx, NewsChannel(x.Key), core.News{Pause: a.Pause}.String())
+	}
+	add := zs
+	if wi > 0 {
+		add = zs[:len(a.Adds)] // the marker lives in the first key only
+	}
+	if len(add) > 0 {
+		p.ZAdd(ctx, x.Key, add...)
+	}
+}
+
+// queueReads queues the reads of the key of window wi, after its writes:
+// per checked score g, the members in (g-w, g+w) with w the window widened
+// by a.Widen (the peak script instead, for exact attempts with several
+// limits), then, when the attempt asks for slots, the tails under the
+// limit in force and under each priority's cap.
+func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
+	s, a, x := c.s, c.a, c.s.wins[wi]
+	w := x.W + a.Widen
+	if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
+		c.peaks = append(c.peaks, c.peakCmd(p, x.Key, w, a.Lims[wi]))
+	} else {
+		for _, g := range a.Checks {
+			c.counts = append(c.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 		}
-		if a.Trim && a.TrimAt > 0 {
-			p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.TrimAt-x.W-core.TrimSlack))
-			p.ZRemRangeByScore(ctx, x.Key, exclusive(a.FutureAt), "+inf")
-		}
-		if wi == 0 && a.Pause > 0 {
-			// Before the marker: a marker present means the pause written
-			// with it is there too. Every replica listening hears of it.
-			p.ZAddLT(ctx, x.Key, redis.Z{Score: float64(MetaScore(a.Pause)), Member: PauseMember})
-			p.Publish(ctx, NewsChannel(x.Key), core.News{Pause: a.Pause}.String())
-		}
-		add := zs
-		if wi > 0 {
-			add = zs[:len(a.Adds)] // the marker lives in the first key only
-		}
-		if len(add) > 0 {
-			p.ZAdd(ctx, x.Key, add...)
-		}
-		w := x.W + a.Widen
-		if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
-			c.peaks = append(c.peaks, c.peakCmd(p, x.Key, w, a.Lims[wi]))
-		} else {
-			for _, g := range a.Checks {
-				c.counts = append(c.counts, p.ZCount(ctx, x.Key, exclusive(g-w), exclusive(g+w)))
+	}
+	if a.Slots > 0 {
+		c.tails = append(c.tails, c.tail(p, x.Key, a.Lims[wi]))
+		for l, caps := range a.LowCaps {
+			if len(caps) > 0 {
+				c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.Key, caps[wi]))
 			}
 		}
-		if a.Slots > 0 {
-			c.tails = append(c.tails, c.tail(p, x.Key, a.Lims[wi]))
-			for l, caps := range a.LowCaps {
-				if len(caps) > 0 {
-					c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.Key, caps[wi]))
-				}
-			}
-		}
-		if a.Expire {
-			p.PExpire(ctx, x.Key, a.TTLs[wi])
-		}
 	}
+}
+
+// queueMeta queues the reads that follow every key's: the first key's
+// meta members (with the probe when it lives there), the probe in its own
+// key otherwise, and the server's clock when the attempt asks for it.
+func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
+	s, a, ctx := c.s, c.a, c.ctx
 	// The checks come after the counts: without MULTI, a loss can fall
 	// between two commands of the pipeline, and counts taken after it must
 	// not go unnoticed. Counts taken before it were true. ZMSCORE from
@@ -183,7 +223,6 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	if a.Clock {
 		c.clock = p.Time(ctx)
 	}
-	return nil
 }
 
 // tail queues the read of the members the next free slots under limit
@@ -197,6 +236,21 @@ func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSli
 
 // reply reads the commands' results.
 func (c *attemptCmds) reply() (core.Reply, error) {
+	r := c.metaReply()
+	if c.clock != nil {
+		r.ServerTime = c.clock.Val()
+	}
+	c.leaseReply(&r)
+	if err := c.countsReply(&r); err != nil {
+		return core.Reply{}, err
+	}
+	c.tailsReply(&r)
+	return r, nil
+}
+
+// metaReply returns a reply with the meta members and the probe read, and
+// a count per window to be filled in.
+func (c *attemptCmds) metaReply() core.Reply {
 	s, a := c.s, c.a
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
@@ -221,39 +275,49 @@ func (c *attemptCmds) reply() (core.Reply, error) {
 	if c.probe != nil {
 		r.Lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
 	}
-	if c.clock != nil {
-		r.ServerTime = c.clock.Val()
-	}
-	c.leaseReply(&r)
+	return r
+}
+
+// countsReply reads into r the counts per window and check, and the peaks
+// when the peak script ran. An error says the peak script's answer could
+// not be read.
+func (c *attemptCmds) countsReply(r *core.Reply) error {
+	s, a := c.s, c.a
 	if c.peaks != nil {
 		r.Peaks = make([][]int64, len(s.wins))
 		for wi, cmd := range c.peaks {
 			var err error
 			if r.Counts[wi], r.Peaks[wi], err = readPeaks(cmd, len(a.Checks)); err != nil {
-				return core.Reply{}, err
+				return err
 			}
 		}
-	} else {
-		flat := make([]int64, len(c.counts))
-		for i, cmd := range c.counts {
-			flat[i] = cmd.Val()
-		}
-		for wi := range s.wins {
-			r.Counts[wi] = flat[wi*len(a.Checks) : (wi+1)*len(a.Checks)]
+		return nil
+	}
+	flat := make([]int64, len(c.counts))
+	for i, cmd := range c.counts {
+		flat[i] = cmd.Val()
+	}
+	for wi := range s.wins {
+		r.Counts[wi] = flat[wi*len(a.Checks) : (wi+1)*len(a.Checks)]
+	}
+	return nil
+}
+
+// tailsReply reads into r the tails per window and, per level, under each
+// priority's cap, when the attempt asked for slots.
+func (c *attemptCmds) tailsReply(r *core.Reply) {
+	if c.a.Slots <= 0 {
+		return
+	}
+	r.Tails = make([][]core.Entry, len(c.s.wins))
+	for wi, tail := range c.tails {
+		r.Tails[wi] = zEntries(tail.Val())
+	}
+	for l, tails := range c.lowTails {
+		for _, tail := range tails {
+			r.LowTails[l] = append(r.LowTails[l], zEntries(tail.Val()))
 		}
 	}
-	if a.Slots > 0 {
-		r.Tails = make([][]core.Entry, len(s.wins))
-		for wi, tail := range c.tails {
-			r.Tails[wi] = zEntries(tail.Val())
-		}
-		for l, tails := range c.lowTails {
-			for _, tail := range tails {
-				r.LowTails[l] = append(r.LowTails[l], zEntries(tail.Val()))
-			}
-		}
-	}
-	return r, nil
 }
 
 func (s *Store) Remove(ctx context.Context, members []string) error {
