@@ -38,13 +38,13 @@ import (
 // Allow's alike.
 func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 	h.journal.trim(serverNow)
-	a.Probe, _ = h.journal.probe()
-	a.Mark, o.mark = o.mark || h.lastSeen == 0, false
+	a.Loss.Probe, _ = h.journal.probe()
+	a.Loss.Mark, o.mark = o.mark || h.lastSeen == 0, false
 	// The marker goes when one found missing, or a heal's, is owed; and
 	// until a reply vouches for the key, with every round trip, for a
 	// process whose round trips had only found it missing (a new key)
 	// could not tell a window lost after them from a new key.
-	a.Pause = o.healPause
+	a.Loss.Pause = o.healPause
 }
 
 // noticeLoss reads the loss checks of reply r to attempt a, which reached
@@ -55,7 +55,7 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	// Our last round trip refreshed the key's TTL: if that was less than a
 	// TTL ago, the key cannot have expired on its own.
 	seenRecently := h.lastSeen > 0 && serverAt-h.lastSeen < ttl
-	missing := r.NoMark && !a.Mark // a marker we were writing ourselves proves nothing
+	missing := r.NoMark && !a.Loss.Mark // a marker we were writing ourselves proves nothing
 	if missing {
 		o.mark = true // with the next round trip
 	} else {
@@ -68,7 +68,7 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	// A probe given back since the round trip was planned (a settled
 	// surplus, an abandoned call) was removed by this process itself: its
 	// absence proves nothing.
-	lost := r.Lost && h.journal.holds(a.Probe)
+	lost := r.Lost && h.journal.holds(a.Loss.Probe)
 	return lost || missing && seenRecently
 }
 

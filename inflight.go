@@ -137,8 +137,8 @@ func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
 		return
 	}
 	w.leaseTry = ids.next()
-	a.Leases = append(a.Leases, w.leaseTry)
-	a.LeaseWakes, a.LeaseReady, a.LeaseStay = l.wakes, l.ready, len(l.parked) > 0
+	a.Places.IDs = append(a.Places.IDs, w.leaseTry)
+	a.Places.Wakes, a.Places.Ready, a.Places.Stay = l.wakes, l.ready, len(l.parked) > 0
 }
 
 // grant gives the batch's waiters the places reply r to a granted: the
@@ -164,7 +164,7 @@ func (l *leases) grant(a *core.Attempt, r core.Reply, batch []*waiter) {
 	if r.LeaseEarliest > 0 {
 		l.earliest = r.LeaseEarliest
 	}
-	if len(a.Leases) > 0 && (r.LeaseGranted < len(a.Leases) || a.LeaseStay) {
+	if len(a.Places.IDs) > 0 && (r.LeaseGranted < len(a.Places.IDs) || a.Places.Stay) {
 		l.inLine = true // the script put this process in line
 	}
 }
@@ -176,7 +176,7 @@ func (l *leases) grant(a *core.Attempt, r core.Reply, batch []*waiter) {
 // not see: w then goes straight back to the queue instead (requeue).
 // Waiters parked before the subscription takes try again when it does.
 func (l *leases) park(w *waiter, a *core.Attempt) (requeue bool) {
-	if l.ready && (!a.LeaseReady || l.wakes != a.LeaseWakes) {
+	if l.ready && (!a.Places.Ready || l.wakes != a.Places.Wakes) {
 		return true
 	}
 	l.parked = append(l.parked, w)

@@ -142,15 +142,15 @@ func (s *sharedState) learnWide(wide, end int64) {
 // reserve again, as any late call is. A loose estimate is sampled on every
 // round trip, to tighten it sooner.
 func (c *config) setMargin(a *core.Attempt, e, slack, wide int64) {
-	a.Margin = c.margin(e, 0)
-	if _, a.Hold = spread(e, a.Margin, wide); !a.Hold && slack > 0 {
+	a.Margin.Own = c.margin(e, 0)
+	if _, a.Margin.Hold = spread(e, a.Margin.Own, wide); !a.Margin.Hold && slack > 0 {
 		room := maxSpread - e
-		a.Margin = max(a.Margin, min(c.margin(e, slack), room/2, room-wide))
+		a.Margin.Own = max(a.Margin.Own, min(c.margin(e, slack), room/2, room-wide))
 	}
-	a.Widen, _ = spread(e, a.Margin, wide)
-	a.WideUsed = max(a.Margin, wide)
-	a.WideFor = c.wideFor(a.Margin)
-	if e > c.opt.buffer.Microseconds()/4 || a.Hold {
+	a.Margin.Widen, _ = spread(e, a.Margin.Own, wide)
+	a.Margin.Used = max(a.Margin.Own, wide)
+	a.Margin.For = c.wideFor(a.Margin.Own)
+	if e > c.opt.buffer.Microseconds()/4 || a.Margin.Hold {
 		a.Clock = true // a loose estimate, or near to needing a margin
 	}
 }

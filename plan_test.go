@@ -139,7 +139,7 @@ func TestResolve(t *testing.T) {
 	if out := resolve(c, in, resolveOut{}); out.ok[0] {
 		t.Fatalf("counts taken 0 wider than a margin of 5ms in force admitted a claim: %+v", out)
 	}
-	a.WideUsed = 5_000
+	a.Margin.Used = 5_000
 	if out := resolve(c, in, resolveOut{}); !out.ok[0] {
 		t.Fatalf("counts taken with the margin in force refused the claim that fits: %+v", out)
 	}

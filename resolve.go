@@ -48,7 +48,7 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 	// A margin another process published while this attempt was on its
 	// way, larger than the one the counts were taken with: they may have
 	// missed its calls (see margin.go).
-	narrow := in.wide > a.WideUsed
+	narrow := in.wide > a.Margin.Used
 	for i, cl := range in.claims {
 		// A pause another process set while this attempt was on its way.
 		if cl.score < in.pausedTill || in.distrust || narrow {
@@ -59,7 +59,7 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 		// A round that claimed nothing says nothing about room.
 		out.near = slices.Contains(out.ok, false)
 		for wi, counts := range r.Counts {
-			room := int64(c.smallestCap(a.PrioMask, in.lims[wi]))
+			room := int64(c.smallestCap(a.Learn.PrioMask, in.lims[wi]))
 			for _, n := range counts {
 				out.near = out.near || n+int64(c.batchUnits()) > room
 			}
@@ -78,7 +78,7 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 		out.immediate[i] = cl.score <= a.Soonest && cl.score <= in.arrived+c.earlyTolerance()
 		out.remaining[i] = remaining(c, a, in.lims, r, cl, out.ok[i])
 	}
-	if a.Slots > 0 {
+	if a.Learn.Slots > 0 {
 		var dropped []core.Entry
 		for i, cl := range in.claims {
 			if !out.ok[i] || in.leaving[i] {
@@ -86,7 +86,7 @@ func resolve(c *config, in resolveIn, buf resolveOut) resolveOut {
 			}
 		}
 		out.slots = upcoming(c.wins, r.Tails, a.Lims, a, dropped, in.arrived+core.FutureBound)
-		for l, caps := range a.LowCaps {
+		for l, caps := range a.Learn.LowCaps {
 			if len(caps) > 0 {
 				out.capped[l] = upcoming(c.wins, r.LowTails[l], caps, a, dropped, in.arrived+core.FutureBound)
 			}
@@ -127,9 +127,9 @@ func decide(c *config, a *core.Attempt, lims []int, r core.Reply, claims []claim
 		}
 		return r.Peaks[wi]
 	}
-	ok = admit(claims, a.Checks, r.Counts[0], peaks(0), c.caps(lims[0]), wins[0].W+a.Widen, ok)
+	ok = admit(claims, a.Checks, r.Counts[0], peaks(0), c.caps(lims[0]), wins[0].W+a.Margin.Widen, ok)
 	for wi := 1; wi < len(wins); wi++ {
-		more := admit(claims, a.Checks, r.Counts[wi], peaks(wi), c.caps(lims[wi]), wins[wi].W+a.Widen, nil)
+		more := admit(claims, a.Checks, r.Counts[wi], peaks(wi), c.caps(lims[wi]), wins[wi].W+a.Margin.Widen, nil)
 		for i := range ok {
 			ok[i] = ok[i] && more[i]
 		}
@@ -146,7 +146,7 @@ func decide(c *config, a *core.Attempt, lims []int, r core.Reply, claims []claim
 func upcoming(wins []core.Window, tails [][]core.Entry, lims []int, a *core.Attempt, dropped []core.Entry, limit int64) []int64 {
 	var slots []int64
 	for wi, x := range wins {
-		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.Slots, lims[wi]), len(a.Adds), x.W+a.Widen)
+		s := nextSlots(sane(tails[wi], limit), dropped, lims[wi], min(a.Learn.Slots, lims[wi]), len(a.Adds), x.W+a.Margin.Widen)
 		if wi == 0 {
 			slots = s
 			continue

@@ -12,25 +12,25 @@ import (
 func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	if a.Trim {
+	if a.Trim.On {
 		// Trims of expired members take the server's last reading of its
 		// own clock, not the estimate of its now: that reading is never
 		// ahead of the server, so a trim never removes a member that still
 		// counts, however wrong the local clock (stepped, or without a
 		// monotonic reading) has made the estimate.
-		a.TrimAt = t.clock.lastServer()
+		a.Trim.At = t.clock.lastServer()
 		// Trims of garbage far in the future take the estimate of the
 		// server's now instead: the last reading can be hours old in a
 		// process that made no round trip since, and "an hour past it"
 		// would then remove every live member. The estimate is off by
 		// half a round trip, or by a clock step not yet seen, far less
 		// than the hour.
-		a.FutureAt = max(a.TrimAt, t.clock.server(t.now())) + core.FutureBound
+		a.Trim.Future = max(a.Trim.At, t.clock.server(t.now())) + core.FutureBound
 	}
-	if a.Expire {
-		a.TTLs = append(a.TTLs[:0], a.TTL0)
-		for ttl := t.ttl(); len(a.TTLs) < len(t.wins); {
-			a.TTLs = append(a.TTLs, ttl)
+	if a.Expire.On {
+		a.Expire.TTLs = append(a.Expire.TTLs[:0], a.Expire.First)
+		for ttl := t.ttl(); len(a.Expire.TTLs) < len(t.wins); {
+			a.Expire.TTLs = append(a.Expire.TTLs, ttl)
 		}
 	}
 	sent := t.now()

@@ -20,22 +20,22 @@ type upkeep struct {
 // due sets what attempt a planned at now carries: a trim, a clock sample
 // and a TTL refresh, each when its time has come.
 func (u *upkeep) due(a *core.Attempt, c *config, now time.Time, clockSynced, monotonic, newKey bool) {
-	a.Trim = now.Sub(u.trim) >= c.trimEvery()
+	a.Trim.On = now.Sub(u.trim) >= c.trimEvery()
 	a.Clock = now.Sub(u.clock) >= clockEvery || !clockSynced || !monotonic
-	a.Expire = now.Sub(u.expire) >= expireEvery || newKey
+	a.Expire.On = now.Sub(u.expire) >= expireEvery || newKey
 }
 
 // done notes the upkeep attempt a, planned at now, carried, once its round
 // trip succeeded.
 func (u *upkeep) done(a *core.Attempt, now time.Time) {
-	u.widen = a.Widen
-	if a.Trim {
+	u.widen = a.Margin.Widen
+	if a.Trim.On {
 		u.trim = now
 	}
 	if a.Clock {
 		u.clock = now
 	}
-	if a.Expire {
+	if a.Expire.On {
 		u.expire = now
 	}
 }

@@ -99,9 +99,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 	now := t.now()
 	a, batch, claims, sleep := t.planLocked(now)
 	t.mu.Unlock()
-	if len(a.Adds) == 0 && len(a.Remove) == 0 && a.Slots == 0 && a.Pause == 0 && !a.Hold {
+	if len(a.Adds) == 0 && len(a.Remove) == 0 && a.Learn.Slots == 0 && a.Loss.Pause == 0 && !a.Margin.Hold {
 		t.mu.Lock()
-		t.owed.mark = t.owed.mark || a.Mark // not sent: still to write
+		t.owed.mark = t.owed.mark || a.Loss.Mark // not sent: still to write
 		t.mu.Unlock()
 		return sleep, true
 	}
@@ -114,7 +114,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
 		t.worker.scratch.a = nil
-		t.owed.mark = t.owed.mark || a.Mark // it may not have arrived
+		t.owed.mark = t.owed.mark || a.Loss.Mark // it may not have arrived
 		return t.fallback.failLocked(batch, a, err), true
 	}
 	t.upkeep.round = now
@@ -169,19 +169,19 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 	}
 	t.owed.scoreUnscored(t.clock, t.ids)
 	*sc.a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), Adds: append(sc.a.Adds[:0], t.owed.replay...),
-		Checks: sc.a.Checks[:0], Lims: t.shared.limits(t.wins, serverNow, sc.a.Lims), TTLs: sc.a.TTLs, LowCaps: sc.a.LowCaps}
+		Checks: sc.a.Checks[:0], Lims: t.shared.limits(t.wins, serverNow, sc.a.Lims), Expire: core.Expiry{TTLs: sc.a.Expire.TTLs}, Learn: core.Learning{LowCaps: sc.a.Learn.LowCaps}}
 	a = sc.a
 	t.owed.giveBack, t.owed.replay = nil, nil
 	t.health.lossChecks(a, serverNow, &t.owed)
-	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.Mark)
-	a.Expire = a.Expire || a.Pause > 0 // the key must outlive the pause
-	a.TTL0 = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
+	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.Loss.Mark)
+	a.Expire.On = a.Expire.On || a.Loss.Pause > 0 // the key must outlive the pause
+	a.Expire.First = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
 	a.ClockGen = view.gen
 	e := view.errBound()
 	t.setMargin(a, e, t.worker.slack(), t.shared.wideAt(serverNow-e))
 
 	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.Lims, pausedTill: t.shared.pausedTill, known: t.known,
-		probe: a.Probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.Widen, hold: a.Hold}
+		probe: a.Loss.Probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.Margin.Widen, hold: a.Margin.Hold}
 	if now.Before(t.fallback.shareUntil) && t.fallback.local != nil {
 		in.sharing, in.shareUntil = t.fallback.local.clone(), t.fallback.shareUntil
 	}
@@ -194,8 +194,8 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 
 	batch, claims = t.applyPlanLocked(a, p), p.claims
 	a.Checks = append(a.Checks, p.checks...)
-	a.Exact, a.Slots, a.Soonest, a.Room, a.PrioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
-	a.LowCaps = t.lowCaps(a.PrioMask, a.Slots, a.Lims, a.LowCaps)
+	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
+	a.Learn.LowCaps = t.lowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
 	sleep = p.sleep
 	if p.jitter {
 		sleep += t.turnJitter(t.worker.rng, t.known.lost)
@@ -268,7 +268,7 @@ func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter
 	} else if len(requeue) > 0 {
 		t.known.lost++
 	}
-	if a.Slots > 0 {
+	if a.Learn.Slots > 0 {
 		t.known.slots, t.known.capped = res.slots, res.capped
 	}
 	if t.fallback.recover(t.now(), t.opt.policy.kind == policyLocal) {
@@ -335,7 +335,7 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 		w.settle(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
 	case res.ok[i] && !w.needsPlace():
 		w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
-			at: t.clock.local(c.score), score: c.score, margin: a.Margin, immediate: res.immediate[i],
+			at: t.clock.local(c.score), score: c.score, margin: a.Margin.Own, immediate: res.immediate[i],
 			epoch: t.shared.epoch, remaining: res.remaining[i]})
 		t.health.journal.add(c.score, w.res.members)
 		if t.hooks.onAdmit != nil {

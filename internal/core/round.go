@@ -8,9 +8,9 @@ import "time"
 // counts the neighbourhood of each new score, and, near the limit, reads
 // the upcoming free slots; on the first limit's key it also reads the
 // values kept beside the calls (the marker, a shared pause, a lowered
-// limit, the margin in force) and checks that the store still holds the
-// window (Probe). A store applies it in one round trip; Reply is what it
-// read.
+// limit, the margin in force), and in the longest window's key it checks
+// that the store still holds the window (Loss.Probe). A store applies it in
+// one round trip; Reply is what it read.
 //
 // Adding before counting makes the decision safe without atomicity: two
 // clients adding at once each count the other, so a race can only refuse a
@@ -19,53 +19,78 @@ import "time"
 // state its own insert produced, so of two callers racing for the last
 // slot exactly one wins, and the free slots read agree with that count.
 type Attempt struct {
-	Remove   []string
-	Adds     []Entry
-	Checks   []int64 // distinct scores among Adds
-	Lims     []int   // the limit in force per window
-	Slots    int     // k: how many upcoming free slots to learn (0 = none)
-	PrioMask uint8   // the priorities (a bit per level) of its claims and of the calls still waiting
-	// By level, for the priorities in PrioMask that may fill less than the
-	// highest (see WithPriorityShare): their cap per window, whose free
-	// slots the round trip learns too (when Slots > 0). Empty otherwise.
-	LowCaps [Levels][]int
-	Exact   bool // MULTI/EXEC; otherwise a plain pipeline
-	Clock   bool // include TIME
+	Remove []string // members to remove: calls that did not go, and what a failed round trip may have written
+	Adds   []Entry  // members to add: the round's claims, and replays
+	Checks []int64  // distinct scores among Adds
+	Lims   []int    // the limit in force per window
+	Learn  Learning // what the round trip learns of the free slots
+	Exact  bool     // MULTI/EXEC; otherwise a plain pipeline
+	Clock  bool     // include TIME
+	Trim   Trim
+	Expire Expiry
+	Loss   LossChecks
 
-	// Trims, when Trim is set: members scored before TrimAt-w-TrimSlack
-	// (TrimAt is the server's last reading of its clock, never ahead of
-	// it), and after FutureAt.
-	Trim             bool
-	TrimAt, FutureAt int64
-
-	Expire bool            // include PEXPIRE
-	TTL0   time.Duration   // the first key's TTL (longer during a pause)
-	TTLs   []time.Duration // per window, filled in when sent
-
-	Soonest int64  // the score of a call that goes as soon as the reply is back
-	Probe   string // a member of ours that must still be in the set ("" = none)
-	Mark    bool   // write the marker
-	Pause   int64  // server µs: write a shared pause until then (a heal; 0 = none)
-	Room    int    // units of the batch (or fair share) left unclaimed
+	Soonest int64 // the score of a call that goes as soon as the reply is back
+	Room    int   // units of the batch (or fair share) left unclaimed
 	// The generation of the clock estimate the scores were computed with
 	// (see the throttler's clockView).
 	ClockGen uint64
 
-	// The margin (see the throttler's margin.go): the round's own, published before its
-	// members are added when it is positive and the round adds any; how
-	// much wider than each window its counts reach, each way; the largest
-	// margin in force it counted with (its own or one published); and how
-	// long its own stays in force (µs). Hold: the round claims nothing
-	// until the clock estimate is tighter.
-	Margin, Widen, WideUsed, WideFor int64
-	Hold                             bool
+	Margin Margin
+	Places PlaceAsk
+}
 
-	// Places in flight asked for (WithInFlight), in batch order: the
-	// round trip grants the first ones that fit.
-	Leases     []string
-	LeaseWakes uint64 // wakes heard when the attempt was planned
-	LeaseReady bool   // subscribed then: every later wake is heard
-	LeaseStay  bool   // waiters stay parked: keep this process in the line for places
+// Learning is what a round trip learns of the free slots ahead.
+type Learning struct {
+	Slots    int   // k: how many upcoming free slots to learn (0 = none)
+	PrioMask uint8 // the priorities (a bit per level) of the round's claims and of the calls still waiting
+	// By level, for the priorities in PrioMask that may fill less than the
+	// whole limit (see WithPriorityShare): their cap per window, whose free
+	// slots the round trip learns too (when Slots > 0). Empty otherwise.
+	LowCaps [Levels][]int
+}
+
+// Trim is the trim a round trip makes, when On: members scored before
+// At-w-TrimSlack (At is the server's last reading of its clock, never
+// ahead of it), and after Future.
+type Trim struct {
+	On         bool
+	At, Future int64
+}
+
+// Expiry is the TTL a round trip sets on its keys, when On (PEXPIRE).
+type Expiry struct {
+	On    bool
+	First time.Duration   // the first key's TTL (longer during a pause)
+	TTLs  []time.Duration // per window, filled in when sent
+}
+
+// LossChecks let a reply show that Redis lost the window (see the
+// throttler's heal.go), and carry what a heal still writes.
+type LossChecks struct {
+	Probe string // a member of ours that must still be in the longest window's key ("" = none)
+	Mark  bool   // write the marker
+	Pause int64  // server µs: write a shared pause until then (a heal; 0 = none)
+}
+
+// Margin is a round's margin (see the throttler's margin.go): its own
+// (Own), published before its members are added when it is positive and
+// the round adds any; how much wider than each window its counts reach,
+// each way (Widen); the largest margin in force it counted with, its own
+// or one published (Used); and how long its own stays in force (For, µs).
+// Hold: the round claims nothing until the clock estimate is tighter.
+type Margin struct {
+	Own, Widen, Used, For int64
+	Hold                  bool
+}
+
+// PlaceAsk is the places in flight a round asks for (WithInFlight), in
+// batch order: the round trip grants the first ones that fit.
+type PlaceAsk struct {
+	IDs   []string
+	Wakes uint64 // wakes heard when the attempt was planned
+	Ready bool   // subscribed then: every later wake is heard
+	Stay  bool   // waiters stay parked: keep this process in the line for places
 }
 
 // Reply is what an attempt's round trip returned.

@@ -106,16 +106,16 @@ func SeenKey(key string) string { return "{" + HashTag(key) + "}:seen:" + key }
 // queueLeases queues the lease script for a's places, when it asks for any.
 func (c *attemptCmds) queueLeases(p redis.Pipeliner) {
 	a, l := c.a, c.s.lease
-	if len(a.Leases) == 0 {
+	if len(a.Places.IDs) == 0 {
 		return
 	}
 	stay := "0"
-	if a.LeaseStay {
+	if a.Places.Stay {
 		stay = "1"
 	}
-	args := make([]any, 0, 5+len(a.Leases))
+	args := make([]any, 0, 5+len(a.Places.IDs))
 	args = append(args, l.TTL.Microseconds(), l.N, leaseKeyTTL(l.TTL).Milliseconds(), c.s.self, stay)
-	for _, id := range a.Leases {
+	for _, id := range a.Places.IDs {
 		args = append(args, id)
 	}
 	// EVAL, not EVALSHA: a script Redis lost (a restart, a failover)

@@ -113,10 +113,10 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.Checks))
 	zs := c.members()
 	c.queueLeases(p)
-	if a.Margin > 0 && len(a.Adds) > 0 {
+	if a.Margin.Own > 0 && len(a.Adds) > 0 {
 		// Before any member is added: a round that counts after them
 		// reads the margin it must count with (see margin.go).
-		WideScript.Eval(c.ctx, p, []string{s.wins[0].Key}, a.Margin, a.WideFor, WideMember, WideEndMember)
+		WideScript.Eval(c.ctx, p, []string{s.wins[0].Key}, a.Margin.Own, a.Margin.For, WideMember, WideEndMember)
 	}
 	var remove []any
 	if len(a.Remove) > 0 {
@@ -125,8 +125,8 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	for wi := range s.wins {
 		c.queueWrites(p, wi, zs, remove)
 		c.queueReads(p, wi)
-		if a.Expire {
-			p.PExpire(c.ctx, s.wins[wi].Key, a.TTLs[wi])
+		if a.Expire.On {
+			p.PExpire(c.ctx, s.wins[wi].Key, a.Expire.TTLs[wi])
 		}
 	}
 	c.queueMeta(p)
@@ -141,7 +141,7 @@ func (c *attemptCmds) members() []redis.Z {
 	for i, e := range a.Adds {
 		zs[i] = redis.Z{Score: float64(e.Score), Member: e.Member}
 	}
-	if a.Mark {
+	if a.Loss.Mark {
 		zs = append(zs, redis.Z{Score: float64(MetaScore(1)), Member: Marker})
 	}
 	return zs
@@ -156,15 +156,15 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	if remove != nil {
 		p.ZRem(ctx, x.Key, remove...)
 	}
-	if a.Trim && a.TrimAt > 0 {
-		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.TrimAt-x.W-core.TrimSlack))
-		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.FutureAt), "+inf")
+	if a.Trim.On && a.Trim.At > 0 {
+		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.Trim.At-x.W-core.TrimSlack))
+		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.Trim.Future), "+inf")
 	}
-	if wi == 0 && a.Pause > 0 {
+	if wi == 0 && a.Loss.Pause > 0 {
 		// Before the marker: a marker present means the pause written
 		// with it is there too. Every replica listening hears of it.
-		p.ZAddLT(ctx, x.Key, redis.Z{Score: float64(MetaScore(a.Pause)), Member: PauseMember})
-		p.Publish(ctx, NewsChannel(x.Key), core.News{Pause: a.Pause}.String())
+		p.ZAddLT(ctx, x.Key, redis.Z{Score: float64(MetaScore(a.Loss.Pause)), Member: PauseMember})
+		p.Publish(ctx, NewsChannel(x.Key), core.News{Pause: a.Loss.Pause}.String())
 	}
 	add := zs
 	if wi > 0 {
@@ -182,7 +182,7 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 // limit in force and under each priority's cap.
 func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 	s, a, x := c.s, c.a, c.s.wins[wi]
-	w := x.W + a.Widen
+	w := x.W + a.Margin.Widen
 	if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
 		c.peaks = append(c.peaks, c.peakCmd(p, x.Key, w, a.Lims[wi]))
 	} else {
@@ -190,9 +190,9 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 			c.counts = append(c.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 		}
 	}
-	if a.Slots > 0 {
+	if a.Learn.Slots > 0 {
 		c.tails = append(c.tails, c.tail(p, x.Key, a.Lims[wi]))
-		for l, caps := range a.LowCaps {
+		for l, caps := range a.Learn.LowCaps {
 			if len(caps) > 0 {
 				c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.Key, caps[wi]))
 			}
@@ -212,13 +212,13 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	// argument.
 	args := make([]any, len(s.metaArgs), len(s.metaArgs)+1)
 	copy(args, s.metaArgs)
-	if a.Probe != "" && s.probeIn == 0 {
-		args = append(args, a.Probe)
+	if a.Loss.Probe != "" && s.probeIn == 0 {
+		args = append(args, a.Loss.Probe)
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
-	if a.Probe != "" && s.probeIn > 0 {
-		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, a.Probe)
+	if a.Loss.Probe != "" && s.probeIn > 0 {
+		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, a.Loss.Probe)
 	}
 	if a.Clock {
 		c.clock = p.Time(ctx)
@@ -230,7 +230,7 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 // limit-1+len(adds) from the top (see nextSlots).
 func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSliceCmd {
 	a := c.a
-	k := min(a.Slots, limit)
+	k := min(a.Learn.Slots, limit)
 	return p.ZRangeWithScores(c.ctx, key, int64(-(limit + len(a.Adds))), int64(-(limit - k + 1)))
 }
 
@@ -270,7 +270,7 @@ func (c *attemptCmds) metaReply() core.Reply {
 		Wide:     MetaValue(score(4)),
 		WideEnd:  MetaValue(score(5)),
 		// The probe, a call of ours (see metaArgs), scores its time.
-		Lost: a.Probe != "" && s.probeIn == 0 && score(6) == 0,
+		Lost: a.Loss.Probe != "" && s.probeIn == 0 && score(6) == 0,
 	}
 	if c.probe != nil {
 		r.Lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
@@ -306,7 +306,7 @@ func (c *attemptCmds) countsReply(r *core.Reply) error {
 // tailsReply reads into r the tails per window and, per level, under each
 // priority's cap, when the attempt asked for slots.
 func (c *attemptCmds) tailsReply(r *core.Reply) {
-	if c.a.Slots <= 0 {
+	if c.a.Learn.Slots <= 0 {
 		return
 	}
 	r.Tails = make([][]core.Entry, len(c.s.wins))
