@@ -12,9 +12,10 @@ type Result struct {
 	// Remaining is, when a Redis round trip decided, the least room any
 	// limit in force had left right after it, counting every call within
 	// one window either side of this call's slot; zero when no round trip
-	// decided (a shared pause, the failure policy). It counts the whole of
-	// each limit: a caller whose priority is held to a share of it (see
-	// WithPriorityShare) may have less.
+	// decided (a shared pause, the failure policy), or when a shared
+	// pause, a lowered limit or a late wake undid what Redis admitted. It
+	// counts the whole of each limit: a caller whose priority is held to a
+	// share of it (see WithPriorityShare) may have less.
 	Remaining int
 	// RetryAfter is, when Allowed is false, how long until the requested
 	// calls would have fitted had nobody else taken the room; zero when
@@ -42,12 +43,19 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 // trip carries what this process owes Redis. It does not queue behind
 // callers blocked in WaitN on this Throttler: it joins the next round trip,
 // ahead of them, and shares it with them. It costs that round trip when
-// admitted, and one more when refused; a shared pause or the local share
-// after FallbackLocal refuse it without any. On a Redis failure it follows
-// the failure policy: FailOpen allows, FallbackLocal decides from the local
-// window, FailClosed returns an error wrapping ErrRedis. A call of a
-// priority with a share below 1 (see WithPriorityShare) is allowed only
-// within its share.
+// admitted, and one more when refused (plus up to three samples of the
+// server's clock when the Throttler has none); a shared pause or the
+// local share after FallbackLocal refuse it without any. On a Redis
+// failure it follows the failure policy: FailOpen allows, FallbackLocal
+// decides from the local window, FailClosed returns an error wrapping
+// ErrRedis. A call of a priority with a share below 1 (see
+// WithPriorityShare) is allowed only within its share.
+//
+// AllowN also returns an error, and counts nothing, when ctx has ended on
+// entry or ends before its round trip answers or its slot comes (the error
+// wraps ctx.Err(), as WaitN's does), and, under FallbackLocal while Redis
+// fails, when n exceeds the local share of a limit (the error wraps
+// ErrRedis).
 func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	prio := PriorityFromContext(ctx)
 	if err := t.checkN("AllowN", n, prio); err != nil {

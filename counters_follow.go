@@ -128,7 +128,7 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 // reading's request was sent, at most Remaining go before Reset: the
 // limit becomes the calls of ours the API already counted (read from
 // Redis) plus Remaining, until Reset, in one step for the batch (see
-// counterScript).
+// redisstore.CounterScript).
 //
 // Why that bound holds: every window of ours that holds a call scored
 // before Reset also holds the calls of ours since the start of the API's

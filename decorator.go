@@ -5,11 +5,11 @@ import "context"
 // Do waits for one call's worth of quota (as Wait does) and then calls fn
 // with ctx. With WithInFlight it also takes a place in flight, given back
 // when fn returns. Right before it calls fn, Do checks that the call's slot
-// has not passed by more than its allowance (half the buffer, see
-// WithBuffer): a goroutine that ran late after its admission gives the
-// slot back and waits again rather than call late. If the wait fails, fn is
-// not called and Do returns the wait's error; otherwise it returns what fn
-// returns.
+// has not passed by more than its allowance (half the buffer, less the
+// clock estimate's error, plus any margin: see WithBuffer): a goroutine
+// that ran late after its admission gives the slot back and waits again
+// rather than call late. If the wait fails, fn is not called and Do
+// returns the wait's error; otherwise it returns what fn returns.
 func (t *Throttler) Do(ctx context.Context, fn func(context.Context) error) error {
 	p, err := t.reserveToSend(ctx, "Do", 1)
 	if err != nil {

@@ -12,10 +12,13 @@ var (
 	// to New, to an Option, or to a call such as WaitN with n out of range.
 	ErrInvalidArgument = errors.New("throttler: invalid argument")
 
-	// ErrRedis is wrapped by the error a call returns when Redis failed and
-	// the failure policy is FailClosed, or when the local fallback cannot
-	// serve the call. The Redis error is wrapped too, so errors.Is and
-	// errors.As reach it.
+	// ErrRedis is wrapped by the error a call returns when Redis failed (an
+	// error or a timeout): a wait (WaitN or any face that waits) or an
+	// AllowN under FailClosed, and, whatever the policy, PauseUntil,
+	// SetLimit, Usage, InFlight, Permit.Settle and Group.Learn. The Redis
+	// error is wrapped too, so errors.Is and errors.As reach it. A call
+	// FallbackLocal's share cannot take (see FallbackLocal) fails with an
+	// error wrapping ErrRedis but no Redis error.
 	ErrRedis = errors.New("throttler: redis unavailable")
 
 	// ErrMaxWait is wrapped, with context.DeadlineExceeded, by the error a

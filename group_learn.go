@@ -52,12 +52,14 @@ func WithLearnedLimits() GroupOption {
 //     already has, sharing the key's quota with its successor as two
 //     replicas would.
 //
-// Learn makes key's Throttler first when the Group holds none (see For),
-// and takes two Redis round trips, each bounded as a Throttler's are. It
-// returns an error wrapping ErrInvalidArgument when the Group was made
-// without WithLearnedLimits, key is empty, limit is below 1 or ttl is not
-// positive; For's errors; and one wrapping ErrRedis when Redis fails (a
-// limit not recorded is not stated either).
+// Learn makes key's Throttler first when the Group holds none (see For:
+// one GET, within a second). It then takes a SET, within a second, and one
+// write, within the Redis timeout, after up to three samples of the
+// server's clock, each within the Redis timeout, for a Throttler that has
+// none. It returns an error wrapping ErrInvalidArgument when the Group
+// was made without WithLearnedLimits, key is empty, limit is below 1 or
+// ttl is not positive; For's errors; and one wrapping ErrRedis when Redis
+// fails (a limit not recorded is not stated either).
 func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Duration) error {
 	switch {
 	case !g.opt.learned:

@@ -41,23 +41,24 @@ import (
 // within w + Xi + Xj <= w + X + P of its own, so it was refused.
 //
 // P must be known to every replica that counts: a round that claims with a
-// margin first publishes it (wideScript, before its members are added), and
-// every round trip reads what is in force after its counts (the ZMSCORE
-// that reads the pause). A round that counted with less than the reply
-// says is in force admits nothing (see resolve): either the publisher added
-// its members after this round counted, and its own count saw ours, or the
-// reply shows the margin. A margin stays in force for reserve-ahead, the
-// longest window, six times itself and twice the buffer after it was last
-// published (see wideFor): past that, no call placed with it can share a
-// window with a call placed later.
+// margin first publishes it (redisstore.WideScript, before its members are
+// added), and every round trip reads what is in force after its counts (the
+// ZMSCORE that reads the pause). A round that counted with less than the
+// reply says is in force admits nothing (see resolve): either the publisher
+// added its members after this round counted, and its own count saw ours,
+// or the reply shows the margin. A margin stays in force for reserve-ahead,
+// the longest window, six times itself and twice the buffer after it was
+// last published (see wideFor): past that, no call placed with it can share
+// a window with a call placed later.
 //
-// A margin is kept below what trims allow: members are trimmed trimSlack
-// past their window by the server's own clock, and a round whose estimate
-// lags the server by e counts e + X + P further back than that. A round
-// whose margin would reach past maxSpread claims nothing, takes a clock
-// sample and tries again (hold): a Redis whose best round trip takes most
-// of a second cannot keep calls to any margin the window can hold. Slack
-// never holds a round: it is granted only as far as maxSpread allows.
+// A margin is kept below what trims allow: members are trimmed
+// core.TrimSlack past their window by the server's own clock, and a round
+// whose estimate lags the server by e counts e + X + P further back than
+// that. A round whose margin would reach past maxSpread claims nothing,
+// takes a clock sample and tries again (hold): a Redis whose best round
+// trip takes most of a second cannot keep calls to any margin the window
+// can hold. Slack never holds a round: it is granted only as far as
+// maxSpread allows.
 
 // maxSpread bounds e + X + P (see hold).
 const maxSpread = core.TrimSlack - int64(100*time.Millisecond/time.Microsecond)

@@ -56,7 +56,8 @@ func defaultOptions() options {
 // the excess, on every replica (see Stats.Margin), which costs that much
 // of the window's capacity while it lasts and keeps the promise. Default
 // 50ms. Zero is allowed (no margin is kept: calls go at their slots as
-// closely as the machine lets them); negative is an error.
+// closely as the machine lets them); negative is an error, and so is, for
+// New, a buffer longer than both ten times its interval and a minute.
 func WithBuffer(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {

@@ -15,11 +15,12 @@ import (
 // without a Redis round trip.
 
 // WithMaxWait bounds how long a call that waits (Wait, WaitN, Reserve, Do,
-// Wrap, a Transport's request) may wait for its slot: as though its context had a deadline d
-// after the call, unless its own deadline is sooner. A call whose earliest
-// slot lies further away fails at once, without sleeping; one still queued
-// when d has passed fails then. Either error wraps ErrMaxWait and
-// context.DeadlineExceeded. Default none; d must be positive.
+// DoCost, Wrap, WrapCost and a request through a Transport) may wait for
+// its slot: as though its context had a deadline d after the call, unless
+// its own deadline is sooner. A call whose earliest slot lies further away
+// fails at once, without sleeping; one still queued when d has passed
+// fails then. Either error wraps ErrMaxWait and context.DeadlineExceeded.
+// Default none; d must be positive.
 func WithMaxWait(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
@@ -31,13 +32,13 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithMaxQueue bounds how many calls of this Throttler may wait at once
-// (Wait, WaitN, Reserve, Do, Wrap, a Transport's requests: from the call
-// until it returns, sleeping toward a reserved slot included; AllowN calls
-// never wait). A call that finds n waiting sheds the
-// most recent call of the lowest priority below its own that has no slot
-// yet, which fails with an error wrapping ErrQueueFull; when there is none,
-// the new call fails at once with such an error instead. Default none; n
-// must be positive.
+// (Wait, WaitN, Reserve, Do, DoCost, Wrap, WrapCost and requests through a
+// Transport: from the call until it returns, sleeping toward a reserved
+// slot included; AllowN calls never wait). A call that finds n waiting
+// sheds the most recent call of the lowest priority below its own that has
+// no slot yet, which fails with an error wrapping ErrQueueFull; when there
+// is none, the new call fails at once with such an error instead. Default
+// none; n must be positive.
 func WithMaxQueue(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

@@ -27,9 +27,10 @@ import (
 // While a pause lasts, WaitN waits for it to end (or fails at once if it
 // ends after the context's deadline), and AllowN refuses with RetryAfter
 // set to what is left of it. The pause holds in this process at once, even
-// when the write to Redis fails; PauseUntil then returns an error wrapping
-// ErrRedis (the other processes do not know). It returns the context's
-// error when ctx ends first.
+// when the write to Redis fails (the other processes do not know then).
+// PauseUntil returns an error wrapping ctx.Err() when ctx had ended before
+// the call (nothing changes then), and one wrapping ErrRedis when Redis
+// fails or ctx ends during the write.
 func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 	if ctx.Err() != nil {
 		return ctxError(ctx)

@@ -9,10 +9,12 @@ import (
 
 // Priority orders calls when the quota runs short. A call's priority
 // comes from its context (see ContextWithPriority), so that Wait, Do, Wrap
-// and the Transport all carry it. Within one process, a waiting call of a
-// higher priority is served before every call of a lower one; calls of one
-// priority are served in the order they called. When WithMaxQueue's bound
-// is reached, the lowest priority is shed first.
+// and the Transport all carry it. Within one process, waiting calls are
+// served by priority, then in the order they called, except that a call
+// whose claim a round trip did not admit, or that waited for a place in
+// flight (WithInFlight), goes back to the head of the queue, ahead of calls
+// of any priority. When WithMaxQueue's bound is reached, the lowest
+// priority is shed first.
 type Priority int8
 
 // The priorities, highest first. The zero value is PriorityNormal.

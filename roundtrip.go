@@ -52,8 +52,8 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 }
 
 // sane returns tail without members scored after limit (server µs):
-// garbage beyond futureBound would otherwise pass for the newest calls when
-// slots are worked out.
+// garbage beyond core.FutureBound would otherwise pass for the newest
+// calls when slots are worked out.
 func sane(tail []core.Entry, limit int64) []core.Entry {
 	for i, e := range tail {
 		if e.Score > limit {

@@ -14,14 +14,17 @@ import (
 // with Retry-After, every Throttler on t's key pauses until then.
 //
 // It keeps to net/http's contract for a RoundTripper in all but one point:
-// it does not modify the request or read its body, it returns next's
-// response and error unchanged (a 429 is a response, not an error), and
-// when the wait fails it closes the request body and returns the wait's
-// error, so that errors.Is(err, context.DeadlineExceeded) and the like hold
-// through http.Client's *url.Error. The exception: the contract asks a
-// RoundTripper not to interpret the response, and this one reads the
-// status and Retry-After of a 429 or 503 to pause the other replicas (it
-// never retries: Transport.Retries is 0). It is safe for concurrent use.
+// it does not modify the request or read its body; it returns next's
+// response and error unchanged (a 429 is a response, not an error), but
+// for the response's Body, which it wraps, passing the same bytes through,
+// when t has WithInFlight (the place goes back once the body is read to
+// the end or closed); and when the wait fails it closes the request body
+// and returns the wait's error, so that errors.Is(err,
+// context.DeadlineExceeded) and the like hold through http.Client's
+// *url.Error. The exception: the contract asks a RoundTripper not to
+// interpret the response, and this one reads the status and Retry-After
+// of a 429 or 503 to pause the other replicas (it never retries:
+// Transport.Retries is 0). It is safe for concurrent use.
 func (t *Throttler) RoundTripper(next http.RoundTripper) http.RoundTripper {
 	return &Transport{Base: next, Route: t.Route()}
 }
@@ -56,10 +59,13 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 // then reads unchanged), and with Retries set it answers a refusal itself
 // by sending the request again, which the contract leaves to the client.
 // It never modifies the request (a retry sends a clone with a fresh body),
-// returns Base's response unchanged unless it retries, and closes the
-// request body on every path where it does not hand it to Base. A request
-// whose body cannot be replayed is never sent twice. A Transport is safe
-// for concurrent use; do not change its fields once in use, nor copy it.
+// and closes the request body on every path where it does not hand it to
+// Base. It returns Base's response (the last one, when it retries)
+// unchanged, but for its Body, which it wraps, passing the same bytes
+// through, when the Throttler has WithInFlight, the request is priced by
+// Cost, or Counters peeks at the body. A request whose body cannot be
+// replayed is never sent twice. A Transport is safe for concurrent use;
+// do not change its fields once in use, nor copy it.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport, looked up
 	// at each request.
@@ -107,10 +113,14 @@ type Transport struct {
 	//
 	// The first limit's interval must be the API's window (an hour for
 	// GitHub's 5000 an hour). Following a counter takes one Redis round
-	// trip per response whose Remaining is below New's limit (to count the
-	// calls of ours the API has counted, compare and write, in one
-	// script), at most one at a time per Throttler: responses read while
-	// one is under way leave their readings to be applied together next.
+	// trip per response whose Remaining is below New's limit, and per
+	// response while this process knows of a lowering in force (to count
+	// the calls of ours the API has counted, compare and write, in one
+	// script), and a pause write as well when a reading leaves nothing; a
+	// fixed counter at zero takes a pause write instead. At most one such round
+	// trip runs at a time per Transport and Throttler: responses read
+	// while one is under way leave their readings to be applied together
+	// next.
 	// A lowered limit is published to every replica as it is written, and
 	// calls sleeping toward slots reserved under the higher one reserve
 	// again. The bound is exact only for calls admitted once the lowered

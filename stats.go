@@ -11,7 +11,8 @@ import (
 // view, not the key's (Usage reads the key).
 //
 // A wait below is one of every face that waits for quota: WaitN (and
-// Wait), Reserve, Do, Wrap and a request through a Transport.
+// Wait), Reserve, Do, DoCost, Wrap, WrapCost and a request through a
+// Transport.
 type Stats struct {
 	// Admitted is how many calls were admitted (a wait or an AllowN of n
 	// counts n), whether Redis or the failure policy admitted them.
@@ -68,7 +69,8 @@ type Stats struct {
 	Degraded bool
 	// ClockError bounds the error of this process's estimate of the Redis
 	// server's clock: half the shortest of its recent round trips, plus
-	// 2µs for rounding.
+	// 2µs for rounding. Before the first sample the estimate is the local
+	// clock, and ClockError means nothing.
 	// Margin is how much wider than interval + buffer, each way, the last
 	// round trip counted its calls' neighbourhoods: zero unless a clock
 	// error past a quarter of the buffer, here or on another replica, or
@@ -127,8 +129,10 @@ type Observer struct {
 	// Paused is called when the Throttler sets or learns of a shared pause
 	// (PauseUntil, or a Transport that saw Retry-After), with its end.
 	Paused func(until time.Time)
-	// LimitChanged is called when the first limit in force changes (see
-	// SetLimit), with the new one.
+	// LimitChanged is called, with the new limit, when a lowering of the
+	// first limit is set or ended, by this process (SetLimit, a Transport,
+	// Group.Learn) or by another, as this one learns through Redis; not
+	// when a lowering runs out at its end (Stats.Limit shows that).
 	LimitChanged func(limit int)
 	// RedisError is called for every Redis call that failed or timed out.
 	RedisError func(err error)

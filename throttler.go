@@ -5,18 +5,22 @@
 //
 // The quota is a sliding-window log in one Redis sorted set: each admitted
 // call is a member whose score is its admission time on the Redis server's
-// clock. A call is admitted at score g only if the members within
-// (g-interval-buffer, g+interval+buffer), counted after its own member was
-// added, leave room for it: every process adds before it counts, so two
-// processes racing for the last slot each count the other, and at most one
-// is admitted (both may be refused). A caller over the limit is given the
+// clock. A call is admitted at score g only if no window of length
+// w = interval+buffer that holds g would hold more than limit members with
+// it. Each process adds its member before it counts the members within
+// (g-w, g+w), which bound every such window (under several limits, rounds
+// near the limit read the fullest such window itself), so two processes
+// racing for the last slot each count the other, and at most one is
+// admitted (both may be refused). A caller over the limit is given the
 // earliest future slot and sleeps once until then; it does not poll.
 //
 // A Throttler is safe for concurrent use by multiple goroutines. Waiters on
 // one Throttler are served by priority (see ContextWithPriority), then in
 // the order they joined the queue (see WaitN), with AllowN calls ahead of
-// them all; their reservations are batched: one Redis round trip serves as
-// many as fit.
+// them all, except that a waiter whose claim a round trip did not admit,
+// or that waited for a place in flight (WithInFlight), goes back to the
+// head of the queue, ahead of waiters of any priority. Their reservations
+// are batched: one Redis round trip serves as many as fit.
 package throttler
 
 import (

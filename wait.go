@@ -39,8 +39,10 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //     as for ctx's deadline above: the error also wraps ErrMaxWait;
 //   - WithMaxQueue turns the call away: the error wraps ErrQueueFull;
 //   - Redis fails and the policy is FailClosed: the error wraps ErrRedis and
-//     the Redis error, after at most the Redis timeout; or FallbackLocal
-//     cannot serve the call (see FallbackLocal): the error wraps ErrRedis.
+//     the Redis error, after at most the Redis timeout per round trip (a
+//     Throttler without a sample of the server's clock first takes up to
+//     three); or FallbackLocal cannot serve the call (see FallbackLocal):
+//     the error wraps ErrRedis.
 //
 // WaitN returns at the call's slot: the promise that no window of the API
 // holds more than the limit assumes the call reaches the API no earlier
@@ -58,14 +60,16 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //
 // Waiters on one Throttler are served by priority (see
 // ContextWithPriority), then in the order they joined the queue; AllowN
-// calls go ahead of them all. A waiter whose claim Redis refused goes back
-// to the head of the queue; one that gives its slot back (woken late, or
-// for a pause or a lowered limit) joins it again. One Redis round trip
-// reserves for as many waiters from the head as fit. A waiter given a slot
-// in the future sleeps until then without further Redis traffic (but for
-// one sample of the server's clock, should a clock passed to WithClock
-// step back meanwhile); a pause or a lowered limit set meanwhile, by any
-// replica, reaches it at once (see PauseUntil).
+// calls go ahead of them all. A waiter whose claim a round trip did not
+// admit (refused, or failed under FallbackLocal), or that waited for a
+// place in flight (see WithInFlight), goes back to the head of the queue,
+// ahead of waiters of any priority; one that gives its slot back (woken
+// late, or for a pause or a lowered limit) joins it again by its priority.
+// One Redis round trip reserves for as many waiters from the head as fit.
+// A waiter given a slot in the future sleeps until then without further
+// Redis traffic (but for one sample of the server's clock, should a clock
+// passed to WithClock step back meanwhile); a pause or a lowered limit set
+// meanwhile, by any replica, reaches it at once (see PauseUntil).
 func (t *Throttler) WaitN(ctx context.Context, n int) error {
 	_, _, err := t.wait(ctx, "WaitN", n, false)
 	return err

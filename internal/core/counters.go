@@ -19,6 +19,7 @@ type CountersApply struct {
 	MaxFor   int64  // the longest a lowering lasts from now (µs)
 	TTL      int64  // the key's TTL at least, when a lowering is written (ms)
 	Channel  string // where a change is published as news
+	// The readings, in the order their responses were read.
 	Readings []CountersReading
 }
 

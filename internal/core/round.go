@@ -97,11 +97,11 @@ type PlaceAsk struct {
 type Reply struct {
 	Counts [][]int64 // per window, per check: the members in (g-w, g+w)
 	// Per window, per check g, read by exact attempts under several
-	// limits only (nil otherwise): the most members, not the attempt's own, in any one
-	// window (t-w, t] that holds g; -1 where the count is within the limit
-	// in force, and admits what the peak would. The neighbourhood's count
-	// bounds every such window, but it adds up members on both sides of g
-	// that no one window holds together.
+	// limits only (nil otherwise): the most members, not the attempt's
+	// own, in any one window (t-w, t] that holds g; -1 where the count
+	// decides as well: within the limit in force, or no other member after
+	// g. The neighbourhood's count bounds every such window, but it adds
+	// up members on both sides of g that no one window holds together.
 	Peaks [][]int64
 	Tails [][]Entry // per window
 	// By level, per window: the tails read for the attempt's lowCaps.

@@ -27,8 +27,9 @@ const TrimSlack = int64(time.Second / time.Microsecond)
 
 // FutureBound is how far past the server's now a member's score can lie
 // when a Throttler wrote it: WithReserveAhead is capped well below it. A
-// member beyond it (a seed-design "pending" score a year ahead, or garbage)
-// counts in no window; it is trimmed with the expired ones.
+// member beyond it (garbage) is ignored when free slots and Usage are
+// worked out, and removed by the next trim; until then the count of a
+// window of about an hour or longer holds it.
 const FutureBound = int64(time.Hour / time.Microsecond)
 
 // DebtPrefix starts the members a Settle adds as debt, so that Usage can

@@ -95,7 +95,7 @@ end
 return {lim, string.format('%.0f', lend), string.format('%.0f', zero)}
 `)
 
-// ApplyCounters applies a batch of readings (see counterScript).
+// ApplyCounters applies a batch of readings (see CounterScript).
 func (s *Store) ApplyCounters(ctx context.Context, a core.CountersApply) (core.CountersApplied, error) {
 	gradual := "0"
 	if a.Gradual {

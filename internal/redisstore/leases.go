@@ -16,7 +16,7 @@ import (
 // an id, or ARGV[5] is "1" (the process still has waiters), it puts the
 // process ARGV[4] in the line for places (KEYS[2], by the time it joined;
 // NX keeps its turn). While ARGV[4] is in line, every run marks it as seen
-// now (KEYS[3]; see releaseScript). It returns how many it granted and the
+// now (KEYS[3]; see ReleaseScript). It returns how many it granted and the
 // earliest live lease's expiry (server µs, 0 = none).
 //
 // An id already in the set counts as granted (its expiry renewed): the script
@@ -145,6 +145,9 @@ func (c *attemptCmds) leaseReply(r *core.Reply) {
 // every lease in it.
 func leaseKeyTTL(ttl time.Duration) time.Duration { return 2 * ttl }
 
+// ReleaseLeases takes the places ids back and wakes, for each one it took
+// back and pass more, the next process in the line for a place (see
+// ReleaseScript), in one script.
 func (s *Store) ReleaseLeases(ctx context.Context, ids []string, pass int) error {
 	l := s.lease
 	args := make([]any, 0, 2+len(ids))
@@ -157,6 +160,9 @@ func (s *Store) ReleaseLeases(ctx context.Context, ids []string, pass int) error
 	})
 }
 
+// RenewLeases moves the expiry of the places ids to expiry (server µs):
+// only places still held, and never earlier; the lease key is kept alive
+// past every lease.
 func (s *Store) RenewLeases(ctx context.Context, ids []string, expiry int64) error {
 	l := s.lease
 	zs := make([]redis.Z, len(ids))
@@ -175,6 +181,8 @@ func (s *Store) RenewLeases(ctx context.Context, ids []string, expiry int64) err
 	})
 }
 
+// LiveLeases counts the places in flight taken now, by the server's
+// clock: TIME, then ZCOUNT of the leases expiring after it.
 func (s *Store) LiveLeases(ctx context.Context) (int, error) {
 	var n int
 	err := s.bounded(ctx, func(ctx context.Context) error {

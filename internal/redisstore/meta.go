@@ -4,7 +4,7 @@ import "github.com/go-throttler/throttler/internal/core"
 
 // The members of the first limit's sorted set that are not calls. Their
 // scores are negative, where no window counts them and no trim reaches
-// them; each states a value v as the score -v (see metaScore, metaValue).
+// them; each states a value v as the score -v (see MetaScore, MetaValue).
 // Every reservation reads the pause, the lowered limit and the margin with
 // the same ZMSCORE that checks the marker, so they cost no extra command.
 const (
@@ -17,17 +17,17 @@ const (
 	PauseMember = "\x00pause"
 
 	// LimitMember states the lowered first limit (SetLimit);
-	// limitEndMember the server time (µs) at which the lowering ends.
+	// LimitEndMember the server time (µs) at which the lowering ends.
 	LimitMember    = "\x00limit"
 	LimitEndMember = "\x00limit-end"
 
-	// WideMember states the largest margin in force (µs); wideEndMember
+	// WideMember states the largest margin in force (µs); WideEndMember
 	// the server time at which it ends (see margin.go).
 	WideMember    = "\x00wide"
 	WideEndMember = "\x00wide-end"
 
 	// BackoffMember states the length of the last back-off from a refusal
-	// that gave no end (µs), backoffEndMember its end: every replica reads
+	// that gave no end (µs), BackoffEndMember its end: every replica reads
 	// them before it backs off, so that the back-off grows across replicas
 	// (see Transport.Backoff).
 	BackoffMember    = "\x00backoff"
@@ -35,7 +35,7 @@ const (
 
 	// gradualBucketMember and gradualLimitMember, suffixed with k, state a
 	// gradual counter's lowest implied limit in the k-th part of its
-	// interval: the part's index and the limit (see counterScript).
+	// interval: the part's index and the limit (see CounterScript).
 	gradualBucketMember = "\x00gb"
 	gradualLimitMember  = "\x00gn"
 )

@@ -30,6 +30,10 @@ type Store struct {
 	ioTimeout time.Duration
 }
 
+// NewStore returns the Store on c for the limits wins (wins[0] is the
+// first limit, whose key holds the members that are not calls): the probe
+// is looked up in the key of wins[probeIn], lease is WithInFlight's places
+// (nil without), and self names this Throttler in the line for places.
 func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *core.InFlight, self string) *Store {
 	return &Store{
 		self:        self,
@@ -46,29 +50,41 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 // Reserve applies one attempt in one round trip and returns what it read.
 // An error means the attempt may or may not have been applied. It sends:
 //
-//	MULTI                                       (exact attempts only)
-//	EVAL <WideScript> key <margin> <how long>  (a round that publishes a margin)
-//	ZREM key <given back>...                    (when there are any)
-//	ZREMRANGEBYSCORE key 0 (<now-w-1s>          (when the attempt trims)
-//	ZREMRANGEBYSCORE key (<now+1h> +inf
+//	MULTI                                (exact attempts only)
+//	EVAL <LeaseScript> <lease keys> ...  (places in flight asked for)
+//	EVAL <WideScript> key <margin> ...   (a round that publishes a margin)
+//	ZREM key <given back>...             (when there are any)
+//	ZREMRANGEBYSCORE key 0 (<t-w-1s>     (when the attempt trims: t is the
+//	ZREMRANGEBYSCORE key (<now+1h> +inf   server's last TIME)
+//	ZADD LT key -<end> <pause>           (a heal: first key only, with the
+//	PUBLISH key <news>                    news of its pause)
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
-//	ZCOUNT key (<g-w> (<g+w>                    (plain attempts: once per distinct score g)
-//	EVAL <PeakScript> key <w> <g>...            (exact attempts with several limits: the same counts, and each g's peak)
-//	ZRANGE key -(limit+extra) -(limit-k+1) WITHSCORES   (exact attempts only)
-//	PEXPIRE key <ttl>                           (at most every second, and on a new key)
+//	ZCOUNT key (<g-w> (<g+w>             (once per distinct score g)
+//	EVAL <PeakScript> key <w> <g>...     (instead, in exact attempts with
+//	                                      several limits)
+//	ZRANGE key -(limit+adds) -(limit-k+1) WITHSCORES
+//	                                     (rounds that learn k slots: once
+//	                                      more per capped priority's cap)
+//	PEXPIRE key <ttl>                    (a second after the last, on a new
+//	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
-//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <our newest member>
-//	TIME                                        (at most every 250ms)
-//	EXEC                                        (exact attempts only)
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> [<probe>]
+//	ZMSCORE <longest key> <probe>        (a probe not in the first key)
+//	TIME                                 (250ms after the last; on every
+//	                                      round trip while the estimate
+//	                                      is unsampled or loose, or the
+//	                                      local clock not monotonic)
+//	EXEC                                 (exact attempts only)
 //
-// Adding before counting makes the decision safe without atomicity, as in the
-// seed design: two clients adding at once each count the other, so a race can
-// only refuse a call that would have fitted, never admit one too many. Far
-// from the limit, where such races cost nothing, an attempt is a plain
-// pipeline of ZADD, ZCOUNT and ZMSCORE. Near the limit, MULTI buys exactness
-// and progress: the count sees exactly the state its own insert produced, so
+// Adding before counting makes the decision safe without atomicity: two
+// clients adding at once each count the other, so a race can only refuse
+// a call that would have fitted, never admit one too many. Far from the
+// limit, where such races cost nothing, an attempt is a plain pipeline of
+// ZADD, ZCOUNT and ZMSCORE. Near the limit, MULTI buys exactness and
+// progress: the count sees exactly the state its own insert produced, so
 // of two callers racing for the last slot exactly one wins, and the free
-// slots read (for waiters to reserve without polling) agree with that count.
+// slots read (for waiters to reserve without polling) agree with that
+// count.
 func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	cmds := &attemptCmds{s: s, a: a}
 	err := s.bounded(ctx, func(ctx context.Context) error {
@@ -320,6 +336,7 @@ func (c *attemptCmds) tailsReply(r *core.Reply) {
 	}
 }
 
+// Remove takes members out of every limit's key, in one round trip.
 func (s *Store) Remove(ctx context.Context, members []string) error {
 	args := toAny(members)
 	return s.bounded(ctx, func(ctx context.Context) error {
@@ -336,6 +353,8 @@ func (s *Store) Remove(ctx context.Context, members []string) error {
 	})
 }
 
+// Add puts members into every limit's key at their scores, counted as
+// calls, in one pipeline.
 func (s *Store) Add(ctx context.Context, members []core.Entry) error {
 	zs := make([]redis.Z, len(members))
 	for i, e := range members {
@@ -352,6 +371,7 @@ func (s *Store) Add(ctx context.Context, members []core.Entry) error {
 	})
 }
 
+// Now reads the server's clock (TIME).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var server time.Time
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
@@ -365,6 +385,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return server, nil
 }
 
+// WriteMeta writes m, a change to the members that are not calls, to the
+// first limit's key in one pipeline: a pause (only ever later), a lowered
+// limit and its end, or its removal, a back-off and its end; it keeps the
+// key alive at least ttl (never shortening a longer TTL), and publishes
+// m.News, when set, after the write.
 func (s *Store) WriteMeta(ctx context.Context, m core.MetaWrite, ttl time.Duration) error {
 	key := s.wins[0].Key
 	var set []redis.Z
@@ -404,6 +429,12 @@ func (s *Store) WriteMeta(ctx context.Context, m core.MetaWrite, ttl time.Durati
 	})
 }
 
+// Usage reads every limit's window without changing it, in two MULTI
+// round trips bounded together by ctx: the server's clock and the pause,
+// limit and limit-end members first, from which limits gives the limits in
+// force; then, per key, the members counting now, those among them that
+// are debt, those scored after now (up to core.FutureBound past it), and
+// the member whose leaving frees the next slot under the limit in force.
 func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) []int) (core.UsageRead, error) {
 	var (
 		u     core.UsageRead

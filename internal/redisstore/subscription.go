@@ -11,13 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Subscription is a Pub/Sub Subscription to one channel, for the places in
-// flight (wakes, see WithInFlight) and for news (see news.go). ready
+// Subscription is a Pub/Sub subscription to one channel, for the places in
+// flight (wakes, see WithInFlight) and for news (see news.go). Ready
 // receives a value each time Redis confirms the subscription, at first and
 // after go-redis reconnected it: messages published before may have been
-// missed. heard receives a value when messages that keep accepts came
-// (take returns them). done is closed once the subscription ended: closed
-// by close, or failed (closed then tells whether its client was closed).
+// missed. Heard receives a value when messages that keep accepts came
+// (Take returns them). Done is closed once the subscription ended: closed
+// by Close, or failed (Closed then tells whether its client was closed).
 //
 // Only the subscription's own goroutine touches its *redis.PubSub once it
 // runs, Close included: PubSub.Close waits for a reconnect under way, and
@@ -26,17 +26,17 @@ type Subscription struct {
 	Ready, Heard chan struct{}
 	Done         chan struct{}
 	stop         atomic.Bool
-	Closed       bool // read after done
+	Closed       bool // read after Done is closed
 
 	mu   sync.Mutex
 	msgs []string
 }
 
 // subscriptionPoll is how long the goroutine waits for a message before it
-// looks whether it should stop: the most close waits.
+// looks whether it should stop: the most Close waits.
 const subscriptionPoll = 250 * time.Millisecond
 
-// subscribe subscribes to channel; keep picks the messages kept for take.
+// subscribe subscribes to channel; keep picks the messages kept for Take.
 func (s *Store) subscribe(channel string, keep func(payload string) bool) *Subscription {
 	w := &Subscription{Ready: make(chan struct{}, 1), Heard: make(chan struct{}, 1), Done: make(chan struct{})}
 	ctx := context.Background()
