@@ -20,6 +20,21 @@ const (
 	refused                    // AllowN: no room now (w.res says more)
 )
 
+// enter counts w, about to queue on t, as waiting (see WithMaxQueue), or
+// says why it fails at once: its earliest slot lies past its deadline, as
+// far as t knows (see tooLateLocked), or the queue is full and no call of a
+// lower priority can be shed (see workerState.enter).
+func (w *waiter) enter(t *Throttler) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !w.deadline.IsZero() {
+		if err := t.tooLateLocked(w); err != nil {
+			return err
+		}
+	}
+	return t.worker.enter(w, t.opt.maxQueue)
+}
+
 // await waits on t for w's reservation and then for its slot. A WaitN queues
 // anew (again, againPaused), its slot given back, when a shared pause
 // covers the slot or the limit was lowered after it was reserved, or when

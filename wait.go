@@ -103,13 +103,7 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, place boo
 		w.deadline = t.now().Add(time.Until(d))
 	}
 	if t.opt.maxQueue > 0 || !w.deadline.IsZero() {
-		t.mu.Lock()
-		err := t.tooLateLocked(w)
-		if err == nil {
-			err = t.worker.enter(w, t.opt.maxQueue)
-		}
-		t.mu.Unlock()
-		if err != nil {
+		if err := w.enter(t); err != nil {
 			return reservation{}, "", err
 		}
 		defer func() {
