@@ -209,12 +209,12 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			rest = append(rest, w)
 			continue
 		}
-		if w.n > t.fallback.local.limit {
+		if w.n > t.fallback.local.Limit {
 			w.settle(reservation{state: stFailed, stale: w.res.stale, err: redisError(fmt.Errorf(
-				"%d calls at once exceed the local fallback's %d per window", w.n, t.fallback.local.limit))})
+				"%d calls at once exceed the local fallback's %d per window", w.n, t.fallback.local.Limit))})
 			continue
 		}
-		rtAt := t.fallback.local.slot(rtNow.Add(start.Sub(now)), w.n)
+		rtAt := t.fallback.local.Slot(rtNow.Add(start.Sub(now)), w.n)
 		at := now.Add(rtAt.Sub(rtNow))
 		if w.now && at.After(now) {
 			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
@@ -230,7 +230,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			rest = append(rest, w)
 			continue
 		}
-		t.fallback.local.take(rtAt, w.n)
+		t.fallback.local.Take(rtAt, w.n)
 		f.countLaterLocked(rtAt, at, w.n)
 		f.admitDegradedLocked(w, at, rtAt)
 	}

@@ -246,10 +246,10 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- th.Wait(ctx) }()
 			waitLocked(t, th, 5*time.Second, "the third call never got its slot", func() bool {
-				return len(th.health.journal.entries) == 3 && len(th.worker.queue) == 0
+				return len(th.health.journal.Entries) == 3 && len(th.worker.queue) == 0
 			})
 			th.mu.Lock()
-			ahead := th.health.journal.entries[2].Score - th.clock.server(th.now())
+			ahead := th.health.journal.Entries[2].Score - th.clock.server(th.now())
 			th.mu.Unlock()
 			if ahead < 50_000 {
 				t.Skipf("the slot came only %dµs ahead: the machine is too slow for this test", ahead)

@@ -37,8 +37,8 @@ import (
 // marker and the heal pause. Every round trip carries them, a Wait's and an
 // Allow's alike.
 func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
-	h.journal.trim(serverNow)
-	a.Loss.Probe, _ = h.journal.probe()
+	h.journal.Trim(serverNow)
+	a.Loss.Probe, _ = h.journal.Probe()
 	a.Loss.Mark, o.mark = o.mark || h.lastSeen == 0, false
 	// The marker goes when one found missing, or a heal's, is owed; and
 	// until a reply vouches for the key, with every round trip, for a
@@ -68,14 +68,14 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	// A probe given back since the round trip was planned (a settled
 	// surplus, an abandoned call) was removed by this process itself: its
 	// absence proves nothing.
-	lost := r.Lost && h.journal.holds(a.Loss.Probe)
+	lost := r.Lost && h.journal.Holds(a.Loss.Probe)
 	return lost || missing && seenRecently
 }
 
 // forget notes that admitted members were given back: their call did not
 // go (hooks sees them).
 func (h *health) forget(members []string, hooks *testHooks) {
-	h.journal.forget(members)
+	h.journal.Forget(members)
 	if hooks.onRelease != nil {
 		hooks.onRelease(members)
 	}
@@ -100,7 +100,7 @@ func (t *Throttler) healLocked(serverNow int64) {
 	// Until the marker is back, a missing one says nothing new.
 	t.health.lastSeen = 0
 	// Our calls went with the window: none is left to probe for.
-	t.health.journal.entries = t.health.journal.entries[:0]
+	t.health.journal.Entries = t.health.journal.Entries[:0]
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
 		slog.String("key", t.wins[0].Key), slog.Time("until", t.clock.local(end)))

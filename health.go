@@ -1,12 +1,16 @@
 package throttler
 
-import "time"
+import (
+	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
+)
 
 // health is what lets a round trip tell that Redis lost the window (see
 // heal.go), guarded by the Throttler's mu.
 type health struct {
-	lastSeen int64   // server µs: the last round trip that found (or wrote) the marker (0 = none)
-	journal  journal // our admissions that still count: the probe for a lost window
+	lastSeen int64        // server µs: the last round trip that found (or wrote) the marker (0 = none)
+	journal  core.Journal // our admissions that still count: the probe for a lost window
 }
 
 // fallback is how a process serves its calls while Redis fails, as its
@@ -19,7 +23,7 @@ type fallback struct {
 	// The client was closed (redis.ErrClosed): it will never answer, so
 	// calls admitted without it are not kept to write back.
 	closed bool
-	local  *localWindow // FallbackLocal's in-process window, or nil
+	local  *core.LocalWindow // FallbackLocal's in-process window, or nil
 }
 
 // isDegraded reports whether Redis is not to be tried yet after a failure.

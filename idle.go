@@ -23,7 +23,7 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 	}
 	now := t.now()
 	if t.fallback.isDegraded() || now.Before(t.fallback.shareUntil) ||
-		(t.fallback.local != nil && t.fallback.local.holds(time.Now())) {
+		(t.fallback.local != nil && t.fallback.local.Holds(time.Now())) {
 		return false, lastRound
 	}
 	serverNow := t.clock.server(now)
@@ -34,20 +34,10 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 	// A call admitted through Redis sleeps until its slot, and goes up to
 	// half the buffer late: the journal holds every such call of ours.
 	passed := serverNow - t.opt.buffer.Microseconds()
-	for _, e := range t.health.journal.entries {
+	for _, e := range t.health.journal.Entries {
 		if e.Score > passed {
 			return false, lastRound
 		}
 	}
 	return true, lastRound
-}
-
-// holds reports whether any call in the local window still counts at now.
-func (l *localWindow) holds(now time.Time) bool {
-	for _, x := range l.logs {
-		if k := len(x.times); k > 0 && x.times[k-1].After(now.Add(-x.w)) {
-			return true
-		}
-	}
-	return false
 }

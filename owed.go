@@ -134,7 +134,7 @@ func (o *owed) trimReplay(serverNow, w int64) {
 // unhold gives back what w's reservation holds: its members leave Redis
 // with the next round trip, and its slot in the local share (local, nil
 // without one) is freed. The caller then replaces w's reservation.
-func (o *owed) unhold(w *waiter, local *localWindow) {
+func (o *owed) unhold(w *waiter, local *core.LocalWindow) {
 	o.giveBack = append(o.giveBack, w.res.members...)
 	w.freeShare(local)
 }

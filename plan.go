@@ -3,6 +3,8 @@ package throttler
 import (
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Planning a round is a pure function: plan takes the queue's requests and
@@ -30,7 +32,7 @@ type planIn struct {
 	known      known
 	// While sharing after FallbackLocal: a copy of the local window, which
 	// plan takes slots from (nil = not sharing), and when sharing ends.
-	sharing    *localWindow
+	sharing    *core.LocalWindow
 	shareUntil time.Time
 	// The runtime's clock (time.Now) at now: the local share keeps its
 	// log on it (see localWindow), not on the local clock, which may step.
@@ -205,13 +207,13 @@ func (p *planner) placeNow(r request) decision {
 	}
 	var shareAt time.Time
 	if in.sharing != nil {
-		if r.n > in.sharing.limit {
+		if r.n > in.sharing.Limit {
 			return decision{verdict: refuse, retry: in.shareUntil}
 		}
-		if shareAt = in.sharing.slot(in.runtime, r.n); shareAt.After(in.runtime) {
+		if shareAt = in.sharing.Slot(in.runtime, r.n); shareAt.After(in.runtime) {
 			return decision{verdict: refuse, retry: in.fromRuntime(shareAt)}
 		}
-		in.sharing.take(shareAt, r.n)
+		in.sharing.Take(shareAt, r.n)
 	}
 	if p.known {
 		p.pos += r.n
@@ -276,7 +278,7 @@ func (p *planner) placeWait(r request) decision {
 		return decision{verdict: keep}
 	}
 	if !shareAt.IsZero() {
-		in.sharing.take(shareAt, r.n)
+		in.sharing.Take(shareAt, r.n)
 	}
 	return decision{verdict: claim1, score: g, shareAt: shareAt}
 }
@@ -289,12 +291,12 @@ func (p *planner) withinShare(r request, g int64) (_ int64, shareAt time.Time) {
 	if in.sharing == nil {
 		return g, time.Time{}
 	}
-	if r.n > in.sharing.limit {
+	if r.n > in.sharing.Limit {
 		return max(g, in.clock.server(in.shareUntil)), time.Time{}
 	}
 	// Any time after the local slot fits it; record the call at the time
 	// it will go.
-	g = max(g, in.clock.server(in.fromRuntime(in.sharing.slot(in.runtime, r.n))))
+	g = max(g, in.clock.server(in.fromRuntime(in.sharing.Slot(in.runtime, r.n))))
 	return g, in.toRuntime(in.clock.local(g))
 }
 

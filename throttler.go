@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -94,13 +95,13 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	t.fallback.t = t
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
-	t.health.journal.cap = 2 * wins[t.longest()].Limit
-	t.health.journal.w = t.longestW()
+	t.health.journal.Cap = 2 * wins[t.longest()].Limit
+	t.health.journal.W = t.longestW()
 	if o.inflight != nil {
 		t.lease = newLeases(o.inflight, func() { go runKeeper(t) })
 	}
 	if o.policy.kind == policyLocal {
-		t.fallback.local = newLocalWindow(o.policy.share, wins, o.buffer)
+		t.fallback.local = core.NewLocalWindow(o.policy.share, wins, o.buffer)
 	}
 	return t, nil
 }

@@ -2,6 +2,8 @@ package throttler
 
 import (
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // waiter is one call waiting for quota in this process (a wait of any face,
@@ -111,7 +113,7 @@ func signal(c chan struct{}) {
 // state: what it holds goes back (see owed.unhold), and what it still has
 // in Redis from an earlier attempt stays known (see queuedAfter). The
 // caller puts w back in the queue (see workerState.pushFront).
-func (w *waiter) requeue(o *owed, local *localWindow) {
+func (w *waiter) requeue(o *owed, local *core.LocalWindow) {
 	o.unhold(w, local)
 	w.res = queuedAfter(w.res)
 }
@@ -120,8 +122,8 @@ func (w *waiter) requeue(o *owed, local *localWindow) {
 // keeps to while sharing (see health.recover), when w does not keep its
 // reservation: the caller then replaces w's reservation with one that
 // holds no such slot.
-func (w *waiter) freeShare(local *localWindow) {
+func (w *waiter) freeShare(local *core.LocalWindow) {
 	if !w.res.shareAt.IsZero() && local != nil {
-		local.release(w.res.shareAt, w.n)
+		local.Release(w.res.shareAt, w.n)
 	}
 }

@@ -183,7 +183,7 @@ func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter,
 	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.Lims, pausedTill: t.shared.pausedTill, known: t.known,
 		probe: a.Loss.Probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.Margin.Widen, hold: a.Margin.Hold}
 	if now.Before(t.fallback.shareUntil) && t.fallback.local != nil {
-		in.sharing, in.shareUntil = t.fallback.local.clone(), t.fallback.shareUntil
+		in.sharing, in.shareUntil = t.fallback.local.Clone(), t.fallback.shareUntil
 	}
 	reqs := sc.reqs[:0]
 	for _, w := range t.worker.queue {
@@ -225,7 +225,7 @@ func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
 			w.settle(reservation{state: stRefused, retry: d.retry, stale: w.res.held()})
 		case claim1:
 			if !d.shareAt.IsZero() {
-				t.fallback.local.take(d.shareAt, w.n)
+				t.fallback.local.Take(d.shareAt, w.n)
 			}
 			t.lease.ask(a, w, t.ids)
 			first := len(a.Adds)
@@ -337,7 +337,7 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 		w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
 			at: t.clock.local(c.score), score: c.score, margin: a.Margin.Own, immediate: res.immediate[i],
 			epoch: t.shared.epoch, remaining: res.remaining[i]})
-		t.health.journal.add(c.score, w.res.members)
+		t.health.journal.Add(c.score, w.res.members)
 		if t.hooks.onAdmit != nil {
 			t.hooks.onAdmit(c.score, w.res.members)
 		}

@@ -1,26 +1,25 @@
-package throttler
+package core
 
 import (
 	"math"
 	"slices"
 	"time"
-
-	"github.com/go-throttler/throttler/internal/core"
 )
 
-// localWindow is what FallbackLocal throttles with while Redis fails: an
+// LocalWindow is what FallbackLocal throttles with while Redis fails: an
 // in-process sliding-window log per limit of the Throttler, each at the
 // configured share of its limit, with the same invariant as the shared
 // window (no window (t-w, t] holds more than the share), over this
-// process's calls only. It is guarded by the Throttler's mu.
+// process's calls only. It is not safe for concurrent use (a Throttler
+// guards it with its mutex).
 //
 // Its log is kept on the runtime's own clock (time.Now), never on the local
 // one (WithClock's): the share bounds this process's calls in real time, and a
 // local clock stepped ahead while Redis failed would otherwise age every call
 // of the log at once, and admit a second share within the window. Callers
 // convert at the boundary.
-type localWindow struct {
-	limit int // the smallest share: the most one call may take at once
+type LocalWindow struct {
+	Limit int // the smallest share: the most one call may take at once
 	logs  []localLog
 }
 
@@ -31,24 +30,24 @@ type localLog struct {
 	times []time.Time // ascending
 }
 
-// newLocalWindow gives every limit of wins share of its calls, rounded
+// NewLocalWindow gives every limit of wins share of its calls, rounded
 // down, to 0 when the share is less than one call: the shares of every
 // process must add up to at most the limit, so a process whose share holds
 // no call admits none while Redis fails.
-func newLocalWindow(share float64, wins []core.Window, buffer time.Duration) *localWindow {
-	l := &localWindow{limit: math.MaxInt}
+func NewLocalWindow(share float64, wins []Window, buffer time.Duration) *LocalWindow {
+	l := &LocalWindow{Limit: math.MaxInt}
 	for _, x := range wins {
 		n := int(math.Floor(float64(x.Limit) * share))
-		l.limit = min(l.limit, n)
+		l.Limit = min(l.Limit, n)
 		l.logs = append(l.logs, localLog{limit: n, w: x.Interval + buffer})
 	}
 	return l
 }
 
-// slot returns the earliest time, not before now, at which n calls may go
+// Slot returns the earliest time, not before now, at which n calls may go
 // under every share (1 <= n <= l.limit), placed after every call already
 // scheduled.
-func (l *localWindow) slot(now time.Time, n int) time.Time {
+func (l *LocalWindow) Slot(now time.Time, n int) time.Time {
 	at := now
 	for i := range l.logs {
 		at = later(at, l.logs[i].slot(now, n))
@@ -56,8 +55,8 @@ func (l *localWindow) slot(now time.Time, n int) time.Time {
 	return at
 }
 
-// take records n calls at at, which slot returned.
-func (l *localWindow) take(at time.Time, n int) {
+// Take records n calls at at, which slot returned.
+func (l *LocalWindow) Take(at time.Time, n int) {
 	for i := range l.logs {
 		for range n {
 			l.logs[i].times = append(l.logs[i].times, at)
@@ -65,8 +64,8 @@ func (l *localWindow) take(at time.Time, n int) {
 	}
 }
 
-// release forgets n calls recorded at at (a caller gave its slot back).
-func (l *localWindow) release(at time.Time, n int) {
+// Release forgets n calls recorded at at (a caller gave its slot back).
+func (l *LocalWindow) Release(at time.Time, n int) {
 	for i := range l.logs {
 		l.logs[i].release(at, n)
 	}
@@ -106,12 +105,22 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// clone returns a copy of l that shares nothing with it: what a round is
+// Clone returns a copy of l that shares nothing with it: what a round is
 // planned with (see plan), before the plan's slots are taken in l itself.
-func (l *localWindow) clone() *localWindow {
-	c := &localWindow{limit: l.limit, logs: make([]localLog, len(l.logs))}
+func (l *LocalWindow) Clone() *LocalWindow {
+	c := &LocalWindow{Limit: l.Limit, logs: make([]localLog, len(l.logs))}
 	for i, x := range l.logs {
 		c.logs[i] = localLog{limit: x.limit, w: x.w, times: slices.Clone(x.times)}
 	}
 	return c
+}
+
+// Holds reports whether any call in the local window still counts at now.
+func (l *LocalWindow) Holds(now time.Time) bool {
+	for _, x := range l.logs {
+		if k := len(x.times); k > 0 && x.times[k-1].After(now.Add(-x.w)) {
+			return true
+		}
+	}
+	return false
 }
