@@ -141,29 +141,10 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 		fs.IntVar(&cfg.count, "count", 0, "")
 	}
 
-	// flag stops at the first argument that is not a flag: take it as a
-	// positional and parse what follows, until nothing is left or "--"
-	// ends the flags.
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return nil, err
-			}
-			return nil, usagef("%v", err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			positional = append(positional, rest...)
-			break
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
 	}
-
 	switch {
 	case len(positional) == 0:
 		return nil, usagef("missing KEY, the Redis key the Throttlers share")
@@ -179,19 +160,8 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 		}
 		cfg.inflightKey, cfg.inflightCap = key, n
 	}
-	switch {
-	case cfg.key == "":
-		return nil, usagef("empty KEY")
-	case cfg.limit < 1:
-		return nil, usagef("-limit must be given, at least 1 (got %d)", cfg.limit)
-	case cfg.interval <= 0:
-		return nil, usagef("-interval must be given, a positive duration such as 1s (got %s)", cfg.interval)
-	case cfg.buffer < 0:
-		return nil, usagef("-buffer must not be negative (got %s)", cfg.buffer)
-	case cmd == "watch" && cfg.every <= 0:
-		return nil, usagef("-every must be positive (got %s)", cfg.every)
-	case cmd == "watch" && cfg.count < 0:
-		return nil, usagef("-count must not be negative (got %d)", cfg.count)
+	if err := cfg.check(cmd); err != nil {
+		return nil, err
 	}
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
@@ -199,4 +169,49 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 	}
 	cfg.redis = opts
 	return cfg, nil
+}
+
+// check reports the first setting of cfg, read for cmd, that is missing
+// or out of range.
+func (cfg *config) check(cmd string) error {
+	switch {
+	case cfg.key == "":
+		return usagef("empty KEY")
+	case cfg.limit < 1:
+		return usagef("-limit must be given, at least 1 (got %d)", cfg.limit)
+	case cfg.interval <= 0:
+		return usagef("-interval must be given, a positive duration such as 1s (got %s)", cfg.interval)
+	case cfg.buffer < 0:
+		return usagef("-buffer must not be negative (got %s)", cfg.buffer)
+	case cmd == "watch" && cfg.every <= 0:
+		return usagef("-every must be positive (got %s)", cfg.every)
+	case cmd == "watch" && cfg.count < 0:
+		return usagef("-count must not be negative (got %d)", cfg.count)
+	}
+	return nil
+}
+
+// parseInterspersed parses args with fs, flags and positionals in any
+// order, and returns the positionals. flag stops at the first argument that
+// is not a flag: that one is taken as a positional and what follows is
+// parsed, until nothing is left or "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, err
+			}
+			return nil, usagef("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
 }
