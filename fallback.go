@@ -200,7 +200,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 		return retry
 	}
 	horizon := now.Add(t.opt.ahead)
-	rtNow := time.Now() // the local share's clock at now (see localWindow)
+	rtNow := time.Now() // the local share's clock at now (see core.LocalWindow)
 	sleep := retry
 	rest := t.worker.queue[:0]
 	blocked := false // a WaitN waits for its slot to come within reach: so do those behind it

@@ -35,7 +35,7 @@ type planIn struct {
 	sharing    *core.LocalWindow
 	shareUntil time.Time
 	// The runtime's clock (time.Now) at now: the local share keeps its
-	// log on it (see localWindow), not on the local clock, which may step.
+	// log on it (see core.LocalWindow), not on the local clock, which may step.
 	runtime  time.Time
 	probe    bool // the round trip carries a probe (see health.lossChecks)
 	quietDue bool // no round trip reached Redis for quiet()

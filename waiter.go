@@ -39,7 +39,7 @@ type reservation struct {
 	state   waitState
 	members []string  // its members in Redis (in flight, admitted), if any
 	stale   []string  // members of its last attempt that did not fit, being given back
-	shareAt time.Time // its slot in the local window (on the runtime's clock: see localWindow); zero = none
+	shareAt time.Time // its slot in the local window (on the runtime's clock: see core.LocalWindow); zero = none
 
 	at        time.Time // admitted: the local time at which it may proceed
 	score     int64     // admitted through Redis: the server µs it was counted at (0 = admitted without Redis)
