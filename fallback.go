@@ -36,7 +36,7 @@ func (f *fallback) failLocked(batch []*waiter, a *core.Attempt, err error) time.
 		}
 	}
 	t.known.near = true
-	t.fallback.closed = redisstore.Closed(err)
+	f.closed = redisstore.Closed(err)
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.stats.logRedis(t.now(), err, "calls admitted without throttling")
@@ -60,9 +60,7 @@ func (f *fallback) failLocked(batch []*waiter, a *core.Attempt, err error) time.
 // they go, on the runtime's clock (see serverByRuntime).
 func (f *fallback) failOpenLocked(batch []*waiter) {
 	t := f.t
-	if t.fallback.degrade() {
-		t.stats.degraded(true)
-	}
+	f.degradeLocked()
 	now := t.now()
 	at := t.shared.after(now, t.clock)
 	rtAt := time.Now().Add(at.Sub(now))
@@ -79,17 +77,15 @@ func (f *fallback) failOpenLocked(batch []*waiter) {
 // to be served again after d.
 func (f *fallback) fallBackLocked(batch []*waiter, err error) (d time.Duration, serving bool) {
 	t := f.t
-	if t.fallback.degrade() {
-		t.stats.degraded(true)
-	}
+	f.degradeLocked()
 	var requeue []*waiter
 	for _, w := range batch {
 		if w.caller != present {
-			t.owed.unhold(w, t.fallback.local)
+			t.owed.unhold(w, f.local)
 			w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 			continue
 		}
-		w.requeue(&t.owed, t.fallback.local)
+		w.requeue(&t.owed, f.local)
 		requeue = append(requeue, w)
 	}
 	t.worker.pushFront(requeue)
@@ -190,7 +186,7 @@ func isOurs(member string, batch []*waiter) bool {
 // before the next round (never past the time Redis is tried again).
 func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 	t := f.t
-	retry := time.Until(t.fallback.degraded)
+	retry := time.Until(f.degraded)
 	start := t.shared.after(now, t.clock)
 	if t.opt.policy.kind == policyOpen {
 		for _, w := range t.worker.queue {
@@ -209,12 +205,12 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			rest = append(rest, w)
 			continue
 		}
-		if w.n > t.fallback.local.Limit {
+		if w.n > f.local.Limit {
 			w.settle(reservation{state: stFailed, stale: w.res.stale, err: redisError(fmt.Errorf(
-				"%d calls at once exceed the local fallback's %d per window", w.n, t.fallback.local.Limit))})
+				"%d calls at once exceed the local fallback's %d per window", w.n, f.local.Limit))})
 			continue
 		}
-		rtAt := t.fallback.local.Slot(rtNow.Add(start.Sub(now)), w.n)
+		rtAt := f.local.Slot(rtNow.Add(start.Sub(now)), w.n)
 		at := now.Add(rtAt.Sub(rtNow))
 		if w.now && at.After(now) {
 			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
@@ -230,7 +226,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			rest = append(rest, w)
 			continue
 		}
-		t.fallback.local.Take(rtAt, w.n)
+		f.local.Take(rtAt, w.n)
 		f.countLaterLocked(rtAt, at, w.n)
 		f.admitDegradedLocked(w, at, rtAt)
 	}
@@ -245,7 +241,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 // answers; a closed client never will, and then nothing is kept.
 func (f *fallback) countLaterLocked(rt, at time.Time, n int) {
 	t := f.t
-	if !t.fallback.closed {
+	if !f.closed {
 		t.owed.countLater(t.clock, t.ids, rt, at, n)
 	}
 }

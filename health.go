@@ -1,6 +1,7 @@
 package throttler
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -32,28 +33,29 @@ type fallback struct {
 // what the process owes it unwritten, for as long as the step.
 func (f *fallback) isDegraded() bool { return time.Now().Before(f.degraded) }
 
-// degrade stops trying Redis for a while after it failed, under the
-// FailOpen and FallbackLocal policies. It reports whether Redis was
-// healthy until now.
-func (f *fallback) degrade() (began bool) {
-	began = f.degraded.IsZero()
+// degradeLocked stops trying Redis for a while after it failed, under the
+// FailOpen and FallbackLocal policies.
+func (f *fallback) degradeLocked() {
+	if f.degraded.IsZero() {
+		f.t.stats.degraded(true)
+	}
 	f.degraded = time.Now().Add(retryRedisAfter)
-	return began
 }
 
-// recover notes a successful round trip at now, and reports whether Redis
-// had been failing. After FallbackLocal (share), other processes may still
-// be admitting calls locally, and write them back only when they next try
-// Redis (at most retryRedisAfter from now): until then Redis's counts miss
-// them, and this process keeps to its share of the limit in the local
-// window as well as to Redis's.
-func (f *fallback) recover(now time.Time, share bool) (was bool) {
+// recoveredLocked notes a successful round trip. After FallbackLocal,
+// other processes may still be admitting calls locally, and write them
+// back only when they next try Redis (at most retryRedisAfter from now):
+// until then Redis's counts miss them, and this process keeps to its share
+// of the limit in the local window as well as to Redis's.
+func (f *fallback) recoveredLocked() {
 	if f.degraded.IsZero() {
-		return false
+		return
 	}
+	t := f.t
 	f.degraded = time.Time{}
-	if share {
-		f.shareUntil = now.Add(retryRedisAfter + 250*time.Millisecond)
+	t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].Key))
+	if t.opt.policy.kind == policyLocal {
+		f.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
 	}
-	return true
+	t.stats.degraded(false)
 }

@@ -130,7 +130,7 @@ func (l *leases) startKeeper() {
 }
 
 // ask adds to a the ask for a place in flight of w, a claim of the round,
-// when it needs one, under the name id, with what the process knows of its
+// when it needs one, named from ids, with what the process knows of its
 // wakes as the round is planned (see park).
 func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
 	if !w.needsPlace() {

@@ -283,9 +283,10 @@ func (p *planner) placeWait(r request) decision {
 	return decision{verdict: claim1, score: g, shareAt: shareAt}
 }
 
-// withinShare places r no earlier than g and, just back from the fallback
-// (see fallback.recover), also within this process's share of the local window;
-// shareAt is then the runtime's time its call is recorded at there.
+// withinShare places r no earlier than g and, just back from the
+// fallback (see fallback.recoveredLocked), also within this process's
+// share of the local window; shareAt is then the runtime's time its call
+// is recorded at there.
 func (p *planner) withinShare(r request, g int64) (_ int64, shareAt time.Time) {
 	in := p.in
 	if in.sharing == nil {

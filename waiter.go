@@ -119,9 +119,9 @@ func (w *waiter) requeue(o *owed, local *core.LocalWindow) {
 }
 
 // freeShare gives back the slot w holds in local, the local window it
-// keeps to while sharing (see health.recover), when w does not keep its
-// reservation: the caller then replaces w's reservation with one that
-// holds no such slot.
+// keeps to while sharing (see fallback.recoveredLocked), when w does not
+// keep its reservation: the caller then replaces w's reservation with one
+// that holds no such slot.
 func (w *waiter) freeShare(local *core.LocalWindow) {
 	if !w.res.shareAt.IsZero() && local != nil {
 		local.Release(w.res.shareAt, w.n)

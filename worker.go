@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"context"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -271,10 +270,7 @@ func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter
 	if a.Learn.Slots > 0 {
 		t.known.slots, t.known.capped = res.slots, res.capped
 	}
-	if t.fallback.recover(t.now(), t.opt.policy.kind == policyLocal) {
-		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].Key))
-		t.stats.degraded(false)
-	}
+	t.fallback.recoveredLocked()
 	if t.hooks.onResolved != nil {
 		t.hooks.onResolved(len(requeue))
 	}
@@ -326,8 +322,7 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 	switch {
 	case w.caller == gone:
 		// Its caller returned: what it holds is ours to give back.
-		t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
-		w.freeShare(t.fallback.local)
+		t.owed.unhold(w, t.fallback.local)
 		t.lease.drop(w)
 		w.settle(reservation{state: stFailed})
 	case w.caller == leaving:
