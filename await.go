@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // A call's own side of a wait, on its caller's goroutine: it waits for the
@@ -39,7 +41,7 @@ func (w *waiter) enter(t *Throttler) error {
 // anew (again, againPaused), its slot given back, when a shared pause
 // covers the slot or the limit was lowered after it was reserved, or when
 // it was woken later after its slot than its allowance (half the buffer,
-// less the clock estimate's error, plus any margin: see margin.go), for
+// less the clock estimate's error, plus any margin: see internal/core's margin.go), for
 // going late would spend the margin the buffer keeps for the network. A
 // call that the estimate as it stands now puts early sleeps on. An AllowN
 // is refused where a WaitN queues anew.
@@ -75,7 +77,7 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 	for {
 		woken := false // by news, before at
 		if d := at.Sub(t.now()); d > 0 && !immediate {
-			if !w.deadline.IsZero() && tooLate(at, w.deadline) {
+			if !w.deadline.IsZero() && core.TooLate(at, w.deadline) {
 				w.abandon(ctx, t)
 				return proceed, false, deadlineError(at, w.deadline, w.cause)
 			}
@@ -85,7 +87,7 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 		}
 		immediate = false
 		t.mu.Lock()
-		if (t.shared.paused(t.clock.server(res.at)) && t.shared.paused(t.clock.server(t.now()))) ||
+		if (t.shared.paused(t.clock.Server(res.at)) && t.shared.paused(t.clock.Server(t.now()))) ||
 			(res.epoch != t.shared.epoch && !res.immediate) {
 			// A shared pause began after this slot was reserved (wait it
 			// out), or the limit was lowered since: a slot reserved ahead
@@ -108,7 +110,7 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 		if late > 0 {
 			// Not called yet, so the slot can go back. Late
 			// lateBeforeSlack times in a row, the call asks for a margin
-			// wide enough for such a wake (see margin.go) rather than be
+			// wide enough for such a wake (see internal/core's margin.go) rather than be
 			// late for ever on a machine too loaded to wake it in time.
 			t.stats.lateWakes.Add(1)
 			if w.lates++; w.lates >= lateBeforeSlack {
@@ -164,7 +166,7 @@ func (w *waiter) sleepToward(ctx context.Context, t *Throttler, d time.Duration)
 	t.mu.Lock()
 	t.news.wake()
 	t.mu.Unlock()
-	if fired && ctx.Err() == nil && t.now().Sub(slept) < d-time.Duration(t.earlyTolerance())*time.Microsecond {
+	if fired && ctx.Err() == nil && t.now().Sub(slept) < d-time.Duration(t.rules.EarlyTolerance())*time.Microsecond {
 		// The timer ran its course while the local clock (see WithClock)
 		// counted less: that clock stepped back, and the estimate, which
 		// converts with it until a sample shows the step, would have the
@@ -179,7 +181,7 @@ func (w *waiter) sleepToward(ctx context.Context, t *Throttler, d time.Duration)
 }
 
 // lateBeforeSlack is how many times in a row a call is woken late before
-// its claims ask for a margin that covers such a wake (see margin.go): a
+// its claims ask for a margin that covers such a wake (see internal/core's margin.go): a
 // single late wake (a pause of the garbage collector) costs that call a
 // new slot; only a machine that keeps waking it late costs every replica
 // a wider window.

@@ -2,14 +2,12 @@ package throttler
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -101,40 +99,6 @@ func BenchmarkAllowUnthrottled(b *testing.B) {
 	}
 }
 
-// BenchmarkAdmit and BenchmarkNextSlots: the window arithmetic of one round
-// trip, without I/O.
-func BenchmarkAdmit(b *testing.B) {
-	for _, n := range []int{1, 16, 64} {
-		b.Run(fmt.Sprint("claims=", n), func(b *testing.B) {
-			claims := make([]claim, n)
-			checks := make([]int64, n)
-			counts := make([]int64, n)
-			for i := range claims {
-				claims[i] = claim{score: int64(i * 10), n: 1}
-				checks[i] = int64(i * 10)
-				counts[i] = int64(n)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				admit(claims, checks, counts, nil, capsOf(1000), 1000, nil)
-			}
-		})
-	}
-}
-
-func BenchmarkNextSlots(b *testing.B) {
-	const limit, k = 5000, 64
-	tail := make([]core.Entry, k+8)
-	for i := range tail {
-		tail[i] = core.Entry{Score: int64(i * 100), Member: fmt.Sprint(i)}
-	}
-	dropped := tail[k : k+8]
-	b.ReportAllocs()
-	for b.Loop() {
-		nextSlots(tail, dropped, limit, k, 8, 1_000_000)
-	}
-}
-
 // BenchmarkCancellationStorm: 32 goroutines per core keep a Throttler
 // saturated (100 calls per 200ms). In "storm", every Wait has a deadline of
 // 10-500ms, so most give up; in "calm", none does. Reported per run:
@@ -190,7 +154,7 @@ func BenchmarkCancellationStorm(b *testing.B) {
 					left++
 				}
 			}
-			w := interval + th.opt.buffer
+			w := interval + th.rules.Buffer
 			b.ReportMetric(100*float64(len(rec.scores()))/(float64(limit)*elapsed.Seconds()/w.Seconds()), "util-%")
 			b.ReportMetric(float64(left), "left")
 			if len(late) > 0 {

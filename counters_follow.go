@@ -146,7 +146,7 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 // readings of the last interval imply. A reading that leaves nothing at
 // all pauses every replica until its reset.
 func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
-	x := t.wins[0]
+	x := t.rules.Wins[0]
 	interval := x.Interval.Microseconds()
 	a := core.CountersApply{
 		Limit:    x.Limit,
@@ -154,19 +154,19 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 		Interval: interval,
 		Tol:      min(time.Second, x.Interval/20).Microseconds(),
 		MaxFor:   (tr.maxPause() + x.Interval).Microseconds(),
-		TTL:      t.ttl().Milliseconds(),
+		TTL:      t.rules.TTL().Milliseconds(),
 		Channel:  redisstore.NewsChannel(x.Key),
 	}
 	for _, rd := range batch {
 		// The calls of ours the API had counted when it answered: scored
 		// since the start of its window, and no later than the moment the
 		// request was sent, or its own score if later. A call never goes
-		// before its score (see margin.go): one scored later went after
+		// before its score (see internal/core's margin.go): one scored later went after
 		// the request, and one scored earlier went before it, unless it
 		// went late. (By the score alone, a request sent late would leave
 		// out the calls scored while it was on its way, and a reading
 		// taken in a burst would count too few of ours.)
-		reset, sent := t.clock.server(rd.q.Reset), max(rd.scored, t.clock.server(rd.sent))
+		reset, sent := t.clock.Server(rd.q.Reset), max(rd.scored, t.clock.Server(rd.sent))
 		r := core.CountersReading{From: reset - interval, To: sent, Reset: reset, Remaining: rd.q.Remaining, Windows: 1}
 		if rd.q.Gradual {
 			r.From = sent - interval
@@ -189,7 +189,7 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 	t.mu.Unlock()
 	if got.ZeroUntil > 0 {
 		last := batch[len(batch)-1]
-		t.PauseUntil(ctx, minTime(t.clock.local(got.ZeroUntil), last.recv.Add(tr.maxPause())))
+		t.PauseUntil(ctx, minTime(t.clock.Local(got.ZeroUntil), last.recv.Add(tr.maxPause())))
 	}
 }
 
@@ -202,8 +202,8 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
 	if d <= 0 {
 		d = time.Minute
 	}
-	serverNow := t.clock.server(t.now())
-	if t.clock.synced() {
+	serverNow := t.clock.Server(t.now())
+	if t.clock.Synced() {
 		rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 		got, err := t.st.ReadCounters(rctx, 0, 0)
 		cancel()
@@ -297,7 +297,7 @@ func abs64(v int64) int64 {
 
 // lowered reports whether t's process knows of a lowered limit in force.
 func lowered(t *Throttler) bool {
-	serverNow := t.clock.server(t.now())
+	serverNow := t.clock.Server(t.now())
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.shared.loweredAt(serverNow)
@@ -309,11 +309,11 @@ func lowered(t *Throttler) bool {
 // response stands.
 func lowerTo(ctx context.Context, t *Throttler, n int, d time.Duration) {
 	t.mu.Lock()
-	serverNow := t.clock.server(t.now())
+	serverNow := t.clock.Server(t.now())
 	lowered := t.shared.loweredAt(serverNow)
 	fresh := lowered && t.shared.lowered == n && t.shared.lowerTill-serverNow > d.Microseconds()/2
 	t.mu.Unlock()
-	if fresh || (!lowered && n >= t.wins[0].Limit) {
+	if fresh || (!lowered && n >= t.rules.Wins[0].Limit) {
 		return
 	}
 	t.SetLimit(ctx, n, d)

@@ -68,17 +68,6 @@ func endedError(ctx context.Context) error {
 	return ctxError(ctx)
 }
 
-// deadlineMargin is the least time a call's slot must leave before its
-// deadline: a caller woken for a slot closer to its deadline than that is
-// woken after it as often as not (a timer fires a little late), and has no
-// time left for its call anyway; the slot goes back at once instead, to a
-// caller that can use it, rather than when it comes.
-const deadlineMargin = time.Millisecond
-
-// tooLate reports whether a slot at comes too close to deadline to be
-// worth taking (see deadlineMargin).
-func tooLate(at, deadline time.Time) bool { return at.Add(deadlineMargin).After(deadline) }
-
 // deadlineError is returned at once, without waiting, when the earliest slot
 // a call could get is after its context's deadline, or after its maximum
 // wait (cause ErrMaxWait).

@@ -14,10 +14,15 @@ import (
 const retryRedisAfter = time.Second
 
 // failLocked applies the failure policy after a round trip (or the first
-// clock sample) failed. batch is the round's batch, a its attempt (both nil
+// clock sample) failed; rd is the round whose round trip failed (nil
 // when no reservation was sent). It returns how long the worker sleeps.
-func (f *fallback) failLocked(batch []*waiter, a *core.Attempt, err error) time.Duration {
+func (f *fallback) failLocked(rd *round, err error) time.Duration {
 	t := f.t
+	var batch []*waiter
+	var a *core.Attempt
+	if rd != nil {
+		batch, a = rd.batch, rd.Attempt
+	}
 	for _, w := range batch {
 		// Its place may or may not have been granted.
 		if t.lease != nil {
@@ -35,7 +40,7 @@ func (f *fallback) failLocked(batch []*waiter, a *core.Attempt, err error) time.
 			}
 		}
 	}
-	t.known.near = true
+	t.known.Near = true
 	f.closed = redisstore.Closed(err)
 	switch t.opt.policy.kind {
 	case policyOpen:
@@ -57,7 +62,7 @@ func (f *fallback) failLocked(batch []*waiter, a *core.Attempt, err error) time.
 // members, which may have reached Redis, were given back (see failLocked):
 // a clock estimate a step made wrong may have scored them far ahead, where
 // they would count at the wrong time. The calls count anew, at the time
-// they go, on the runtime's clock (see serverByRuntime).
+// they go, on the runtime's clock (see core.Clock.ServerByRuntime).
 func (f *fallback) failOpenLocked(batch []*waiter) {
 	t := f.t
 	f.degradeLocked()
@@ -151,18 +156,18 @@ func (f *fallback) idleAfterFailureLocked(err error) time.Duration {
 		// On the runtime's clock: a local clock that stepped ahead would
 		// give them up at once.
 		if t.owed.giveUpAt.IsZero() {
-			t.owed.giveUpAt = rtNow.Add(t.opt.ahead + time.Duration(t.longestW())*time.Microsecond)
+			t.owed.giveUpAt = rtNow.Add(t.rules.Ahead + time.Duration(t.rules.LongestW())*time.Microsecond)
 		}
 		// A member a failed round trip added may lie further ahead than
 		// reserve-ahead, scored by an estimate a clock step had made
 		// wrong: it counts until its own score has left the longest window.
-		aged := t.owed.latest+t.longestW() <= t.clock.serverByRuntime(rtNow, now)
+		aged := t.owed.latest+t.rules.LongestW() <= t.clock.ServerByRuntime(rtNow, now)
 		if !rtNow.Before(t.owed.giveUpAt) && aged {
 			// They stop counting on their own, within the crash bound.
 			t.owed.giveBack, t.owed.recheck, t.owed.latest = nil, nil, 0
 		}
 	}
-	t.owed.trimReplay(t.clock.server(now), t.longestW())
+	t.owed.trimReplay(t.clock.Server(now), t.rules.LongestW())
 	if t.owed.pending() {
 		return retryRedisAfter
 	}
@@ -195,7 +200,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 		t.worker.queue = t.worker.queue[:0]
 		return retry
 	}
-	horizon := now.Add(t.opt.ahead)
+	horizon := now.Add(t.rules.Ahead)
 	rtNow := time.Now() // the local share's clock at now (see core.LocalWindow)
 	sleep := retry
 	rest := t.worker.queue[:0]
@@ -216,12 +221,12 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
 			continue
 		}
-		if !w.deadline.IsZero() && tooLate(at, w.deadline) {
+		if !w.deadline.IsZero() && core.TooLate(at, w.deadline) {
 			w.settle(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline, w.cause)})
 			continue
 		}
 		if at.After(horizon) {
-			sleep = min(sleep, at.Sub(horizon)+t.jitter(t.worker.rng))
+			sleep = min(sleep, at.Sub(horizon)+t.rules.Jitter(t.worker.rng))
 			blocked = true
 			rest = append(rest, w)
 			continue
@@ -232,7 +237,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 	}
 	clear(t.worker.queue[len(rest):])
 	t.worker.queue = rest
-	t.owed.trimReplay(t.clock.server(now), t.longestW())
+	t.owed.trimReplay(t.clock.Server(now), t.rules.LongestW())
 	return max(sleep, time.Millisecond)
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/fakeapi"
 	"github.com/go-throttler/throttler/internal/redistest"
 )
@@ -201,7 +202,7 @@ func redisHangCase(t *testing.T, policy FailurePolicy) {
 	// what WaitN documents for a ctx that ends first: the deadline plus the
 	// give-back of its reservation (min(250ms, Redis timeout)); whichever
 	// comes first, plus slack. A Throttler's first failure may also have to
-	// wait out its worker's nap (at most maxQuiet): a waiter joining a
+	// wait out its worker's nap (core.QuietFloor, for its short window): a waiter joining a
 	// non-empty queue does not wake it.
 	late, deadlineRedis := 0, 0
 	for _, r := range waits {
@@ -215,8 +216,8 @@ func redisHangCase(t *testing.T, policy FailurePolicy) {
 		if r.deadline > 0 {
 			bound = min(bound, r.deadline+min(250*time.Millisecond, timeout))
 		}
-		if r.start.Before(pauseAt.Add(maxQuiet + timeout)) {
-			bound += maxQuiet
+		if r.start.Before(pauseAt.Add(core.QuietFloor + timeout)) {
+			bound += core.QuietFloor
 		}
 		if d := r.end.Sub(r.start); d > bound+slack {
 			late++
@@ -252,11 +253,11 @@ func redisHangCase(t *testing.T, policy FailurePolicy) {
 		if len(admittedDuring) > 0 {
 			t.Errorf("FailClosed admitted %d calls during the hang, after the slots reserved before it", len(admittedDuring))
 		}
-		if worst := maxInWindow(scores, w.Microseconds()); worst > limit {
+		if worst := core.MaxInWindow(scores, w.Microseconds()); worst > limit {
 			t.Errorf("over the admission scores a window of %s held %d, limit %d", w, worst, limit)
 		}
 		detail = fmt.Sprintf("worst window %d (scores); Waits with a %s deadline returned after %s (median) to %s (max); %d ErrRedis of Waits without a deadline also match context.DeadlineExceeded; %d members of timed-out round trips written by Redis after SIGCONT",
-			maxInWindow(scores, w.Microseconds()), short, medianDuration(shortDone), slices.Max(append(shortDone, 0)), deadlineRedis, zombies)
+			core.MaxInWindow(scores, w.Microseconds()), short, medianDuration(shortDone), slices.Max(append(shortDone, 0)), deadlineRedis, zombies)
 	case policyOpen:
 		if errs["redis"] > 0 {
 			t.Errorf("FailOpen: %d Waits returned ErrRedis", errs["redis"])

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/go-throttler/throttler/internal/replica"
 )
@@ -188,12 +189,12 @@ func TestFaultReplicasKilled(t *testing.T) {
 	}
 	// (b2) A second after they stop counting (and a trim), they are gone.
 	// A trim rides on a round trip, which the survivors, with callers
-	// waiting, make at least every maxQuiet, and it cuts at the server's
+	// waiting, make at least every core.QuietFloor (a short window), and it cuts at the server's
 	// last clock reading, up to clockEvery old: a member can outlive its
 	// second by that much, plus a round trip. (A 500ms slack failed about
 	// one run in three, on the code before and after the core was split
 	// into plan and resolve: members 2.07-2.17s old against 2.05s.)
-	const slack = maxQuiet + clockEvery + 100*time.Millisecond
+	const slack = core.QuietFloor + clockEvery + 100*time.Millisecond
 	time.Sleep(time.Until(lastKill.Add(bound + time.Second + minTrimEvery + slack)))
 	now = serverMicros(t, client)
 	left, oldest := 0, now

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/fakeapi"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/go-throttler/throttler/internal/replica"
@@ -268,7 +269,7 @@ func (f *fleet) verify() fleetOutcome {
 	o.worstAPI = f.api.check(t, limit)
 	scores := f.scores(nil)
 	o.admitted = len(scores)
-	o.worstScores = maxInWindow(scores, f.w.Microseconds())
+	o.worstScores = core.MaxInWindow(scores, f.w.Microseconds())
 	if o.worstScores > limit {
 		t.Errorf("over the reported admission scores a window of %s held %d, limit %d (%d admissions)", f.w, o.worstScores, limit, len(scores))
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -68,7 +69,7 @@ type Group struct {
 	values *redisstore.Values // the Group's own Redis calls (learned limits), bounded as a Throttler's are
 	// The estimate of the server's clock its Throttlers share, on a client
 	// of one server (a cluster's or a ring's servers each have their own).
-	clock  *clockSync
+	clock  *core.Clock
 	logged atomic.Int64 // when logOnce last logged, in Unix nanoseconds
 
 	mu   sync.Mutex // guards what follows
@@ -170,7 +171,7 @@ func NewGroup(client redis.UniversalClient, prefix string, limits func(key strin
 		byID:   map[keyID]*groupEntry{},
 	}
 	if _, ok := client.(*redis.Client); ok {
-		c := newClockSync(time.Now())
+		c := core.NewClock(time.Now())
 		g.clock = &c
 	}
 	return g, nil

@@ -90,7 +90,7 @@ func groupManyKeys(t *testing.T, c redis.UniversalClient, key string, pass func(
 	}
 
 	th := mustNew(t, c, "probe", q.Limit, q.Interval) // for the TTL of the keys
-	wait := th.ttl() + 500*time.Millisecond
+	wait := th.rules.TTL() + 500*time.Millisecond
 	pass(wait)
 	afterHeap := heapInUse() // miniredis's keys, in this process, have expired too
 	left, err := c.Keys(ctx, key+"*").Result()

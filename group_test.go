@@ -249,7 +249,7 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 				return len(th.health.journal.Entries) == 3 && len(th.worker.queue) == 0
 			})
 			th.mu.Lock()
-			ahead := th.health.journal.Entries[2].Score - th.clock.server(th.now())
+			ahead := th.health.journal.Entries[2].Score - th.clock.Server(th.now())
 			th.mu.Unlock()
 			if ahead < 50_000 {
 				t.Skipf("the slot came only %dµs ahead: the machine is too slow for this test", ahead)
@@ -479,7 +479,7 @@ func TestGroupSharesClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := mustFor(t, g, "b")
-	if b.clock != a.clock || !b.clock.synced() {
+	if b.clock != a.clock || !b.clock.Synced() {
 		t.Fatal("a second key's Throttler does not share the first's synced clock estimate")
 	}
 	if own := mustFor(t, g, "own"); own.clock == a.clock {

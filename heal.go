@@ -84,16 +84,16 @@ func (h *health) forget(members []string, hooks *testHooks) {
 // healLocked pauses every process on the key until the calls a lost window
 // held have all stopped counting: the newest of them was reserved at most
 // reserve-ahead from serverNow and counts for the longest window after that,
-// or, counted with margins (see margin.go), for as much again as the widest
+// or, counted with margins (see internal/core's margin.go), for as much again as the widest
 // spread a round may count with. serverNow is the server's own reading of its
 // clock when the round trip that saw the loss carried one: an estimate may be
 // off by a local clock step the same round trip straddled. The pause holds
 // here at once and is written to Redis with the next round trip, together with
 // the marker.
 func (t *Throttler) healLocked(serverNow int64) {
-	end := serverNow + t.longestW() + t.opt.ahead.Microseconds()
-	if t.opt.buffer > 0 {
-		end += maxSpread
+	end := serverNow + t.rules.LongestW() + t.rules.Ahead.Microseconds()
+	if t.rules.Buffer > 0 {
+		end += core.MaxSpread
 	}
 	t.owed.healPause = max(t.owed.healPause, end)
 	t.owed.mark = true
@@ -103,6 +103,6 @@ func (t *Throttler) healLocked(serverNow int64) {
 	t.health.journal.Entries = t.health.journal.Entries[:0]
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
-		slog.String("key", t.wins[0].Key), slog.Time("until", t.clock.local(end)))
+		slog.String("key", t.rules.Wins[0].Key), slog.Time("until", t.clock.Local(end)))
 	t.pauseLocked(end)
 }

@@ -108,7 +108,7 @@ func TestClockStepDoesNotHideLostWindow(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	th := mustNew(t, c, "k", 2, time.Second, WithClock(local), WithBuffer(0), WithReserveAhead(0))
-	ttl := th.ttl()
+	ttl := th.rules.TTL()
 
 	for i := range 2 {
 		if r, err := th.Allow(ctx); err != nil || !r.Allowed {

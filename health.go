@@ -53,7 +53,7 @@ func (f *fallback) recoveredLocked() {
 	}
 	t := f.t
 	f.degraded = time.Time{}
-	t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.wins[0].Key))
+	t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.rules.Wins[0].Key))
 	if t.opt.policy.kind == policyLocal {
 		f.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
 	}

@@ -3,12 +3,12 @@ package throttler
 import (
 	"context"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -95,26 +95,11 @@ func (r *recorder) members() map[string]bool {
 	return m
 }
 
-// maxInWindow returns the largest number of scores in any half-open window
-// (t-w, t].
-func maxInWindow(scores []int64, w int64) int {
-	s := append([]int64(nil), scores...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	best, i := 0, 0
-	for j := range s {
-		for s[i] <= s[j]-w {
-			i++
-		}
-		best = max(best, j-i+1)
-	}
-	return best
-}
-
 // assertWindow fails the test when any window of length w holds more than
 // limit of the scores.
 func assertWindow(t *testing.T, scores []int64, w time.Duration, limit int) {
 	t.Helper()
-	if got := maxInWindow(scores, w.Microseconds()); got > limit {
+	if got := core.MaxInWindow(scores, w.Microseconds()); got > limit {
 		t.Fatalf("sliding-window invariant broken: a window of %s holds %d admitted calls, limit %d (%d calls in all)",
 			w, got, limit, len(scores))
 	}

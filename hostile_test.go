@@ -112,16 +112,16 @@ func TestHostileState(t *testing.T) {
 			// trip, and notices nothing: its deadline reaches past that
 			// slot, and not past the pause.)
 			deleted := serverMicros(t, c)
-			short, cancel := context.WithTimeout(ctx, 10*time.Second+th.opt.buffer+500*time.Millisecond)
+			short, cancel := context.WithTimeout(ctx, 10*time.Second+th.rules.Buffer+500*time.Millisecond)
 			defer cancel()
 			if err := th.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Wait after the key was deleted under a full window: got %v, want DeadlineExceeded", err)
 			}
 			waitIdle(t, th)
 			until := -keyMembers(t, c, k)[redisstore.PauseMember]
-			if want := deleted + (10*time.Second + th.opt.buffer).Microseconds(); until < want {
+			if want := deleted + (10*time.Second + th.rules.Buffer).Microseconds(); until < want {
 				t.Fatalf("after the key was deleted the shared pause ends %s after the deletion, want at least a window (%s)",
-					time.Duration(until-deleted)*time.Microsecond, 10*time.Second+th.opt.buffer)
+					time.Duration(until-deleted)*time.Microsecond, 10*time.Second+th.rules.Buffer)
 			}
 		})
 	})

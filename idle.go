@@ -26,14 +26,14 @@ func (t *Throttler) dormant() (idle bool, lastRound time.Time) {
 		(t.fallback.local != nil && t.fallback.local.Holds(time.Now())) {
 		return false, lastRound
 	}
-	serverNow := t.clock.server(now)
+	serverNow := t.clock.Server(now)
 	if t.shared.pausedTill > serverNow {
 		// A call FailOpen admitted may sleep until the pause ends.
 		return false, lastRound
 	}
 	// A call admitted through Redis sleeps until its slot, and goes up to
 	// half the buffer late: the journal holds every such call of ours.
-	passed := serverNow - t.opt.buffer.Microseconds()
+	passed := serverNow - t.rules.Buffer.Microseconds()
 	for _, e := range t.health.journal.Entries {
 		if e.Score > passed {
 			return false, lastRound

@@ -327,7 +327,7 @@ func (k *keeper) plan() (keeperWork, bool) {
 	}
 	now := t.now()
 	expires := l.earliest > l.expiredFor && len(l.parked) > 0
-	if expires && !now.Before(t.clock.local(l.earliest)) {
+	if expires && !now.Before(t.clock.Local(l.earliest)) {
 		// A lease expired (a killed process's, as far as this one
 		// knows): its place went back without waking anyone.
 		l.expiredFor, expires = l.earliest, false
@@ -344,11 +344,11 @@ func (k *keeper) plan() (keeperWork, bool) {
 		// it on): a waiter tries again at least this often.
 		k.unparkLocked(1)
 	}
-	w.expiry = t.clock.server(now) + l.TTL.Microseconds()
+	w.expiry = t.clock.Server(now) + l.TTL.Microseconds()
 	w.subscribe = k.watch == nil && len(l.parked) > 0 && !now.Before(k.subscribeAt)
 	w.wake = k.nextRenew
 	if expires {
-		w.wake = minTime(w.wake, t.clock.local(l.earliest))
+		w.wake = minTime(w.wake, t.clock.Local(l.earliest))
 	}
 	if k.watch == nil && !w.subscribe && len(l.parked) > 0 {
 		w.wake = minTime(w.wake, k.subscribeAt)

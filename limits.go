@@ -88,7 +88,7 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 		return ctxError(ctx)
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
-		if n >= t.wins[0].Limit {
+		if n >= t.rules.Wins[0].Limit {
 			return metaWrite{
 				MetaWrite: core.MetaWrite{ClearLimit: true, News: &core.News{LimitSet: true}},
 				apply:     func() { t.lowerLocked(0, 0) },
@@ -107,14 +107,14 @@ func (t *Throttler) learnMetaLocked(r core.Reply) {
 	t.pauseLocked(r.Pause)
 	t.shared.learnWide(r.Wide, r.WideEnd)
 	lowered, till := 0, int64(0)
-	if r.Limit > 0 && r.LimitEnd > 0 && r.Limit < int64(t.wins[0].Limit) {
+	if r.Limit > 0 && r.LimitEnd > 0 && r.Limit < int64(t.rules.Wins[0].Limit) {
 		lowered, till = int(r.Limit), r.LimitEnd
 	}
 	if lowered != t.shared.lowered || till != t.shared.lowerTill {
 		t.lowerLocked(lowered, till)
 	}
 	above := int64(0)
-	if r.Limit > int64(t.wins[0].Limit) && r.LimitEnd > t.clock.server(t.now()) {
+	if r.Limit > int64(t.rules.Wins[0].Limit) && r.LimitEnd > t.clock.Server(t.now()) {
 		above = r.Limit
 	}
 	t.shared.above.Store(above)
@@ -124,14 +124,14 @@ func (t *Throttler) learnMetaLocked(r core.Reply) {
 // observer when it did.
 func (t *Throttler) pauseLocked(end int64) {
 	if t.shared.pauseUntil(end) {
-		t.stats.paused(t.clock.local(end))
+		t.stats.paused(t.clock.Local(end))
 	}
 }
 
 // lowerLocked records the first limit lowered to n (0 = none) until till,
 // and tells the observer when the limit in force changed.
 func (t *Throttler) lowerLocked(n int, till int64) {
-	before, after := t.shared.lower(n, till, t.wins[0].Limit)
+	before, after := t.shared.lower(n, till, t.rules.Wins[0].Limit)
 	if after != before {
 		t.stats.limitChanged(after)
 	}

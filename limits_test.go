@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -269,7 +270,7 @@ func TestWindowRoundsUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rounded up, plus the conversion slack.
-	if th.wins[0].W != 2065320+conversionSlack || th.wins[1].W != 1001+conversionSlack {
-		t.Fatalf("windows %d and %d µs, want 2065320 and 1001 plus %d", th.wins[0].W, th.wins[1].W, conversionSlack)
+	if th.rules.Wins[0].W != 2065320+core.ConversionSlack || th.rules.Wins[1].W != 1001+core.ConversionSlack {
+		t.Fatalf("windows %d and %d µs, want 2065320 and 1001 plus %d", th.rules.Wins[0].W, th.rules.Wins[1].W, core.ConversionSlack)
 	}
 }

@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"context"
-	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,51 +10,6 @@ import (
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
-
-func TestMarginAndAllowance(t *testing.T) {
-	ms := int64(time.Millisecond / time.Microsecond)
-	for _, tc := range []struct {
-		buffer            time.Duration
-		errBound, slack   int64
-		margin, allowance int64
-	}{
-		{50 * time.Millisecond, 100, 0, 0, 25*ms - 100},                           // a tight estimate: late by b/2 - e at most
-		{50 * time.Millisecond, 12_500, 0, 0, 12_500},                             // e = b/4: still no margin, late by b/4 at most
-		{50 * time.Millisecond, 20 * ms, 0, 7_500, 12_500},                        // past b/4: a margin, late by b/4 at most
-		{50 * time.Millisecond, 100 * ms, 0, 87_500, 12_500},                      // seed 242's lopsided 201ms round trip
-		{50 * time.Millisecond, 1 * ms, 20 * ms, 0, 24 * ms},                      // slack within what b/2 - e allows: no margin
-		{50 * time.Millisecond, 1 * ms, 40 * ms, 16 * ms, 40 * ms},                // a call woken late asks for slack: late by the slack at most
-		{0, 100 * ms, 0, 0, -100 * ms},                                            // a zero buffer promises no margin
-		{time.Second, 100 * ms, 0, 0, 400 * ms},                                   // a long buffer covers the error
-		{time.Second, 300 * ms, 0, 50 * ms, 250 * ms},                             // ... up to a quarter of it
-		{50 * time.Millisecond, math.MaxInt32, 0, math.MaxInt32 - 12_500, 12_500}, // no overflow on absurd errors
-	} {
-		c := testConfig(10, time.Second, time.Second)
-		c.opt.buffer = tc.buffer
-		m := c.margin(tc.errBound, tc.slack)
-		if m != tc.margin {
-			t.Errorf("buffer %s, error bound %dµs, slack %dµs: margin %dµs, want %dµs", tc.buffer, tc.errBound, tc.slack, m, tc.margin)
-		}
-		if a := c.allowance(m, tc.errBound); a != tc.allowance {
-			t.Errorf("buffer %s, error bound %dµs, margin %dµs: allowance %dµs, want %dµs", tc.buffer, tc.errBound, m, a, tc.allowance)
-		}
-	}
-}
-
-func TestSpreadHoldsPastTrims(t *testing.T) {
-	if widen, hold := spread(100, 0, 0); widen != 0 || hold {
-		t.Fatalf("tight, nothing published: widen %d hold %v", widen, hold)
-	}
-	if widen, hold := spread(100, 0, 30_000); widen != 30_000 || hold {
-		t.Fatalf("tight, 30ms published: widen %d hold %v, want 30ms each way", widen, hold)
-	}
-	if widen, hold := spread(40_000, 20_000, 30_000); widen != 50_000 || hold {
-		t.Fatalf("a margin of 20ms with 30ms published: widen %d hold %v, want 50ms", widen, hold)
-	}
-	if _, hold := spread(400_000, 300_000, 0); !hold {
-		t.Fatalf("a 400ms error with a 300ms margin would count past the trims: not held")
-	}
-}
 
 // wideMembers reads the published margin and its end from key.
 func wideMembers(t *testing.T, c redis.UniversalClient, key string) (wide, end int64) {

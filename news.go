@@ -108,7 +108,7 @@ func (l *listener) turn() bool {
 		return false
 	}
 	if l.watch == nil && !now.Before(l.retryAt) {
-		l.watch = t.st.WatchNews(redisstore.NewsChannel(t.wins[0].Key))
+		l.watch = t.st.WatchNews(redisstore.NewsChannel(t.rules.Wins[0].Key))
 	}
 	var heard, ready, lost <-chan struct{}
 	wake := l.lingerTill
@@ -215,7 +215,7 @@ func (t *Throttler) newsLocked(n core.News) {
 	}
 	if n.LimitSet {
 		lowered, till := 0, int64(0)
-		if n.Limit > 0 && n.LimitEnd > 0 && n.Limit < int64(t.wins[0].Limit) {
+		if n.Limit > 0 && n.LimitEnd > 0 && n.Limit < int64(t.rules.Wins[0].Limit) {
 			lowered, till = int(n.Limit), n.LimitEnd
 		}
 		if lowered != t.shared.lowered || till != t.shared.lowerTill {
@@ -228,7 +228,7 @@ func (t *Throttler) newsLocked(n core.News) {
 	}
 	// What the last reply told of the free slots was told under the old
 	// pause or limit: the next round learns them again.
-	t.known.near, t.known.slots, t.known.capped = true, nil, [core.Levels][]int64{}
+	t.known.Near, t.known.Slots, t.known.Capped = true, nil, [core.Levels][]int64{}
 	if t.news.woke != nil {
 		close(t.news.woke)
 		t.news.woke = nil

@@ -27,7 +27,7 @@ type options struct {
 	maxQueue     int              // WithMaxQueue, 0 = none
 	shares       [core.Levels]int // WithPriorityShare, in thousandths, by level
 	clockSet     bool             // WithClock
-	clock        *clockSync       // withClockSync: an estimate shared with other Throttlers
+	clock        *core.Clock      // withClockSync: an estimate shared with other Throttlers
 }
 
 func defaultOptions() options {
@@ -89,7 +89,7 @@ func WithClock(now func() time.Time) Option {
 // it a clock of its own: they reach one server, and each one's round trips
 // sharpen the estimate for all, so a new Throttler takes no round trip of
 // its own to read the clock first.
-func withClockSync(c *clockSync) Option {
+func withClockSync(c *core.Clock) Option {
 	return func(o *options) error {
 		o.clock = c
 		return nil
@@ -98,11 +98,11 @@ func withClockSync(c *clockSync) Option {
 
 // clockSync returns the Throttler's estimate of the server's clock: the
 // one shared by withClockSync, or a new one.
-func (o *options) clockSync() *clockSync {
+func (o *options) clockSync() *core.Clock {
 	if o.clock != nil && !o.clockSet {
 		return o.clock
 	}
-	c := newClockSync(o.now())
+	c := core.NewClock(o.now())
 	return &c
 }
 

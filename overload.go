@@ -110,12 +110,12 @@ func (q *workerState) sheddable(p Priority) *waiter {
 
 // tooLateLocked fails a call whose slot cannot come by its deadline, as
 // far as this process knows: the calls queued ahead of it take the free
-// slots the last reply told of first (see earliest).
+// slots the last reply told of first (see core.Earliest).
 func (t *Throttler) tooLateLocked(w *waiter) error {
 	now := t.now()
-	view := t.clock.view()
+	view := t.clock.View()
 	var buf [4]int
-	lims := t.shared.limits(t.wins, view.server(now), buf[:0])
+	lims := t.shared.limits(t.rules.Wins, view.Server(now), buf[:0])
 	if w.n > lims[0] {
 		return nil // the worker fails it, with the reason
 	}
@@ -125,37 +125,15 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 			ahead += x.n
 		}
 	}
-	floor := max(view.server(now)+view.rtt, t.shared.pausedTill)
+	floor := max(view.Server(now)+view.RTT, t.shared.pausedTill)
 	var slots []int64
-	if t.known.near {
-		slots = t.known.at(w.prio)
+	if t.known.Near {
+		slots = t.known.At(w.prio.level())
 	}
-	e := view.errBound()
-	widen, _ := spread(e, t.margin(e, w.slack), t.shared.wideAt(view.server(now)-e))
-	if at := view.local(earliest(t.wins, lims, slots, floor, ahead, w.n, widen)); tooLate(at, w.deadline) {
+	e := view.ErrBound()
+	widen, _ := core.Spread(e, t.rules.Margin(e, w.slack), t.shared.wideAt(view.Server(now)-e))
+	if at := view.Local(core.Earliest(t.rules.Wins, lims, slots, floor, ahead, w.n, widen)); core.TooLate(at, w.deadline) {
 		return deadlineError(at, w.deadline, w.cause)
 	}
 	return nil
-}
-
-// earliest is a lower bound on the slot (server µs) a call of n units can
-// get with ahead units of this process's calls served before it, none
-// before floor, each counted widen wider each way (see margin.go): its last unit is the (ahead+n)-th of the process's calls to
-// come. Each comes no sooner than the free slot of its rank the last reply
-// told of (slots, nil far from the limit; the last one told, past those), and any limit+1 calls lie a
-// window apart, so the k-th comes at least a window per limit calls after
-// the (k mod limit)-th. Slots others give back can only make it sooner;
-// that is what a round trip is for.
-func earliest(wins []core.Window, lims []int, slots []int64, floor int64, ahead, n int, widen int64) int64 {
-	last := ahead + n - 1
-	bound := floor
-	for i, x := range wins {
-		j, laps := last%lims[i], int64(last/lims[i])
-		base := floor
-		if len(slots) > 0 {
-			base = max(base, slots[min(j, len(slots)-1)])
-		}
-		bound = max(bound, base+laps*(x.W+widen))
-	}
-	return bound
 }

@@ -11,58 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestEarliestBound: the bound on a call's slot from what the last reply
-// told: the known slot of its rank, the last known past those, and a
-// window per limit calls beyond.
-func TestEarliestBound(t *testing.T) {
-	wins := []core.Window{{Limit: 3, W: 1_000_000}}
-	near := known{near: true, slots: []int64{100, 200}}
-	for _, tc := range []struct {
-		name     string
-		k        known
-		ahead, n int
-		floor    int64
-		want     int64
-	}{
-		{"first known slot", near, 0, 1, 0, 100},
-		{"its rank's slot", near, 1, 1, 0, 200},
-		{"past the known, the last known", near, 2, 1, 0, 200},
-		{"a limit further, a window later", near, 3, 1, 0, 1_000_100},
-		{"two limits and one further", near, 6, 2, 0, 2_000_200},
-		{"the floor rules when later", near, 0, 1, 500, 500},
-		{"far from the limit, slots do not count", known{slots: []int64{900}}, 0, 1, 50, 50},
-		{"far from the limit, limits still do", known{}, 3, 1, 50, 1_000_050},
-	} {
-		var slots []int64
-		if tc.k.near {
-			slots = tc.k.slots
-		}
-		if got := earliest(wins, []int{3}, slots, tc.floor, tc.ahead, tc.n, 0); got != tc.want {
-			t.Errorf("%s: earliest = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
-// TestPlanFailsAKeptCallTheKnownSlotsRuleOut: a waiting call beyond the
-// slots the last reply told of, whose deadline comes before the bound
-// they give, fails in the plan instead of waiting for more round trips.
-func TestPlanFailsAKeptCallTheKnownSlotsRuleOut(t *testing.T) {
-	c := testConfig(2, time.Second, time.Second)
-	in := planAt(2)
-	in.known = known{near: true, slots: []int64{1_500_000}}
-	soon := in.now.Add(200 * time.Millisecond)
-	p := plan(c, in, []request{{n: 1}, {n: 1, deadline: soon}, {n: 1, deadline: soon, cause: ErrMaxWait}}, planOut{})
-	if d := p.each[0]; d.verdict != claim1 || d.score != 1_500_000 {
-		t.Fatalf("the first request: %+v, want the known slot", d)
-	}
-	for i, want := range []error{context.DeadlineExceeded, ErrMaxWait} {
-		d := p.each[i+1]
-		if d.verdict != fail || !errors.Is(d.err, want) {
-			t.Fatalf("request %d: %+v, want failed with %v", i+1, d, want)
-		}
-	}
-}
-
 // rejectedAtOnce fills the window of th (limit calls), then checks that a
 // call made with ctx fails at once with want, without a round trip, and is
 // counted under why.
@@ -120,7 +68,7 @@ func TestMaxWaitEndsAQueuedCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		th.mu.Lock()
-		th.known = known{near: true} // as if no reply had told of the next slot
+		th.known = core.Known{Near: true} // as if no reply had told of the next slot
 		th.mu.Unlock()
 		err := th.Wait(context.Background())
 		if !errors.Is(err, ErrMaxWait) || !errors.Is(err, context.DeadlineExceeded) {

@@ -88,16 +88,16 @@ func (o *owed) sent(a *core.Attempt) {
 // countLater notes n calls admitted without Redis, going at rt on the
 // runtime's clock (at on the local one), to count in Redis once it
 // answers. They are scored on the runtime's clock, for the local one may
-// have stepped since the last sample (see serverByRuntime); before any
+// have stepped since the last sample (see core.Clock.ServerByRuntime); before any
 // sample, once one comes in (see scoreUnscored).
-func (o *owed) countLater(c *clockSync, ids *memberSource, rt, at time.Time, n int) {
-	if !c.anchored() {
+func (o *owed) countLater(c *core.Clock, ids *memberSource, rt, at time.Time, n int) {
+	if !c.Anchored() {
 		for range n {
 			o.unscored = append(o.unscored, rt)
 		}
 		return
 	}
-	serverAt := c.serverByRuntime(rt, at)
+	serverAt := c.ServerByRuntime(rt, at)
 	for range n {
 		o.replay = append(o.replay, core.Entry{Score: serverAt, Member: ids.next()})
 	}
@@ -105,12 +105,12 @@ func (o *owed) countLater(c *clockSync, ids *memberSource, rt, at time.Time, n i
 
 // scoreUnscored scores the calls admitted without Redis before any clock
 // sample, once one came in.
-func (o *owed) scoreUnscored(c *clockSync, ids *memberSource) {
-	if len(o.unscored) == 0 || !c.anchored() {
+func (o *owed) scoreUnscored(c *core.Clock, ids *memberSource) {
+	if len(o.unscored) == 0 || !c.Anchored() {
 		return
 	}
 	for _, rt := range o.unscored {
-		o.replay = append(o.replay, core.Entry{Score: c.serverByRuntime(rt, time.Time{}), Member: ids.next()})
+		o.replay = append(o.replay, core.Entry{Score: c.ServerByRuntime(rt, time.Time{}), Member: ids.next()})
 	}
 	o.unscored = o.unscored[:0]
 }

@@ -36,7 +36,7 @@ func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 		return ctxError(ctx)
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
-		end := t.clock.server(until)
+		end := t.clock.Server(until)
 		if end <= serverNow {
 			return metaWrite{}
 		}
@@ -56,12 +56,12 @@ type metaWrite struct {
 // limit's key, keeping the key alive at least as long as the pause.
 func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) metaWrite) error {
 	var syncErr error
-	if !t.clock.synced() {
+	if !t.clock.Synced() {
 		// Without a sample the estimate takes the local clock for the
 		// server's: good enough for this process alone, should Redis fail.
 		syncErr = t.sampleClock(ctx, firstSamples)
 	}
-	serverNow := t.clock.server(t.now())
+	serverNow := t.clock.Server(t.now())
 	m := plan(serverNow)
 	if m.Empty() {
 		return nil
@@ -78,7 +78,7 @@ func (t *Throttler) writeMeta(ctx context.Context, plan func(serverNow int64) me
 		t.stats.redisError(syncErr)
 		return redisError(syncErr)
 	}
-	ttl := t.ttl()
+	ttl := t.rules.TTL()
 	if m.Pause > 0 {
 		ttl += time.Duration(m.Pause-serverNow) * time.Microsecond
 	}

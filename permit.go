@@ -15,7 +15,7 @@ type Permit struct {
 	t        *Throttler
 	estimate int
 	score    int64    // server µs the call was counted at (0: admitted without Redis)
-	margin   int64    // the margin it was counted with (µs; see margin.go)
+	margin   int64    // the margin it was counted with (µs; see core.Rules.Margin)
 	members  []string // its members in every key (nil: admitted without Redis)
 	lease    string   // its place in flight (WithInFlight; "" = none)
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -187,7 +188,7 @@ func TestSettleInvariant(t *testing.T) {
 		for _, th := range ths {
 			waitIdle(t, th)
 		}
-		w := windowMicros(interval + ths[0].opt.buffer)
+		w := core.WindowMicros(interval + ths[0].rules.Buffer)
 		for _, a := range done {
 			held := 0
 			for _, b := range done {

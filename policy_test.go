@@ -218,7 +218,7 @@ func TestAllowWhileSharing(t *testing.T) {
 	}
 	th.mu.Lock()
 	th.fallback.shareUntil = time.Now().Add(time.Hour)
-	th.shared.pausedTill = th.clock.server(time.Now().Add(time.Hour))
+	th.shared.pausedTill = th.clock.Server(time.Now().Add(time.Hour))
 	th.mu.Unlock()
 	if res, err := th.Allow(ctx); err != nil || res.Allowed {
 		t.Fatalf("Allow during a pause: (%+v, %v), want refused", res, err)
@@ -252,7 +252,7 @@ func TestFallbackReplaysIntoLongerLimits(t *testing.T) {
 		}
 	}
 	// Past the short window (and its buffer): those calls count in the hour only.
-	time.Sleep(2*(short+th.opt.buffer) + 10*time.Millisecond)
+	time.Sleep(2*(short+th.rules.Buffer) + 10*time.Millisecond)
 	if err := mr.StartAddr(addr); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ const (
 	PriorityLow    Priority = -1
 )
 
-func (p Priority) level() int { return int(p - PriorityLow) }
+func (p Priority) level() core.Level { return core.Level(p - PriorityLow) }
 
 func (p Priority) valid() bool { return p >= PriorityLow && p <= PriorityHigh }
 
@@ -96,77 +96,12 @@ func checkShares(s [core.Levels]int) error {
 	return nil
 }
 
-// levelCaps is, by level, the most calls a window holding a call of that
-// priority may hold with it.
-type levelCaps [core.Levels]int
-
-// caps returns each priority's cap under the limit lim.
-func (c *config) caps(lim int) levelCaps {
-	var out levelCaps
-	for l, share := range c.opt.shares {
-		out[l] = max(1, lim*share/1000)
-	}
-	return out
-}
-
-// capUnder is the most units one call of priority p may take while the
-// tightest limit in force is lowest: a priority's cap only grows with the
-// limit, so the tightest limit's cap is the least of them all.
-func (c *config) capUnder(lowest int, p Priority) int {
-	return c.caps(lowest)[p.level()]
-}
-
 // checkN reports an n beyond what one call of priority p may take under
 // the configured limits.
 func (c *config) checkN(where string, n int, p Priority) error {
-	most := c.capUnder(c.minLimit, p)
+	most := c.rules.CapUnder(c.rules.MinLimit, p.level())
 	if n < 1 || n > most {
 		return invalidf("%s(%d): n must be in 1..%d at priority %s", where, n, most, p)
 	}
 	return nil
-}
-
-// capped reports whether calls of priority p may fill less than the whole
-// limit: the free slots under the limit are not theirs.
-func (c *config) capped(p Priority) bool {
-	return c.opt.shares[p.level()] < 1000
-}
-
-// smallestCap is the smallest cap under lim of the priorities in mask (a bit
-// per level) and of the highest priority.
-func (c *config) smallestCap(mask uint8, lim int) int {
-	caps := c.caps(lim)
-	low := caps[PriorityHigh.level()]
-	for l, cp := range caps {
-		if mask&(1<<l) != 0 {
-			low = min(low, cp)
-		}
-	}
-	return low
-}
-
-// lowCaps returns, for a round trip learning k free slots (none when k is
-// 0), for each priority in mask (a bit per level) that may fill less than
-// the whole limit, its cap under each limit in lims: the round trip learns
-// its free slots too. The slices of buf are reused.
-func (c *config) lowCaps(mask uint8, k int, lims []int, buf [core.Levels][]int) [core.Levels][]int {
-	for l := range core.Levels {
-		buf[l] = buf[l][:0]
-		if k == 0 || mask&(1<<l) == 0 || !c.capped(Priority(l)+PriorityLow) {
-			continue
-		}
-		for _, lim := range lims {
-			buf[l] = append(buf[l], c.caps(lim)[l])
-		}
-	}
-	return buf
-}
-
-// cappedAhead is how far ahead (µs) a call of a priority held to a share of
-// the limit may reserve a slot: at most the time the first limit's
-// interval takes to pass through the room the share leaves to the higher
-// priorities ((1 - share) x interval), and at most WithReserveAhead's.
-func (c *config) cappedAhead(p Priority) int64 {
-	left := int64(1000 - c.opt.shares[p.level()])
-	return min(c.opt.ahead.Microseconds(), c.wins[0].Interval.Microseconds()*left/1000)
 }

@@ -18,18 +18,18 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 		// ahead of the server, so a trim never removes a member that still
 		// counts, however wrong the local clock (stepped, or without a
 		// monotonic reading) has made the estimate.
-		a.Trim.At = t.clock.lastServer()
+		a.Trim.At = t.clock.LastServer()
 		// Trims of garbage far in the future take the estimate of the
 		// server's now instead: the last reading can be hours old in a
 		// process that made no round trip since, and "an hour past it"
 		// would then remove every live member. The estimate is off by
 		// half a round trip, or by a clock step not yet seen, far less
 		// than the hour.
-		a.Trim.Future = max(a.Trim.At, t.clock.server(t.now())) + core.FutureBound
+		a.Trim.Future = max(a.Trim.At, t.clock.Server(t.now())) + core.FutureBound
 	}
 	if a.Expire.On {
 		a.Expire.TTLs = append(a.Expire.TTLs[:0], a.Expire.First)
-		for ttl := t.ttl(); len(a.Expire.TTLs) < len(t.wins); {
+		for ttl := t.rules.TTL(); len(a.Expire.TTLs) < len(t.rules.Wins); {
 			a.Expire.TTLs = append(a.Expire.TTLs, ttl)
 		}
 	}
@@ -42,25 +42,13 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 	}
 	t.stats.roundTrips.Add(1)
 	if !r.ServerTime.IsZero() {
-		r.Stepped = t.clock.observe(sent, recv, r.ServerTime)
+		r.Stepped = t.clock.Observe(sent, recv, r.ServerTime)
 	}
 	// Another round trip (an Allow's, the worker's) may have seen the step
 	// first: this one's sample then agrees with the restarted estimate,
 	// while its scores came from the old one.
-	r.Stepped = r.Stepped || t.clock.since(a.ClockGen)
+	r.Stepped = r.Stepped || t.clock.Since(a.ClockGen)
 	return r, nil
-}
-
-// sane returns tail without members scored after limit (server µs):
-// garbage beyond core.FutureBound would otherwise pass for the newest
-// calls when slots are worked out.
-func sane(tail []core.Entry, limit int64) []core.Entry {
-	for i, e := range tail {
-		if e.Score > limit {
-			return tail[:i]
-		}
-	}
-	return tail
 }
 
 // sampleClock takes up to n samples of the server's clock (TIME), each
@@ -82,8 +70,8 @@ func (t *Throttler) sampleClock(ctx context.Context, n int) error {
 			}
 			return err
 		}
-		t.clock.observe(sent, t.now(), server)
-		if e := t.clock.view().errBound(); e <= tightSample || t.margin(e, 0) == 0 && i > 0 {
+		t.clock.Observe(sent, t.now(), server)
+		if e := t.clock.View().ErrBound(); e <= tightSample || t.rules.Margin(e, 0) == 0 && i > 0 {
 			return nil
 		}
 	}
@@ -93,7 +81,7 @@ func (t *Throttler) sampleClock(ctx context.Context, n int) error {
 // firstSamples bounds the round trips a first sampleClock makes, and tightSample is
 // an error bound it stops at at once (µs): a round trip of a millisecond.
 // Past the first sample it stops, too, once the estimate needs no margin
-// (see margin.go).
+// (see internal/core's margin.go).
 const (
 	firstSamples = 3
 	tightSample  = 500

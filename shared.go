@@ -72,9 +72,9 @@ func (s *sharedState) lower(n int, till int64, configured int) (before, after in
 
 // after returns now, or the end of the pause known to be in force: a pause
 // learned before Redis failed still holds.
-func (s *sharedState) after(now time.Time, c *clockSync) time.Time {
-	if s.pausedTill > c.server(now) {
-		return c.local(s.pausedTill)
+func (s *sharedState) after(now time.Time, c *core.Clock) time.Time {
+	if s.pausedTill > c.Server(now) {
+		return c.Local(s.pausedTill)
 	}
 	return now
 }

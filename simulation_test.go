@@ -67,7 +67,7 @@ var simRegressions = []simCase{
 	{1401, "the same with a 473ms second window (9 in a window of 8)"},
 	{762, "a pipeline sent again after a timed-out read ran the lease script twice: the second run refused the place the first had granted, left taken until its lease expired"},
 	{2996, "29 replicas x 4 callers: turns near the limit went to whichever process woke first, and one fell behind for 19.7s against an 18.3s bound"},
-	{242, "replies 201ms late (a lopsided link) and a local clock step back of 548ms: the estimate's error bound (100ms) passed half the 50ms buffer, and calls placed by estimates 100ms apart went within an interval at the API (58 in a window of 52); fixed by the margin (margin.go)"},
+	{242, "replies 201ms late (a lopsided link) and a local clock step back of 548ms: the estimate's error bound (100ms) passed half the 50ms buffer, and calls placed by estimates 100ms apart went within an interval at the API (58 in a window of 52); fixed by the margin (internal/core's margin.go)"},
 	{384, "a fleet's cold start: margins asked for by its loose first estimates stayed in force after it, and a calm run's wait bound counted them as the library's (237ms against 89ms); the bound now starts once they are over (startCost)"},
 	{567, "a local clock (readings with a monotonic part) stepped back 543ms while a call slept toward its slot: the timer ran its course, the stepped clock said early, and the call slept on and went 543ms late (4 in a window of 3); a sleeper whose timer outran its clock now samples the server's clock"},
 	{875, "a process restarted after a failover to a copy behind, before any replica noticed the loss (the others had fallen back): it cannot tell the lost window from a new key, as docs/guarantees.md states; the checker now exempts such a blind process until it learns of the heal's pause"},
@@ -384,7 +384,7 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 // score by 100µs or more. The simulation knows the true offset: the
 // server's clock is the bubble's, a replica's is off it by its skew.
 func placed(th *Throttler, clock *sim.Clock, score int64) string {
-	off := time.Duration(th.clock.local(score).Add(-clock.Skew()).UnixMicro()-score) * time.Microsecond
+	off := time.Duration(th.clock.Local(score).Add(-clock.Skew()).UnixMicro()-score) * time.Microsecond
 	switch {
 	case off >= 100*time.Microsecond:
 		return fmt.Sprintf(" (the clock estimate sends it %s late)", off)
@@ -959,7 +959,7 @@ func (w *simWorld) checkIdle() {
 // may lie further ahead than reserve-ahead.
 func (w *simWorld) checkMembers() {
 	now := time.Now().UnixMicro()
-	ahead := w.reps[0].th.opt.ahead.Microseconds()
+	ahead := w.reps[0].th.rules.Ahead.Microseconds()
 	for _, l := range w.sc.Limits {
 		for _, m := range w.store.Members(l.Key) {
 			if m.Score <= 0 {
@@ -967,7 +967,7 @@ func (w *simWorld) checkMembers() {
 			}
 			if int64(m.Score) > now+ahead+int64(time.Second/time.Microsecond) {
 				w.t.Errorf("%s: member at %s, beyond reserve-ahead (%s)", l.Key,
-					time.UnixMicro(int64(m.Score)).Sub(w.rec.Start()), w.reps[0].th.opt.ahead)
+					time.UnixMicro(int64(m.Score)).Sub(w.rec.Start()), w.reps[0].th.rules.Ahead)
 			}
 			r := w.owner(m.Name)
 			if r == nil || r.dead.Load() || r.th.Stats().RedisErrors > 0 || w.sc.Policy != sim.FailClosed {
@@ -1036,7 +1036,7 @@ func (w *simWorld) checkProgress(adms []sim.Admission) {
 
 // startCost is when what a fleet's cold start costs is over (zero without
 // one): its last delayed round trip, and then the margins its samples
-// asked for (see the library's margin.go): round trips late by up to D one
+// asked for (see the margin.go of internal/core): round trips late by up to D one
 // way put an estimate off by up to D/2, and a margin of that much stays in
 // force for reserve-ahead, the longest window, six times itself and twice
 // the buffer.
@@ -1052,7 +1052,7 @@ func (w *simWorld) startCost() time.Duration {
 			d = max(d, f.D)
 		}
 	}
-	return end + w.reps[0].th.opt.ahead + w.longestW() + 3*d + 2*sc.Buffer
+	return end + w.reps[0].th.rules.Ahead + w.longestW() + 3*d + 2*sc.Buffer
 }
 
 // utilization is the admitted units over what the limits allow, averaged
@@ -1167,12 +1167,12 @@ func (w *simWorld) maxWait() time.Duration {
 		if sc.Priorities {
 			// Low calls may fill only their share of a window, behind
 			// the others: at worst, the queue drains at low's cap.
-			capacity = w.reps[0].th.caps(l.Limit)[PriorityLow.level()]
+			capacity = w.reps[0].th.rules.Caps(l.Limit)[PriorityLow.level()]
 		}
 		windows := (3*callers*sc.MaxN + 2*capacity - 1) / (2 * capacity) // ceil(3/2 * queued / capacity)
 		worst = max(worst, time.Duration(windows+2)*wl)
 	}
-	return worst + w.reps[0].th.opt.ahead
+	return worst + w.reps[0].th.rules.Ahead
 }
 
 // longestW is the longest any admission counts: interval plus buffer of

@@ -105,14 +105,14 @@ func (t *Throttler) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	serverNow := t.clock.server(now)
+	serverNow := t.clock.Server(now)
 	if t.shared.pausedTill > serverNow {
-		s.PausedUntil = t.clock.local(t.shared.pausedTill)
+		s.PausedUntil = t.clock.Local(t.shared.pausedTill)
 	}
 	var lims [1]int
-	s.Limit = t.shared.limits(t.wins, serverNow, lims[:0])[0]
+	s.Limit = t.shared.limits(t.rules.Wins, serverNow, lims[:0])[0]
 	s.Degraded = t.fallback.isDegraded()
-	s.ClockError = time.Duration(t.clock.view().errBound()) * time.Microsecond
+	s.ClockError = time.Duration(t.clock.View().ErrBound()) * time.Microsecond
 	s.Margin = time.Duration(t.upkeep.widen) * time.Microsecond
 	return s
 }

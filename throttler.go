@@ -40,12 +40,12 @@ type Throttler struct {
 	config
 	st    store // Redis, behind the seam
 	ids   *memberSource
-	clock *clockSync // its own, or its Group's (see withClockSync)
+	clock *core.Clock // its own, or its Group's (see withClockSync)
 	stats meter
 
 	mu       sync.Mutex  // guards what follows
 	worker   workerState // the queue and the worker that serves it
-	known    known       // what the last reply told of the room ahead
+	known    core.Known  // what the last reply told of the room ahead
 	shared   sharedState // the pause and lowered limit every process agrees on
 	health   health      // what tells that Redis lost the window (see heal.go)
 	fallback fallback    // serving calls while Redis fails (see fallback.go)
@@ -76,17 +76,17 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	if err != nil {
 		return nil, err
 	}
-	o, wins := c.opt, c.wins
+	o, wins := c.opt, c.rules.Wins
 	ids := newMemberSource()
 	t := &Throttler{
 		config: c,
-		st:     redisstore.NewStore(client, wins, c.longest(), o.inflight, ids.id()),
+		st:     redisstore.NewStore(client, wins, c.rules.Longest(), o.inflight, ids.id()),
 		ids:    ids,
 		worker: workerState{
 			kick: make(chan struct{}, 1),
 			rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		},
-		known: known{near: true},
+		known: core.Known{Near: true},
 		clock: o.clockSync(),
 	}
 	t.stats.obs = o.observer
@@ -95,8 +95,8 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	t.fallback.t = t
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
-	t.health.journal.Cap = 2 * wins[t.longest()].Limit
-	t.health.journal.W = t.longestW()
+	t.health.journal.Cap = 2 * wins[t.rules.Longest()].Limit
+	t.health.journal.W = t.rules.LongestW()
 	if o.inflight != nil {
 		t.lease = newLeases(o.inflight, func() { go runKeeper(t) })
 	}
@@ -106,31 +106,16 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	return t, nil
 }
 
-// windowMicros is how long a call holds its slot, in the whole server
-// microseconds scores are kept in, for a window of d: d rounded up (a
-// window rounded down would let two calls a fraction of a microsecond less
-// than d apart), plus conversionSlack.
-func windowMicros(d time.Duration) int64 {
-	return int64((d+time.Microsecond-1)/time.Microsecond) + conversionSlack
-}
-
-// conversionSlack covers the conversion of a score to a caller's local clock:
-// each process reads its clock to the nanosecond but converts in whole
-// microseconds, so two processes may place the same score up to a microsecond
-// apart each. Without it, two calls scored exactly one window apart by
-// different processes could go up to 2µs less than a window apart.
-const conversionSlack = 2
-
 // Limit returns the number of calls allowed per interval, as given to New.
 // A limit lowered by SetLimit or by an API's answer (see Transport) does not
 // change it.
-func (t *Throttler) Limit() int { return t.wins[0].Limit }
+func (t *Throttler) Limit() int { return t.rules.Wins[0].Limit }
 
 // Interval returns the length of the sliding window.
-func (t *Throttler) Interval() time.Duration { return t.wins[0].Interval }
+func (t *Throttler) Interval() time.Duration { return t.rules.Wins[0].Interval }
 
 // Key returns the Redis key holding the shared window.
-func (t *Throttler) Key() string { return t.wins[0].Key }
+func (t *Throttler) Key() string { return t.rules.Wins[0].Key }
 
 // testHooks lets tests watch the worker. Each runs under the Throttler's
 // mutex when set.

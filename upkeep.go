@@ -14,7 +14,7 @@ import (
 type upkeep struct {
 	trim, clock, expire time.Time
 	round               time.Time // the last round trip that reached Redis
-	widen               int64     // how much wider the last round trip counted (µs; see margin.go)
+	widen               int64     // how much wider the last round trip counted (µs; see internal/core's margin.go)
 }
 
 // due sets what attempt a planned at now carries: a trim, a clock sample
@@ -46,9 +46,9 @@ const (
 	// twentieth of the shortest window if longer (see trimEvery).
 	minTrimEvery = 100 * time.Millisecond
 	// A local clock without monotonic readings is sampled every round
-	// trip instead (see clockSync).
+	// trip instead (see core.Clock).
 	clockEvery = 250 * time.Millisecond
-	// The key's TTL outlives its newest member by 2s (see ttl), so a
+	// The key's TTL outlives its newest member by 2s (see core.Rules.TTL), so a
 	// refresh a second late still keeps every member that counts.
 	expireEvery = time.Second
 )
@@ -61,8 +61,8 @@ const (
 // window's process, probing every 36s, sends two ZREMRANGEBYSCORE per key
 // every 3 minutes instead of with every probe.
 func (c *config) trimEvery() time.Duration {
-	w := c.wins[0].W
-	for _, x := range c.wins[1:] {
+	w := c.rules.Wins[0].W
+	for _, x := range c.rules.Wins[1:] {
 		w = min(w, x.W)
 	}
 	return max(minTrimEvery, time.Duration(w)*time.Microsecond/20)

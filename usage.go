@@ -59,8 +59,8 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 		return t.now().Add(time.Duration(us-now) * time.Microsecond)
 	}
 	lims := rd.Lims
-	out := make([]Usage, len(t.wins))
-	for i, x := range t.wins {
+	out := make([]Usage, len(t.rules.Wins))
+	for i, x := range t.rules.Wins {
 		u := Usage{
 			Key:      x.Key,
 			Limit:    lims[i],
@@ -73,7 +73,7 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 		}
 		// The limit-th newest member must leave the window before one more
 		// call fits.
-		if zs := sane(rd.Nth[i], now+core.FutureBound); len(zs) == 1 && zs[0].Score > 0 {
+		if zs := core.Sane(rd.Nth[i], now+core.FutureBound); len(zs) == 1 && zs[0].Score > 0 {
 			if free := zs[0].Score + x.W; free > now {
 				u.NextFree = local(free)
 			}
@@ -90,8 +90,8 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 // usageLimits returns the limits in force at server time now, given what
 // the first key keeps beside its calls.
 func (c *config) usageLimits(now int64, m core.Meta) []int {
-	lims := make([]int, len(c.wins))
-	for i, x := range c.wins {
+	lims := make([]int, len(c.rules.Wins))
+	for i, x := range c.rules.Wins {
 		lims[i] = x.Limit
 	}
 	lims[0] = m.LimitAt(now, lims[0])

@@ -3,8 +3,6 @@ package throttler
 import (
 	"context"
 	"time"
-
-	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Wait blocks until one call may proceed under the shared quota, then returns
@@ -138,27 +136,4 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, place boo
 			return w.res, w.lease, nil
 		}
 	}
-}
-
-// known is what the last reply told of the room ahead, for the next round
-// to plan with. Guarded by the Throttler's mu.
-type known struct {
-	slots []int64 // next free slots (server µs, 0 = now), when near
-	near  bool    // little room was left: reserve exactly (MULTI), learning slots
-	// By level: the next free slots of a priority that may fill less than
-	// the whole limit (see WithPriorityShare), when learned.
-	capped [core.Levels][]int64
-	// Turns lost in a row: rounds that claimed slots and got none (others
-	// took them first). A process that lost more wakes for the next slots
-	// ahead of those that lost fewer (see turnJitter).
-	lost int
-}
-
-// at returns the free slots known for calls of priority p: its own when
-// learned, else those under the whole limit, which are no later.
-func (k known) at(p Priority) []int64 {
-	if s := k.capped[p.level()]; s != nil {
-		return s
-	}
-	return k.slots
 }

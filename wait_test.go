@@ -30,7 +30,7 @@ func TestRequeuedImmediateCallWaitsForItsNewSlot(t *testing.T) {
 		// The reply admitting the call is being applied: another process's
 		// pause lands now, and Redis goes away.
 		pauseEnd = th.now().Add(pause)
-		th.shared.pausedTill = th.clock.server(pauseEnd)
+		th.shared.pausedTill = th.clock.Server(pauseEnd)
 		mr.SetError("injected: Redis is down")
 	}
 	if err := th.Wait(context.Background()); err != nil {

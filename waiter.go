@@ -18,7 +18,7 @@ type waiter struct {
 	wake     chan struct{}
 	counted  bool // it counts as waiting (see WithMaxQueue); under mu
 	// Woken late: how many times in a row, and the margin its next claims
-	// ask for (µs; see margin.go). Under mu.
+	// ask for (µs; see internal/core's margin.go). Under mu.
 	lates int
 	slack int64
 
@@ -43,7 +43,7 @@ type reservation struct {
 
 	at        time.Time // admitted: the local time at which it may proceed
 	score     int64     // admitted through Redis: the server µs it was counted at (0 = admitted without Redis)
-	margin    int64     // admitted through Redis: the margin it was counted with (µs; see margin.go)
+	margin    int64     // admitted through Redis: the margin it was counted with (µs; see core.Rules.Margin)
 	immediate bool      // admitted: at is "when the reply arrives": go without a timer
 	epoch     int       // admitted: the limit epoch it was made in
 
@@ -126,4 +126,22 @@ func (w *waiter) freeShare(local *core.LocalWindow) {
 	if !w.res.shareAt.IsZero() && local != nil {
 		local.Release(w.res.shareAt, w.n)
 	}
+}
+
+// planError is the error of a call core.Plan failed (see core.Why).
+func (w *waiter) planError(d core.Decision) error {
+	name := "WaitN"
+	if w.now {
+		name = "AllowN"
+	}
+	switch d.Why {
+	case core.TooMany:
+		return invalidf("%s(%d): more calls at once than the limit, lowered to %d", name, w.n, d.Limit)
+	case core.OverCap:
+		// Only a lowered limit gets here: WaitN and AllowN check n
+		// against the caps under the configured limits.
+		return invalidf("%s(%d): more calls at once than priority %s may take (%d) under the limit, lowered to %d (see WithPriorityShare)",
+			name, w.n, w.prio, d.Cap, d.Limit)
+	}
+	return deadlineError(d.At, w.deadline, w.cause)
 }

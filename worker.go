@@ -11,11 +11,11 @@ import (
 )
 
 // The worker serves the queue one round at a time: under the mutex it
-// snapshots what the Throttler knows and plans the round (plan.go), sends
-// the round trip without the mutex, then resolves the reply (resolve.go)
-// and applies the outcome to the waiters. One worker runs per Throttler at
-// a time; it exits when nothing is left to do, so an idle Throttler holds
-// no goroutine.
+// snapshots what the Throttler knows and plans the round (core.Plan),
+// sends the round trip without the mutex, then resolves the reply
+// (core.Resolve) and applies the outcome to the waiters. One worker runs
+// per Throttler at a time; it exits when nothing is left to do, so an idle
+// Throttler holds no goroutine.
 
 // submit queues w and, when no worker was running, serves one round in
 // the caller's goroutine, which spares an uncontended call two goroutine
@@ -73,7 +73,7 @@ func runWorker(t *Throttler, sleep time.Duration) {
 // to sleep before the next round, and false when the worker should exit.
 func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
-	t.owed.trimReplay(t.clock.server(t.now()), t.longestW())
+	t.owed.trimReplay(t.clock.Server(t.now()), t.rules.LongestW())
 	if !t.worker.pending(&t.owed) {
 		t.worker.running = false
 		t.mu.Unlock()
@@ -86,23 +86,24 @@ func (t *Throttler) round() (time.Duration, bool) {
 	}
 	t.mu.Unlock()
 
-	if !t.clock.synced() {
+	if !t.clock.Synced() {
 		if err := t.sampleClock(context.Background(), firstSamples); err != nil {
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			return t.fallback.failLocked(nil, nil, err), true
+			return t.fallback.failLocked(nil, err), true
 		}
 	}
 
 	t.mu.Lock()
 	now := t.now()
-	a, batch, claims, sleep := t.planLocked(now)
+	rd := t.planLocked(now)
+	a := rd.Attempt
 	t.mu.Unlock()
 	if len(a.Adds) == 0 && len(a.Remove) == 0 && a.Learn.Slots == 0 && a.Loss.Pause == 0 && !a.Margin.Hold {
 		t.mu.Lock()
 		t.owed.mark = t.owed.mark || a.Loss.Mark // not sent: still to write
 		t.mu.Unlock()
-		return sleep, true
+		return rd.sleep, true
 	}
 
 	r, err := t.send(context.Background(), a)
@@ -110,181 +111,182 @@ func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
+		t.owed.mark = t.owed.mark || a.Loss.Mark // it may not have arrived
+		d := t.fallback.failLocked(rd, err)
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
-		t.worker.scratch.a = nil
-		t.owed.mark = t.owed.mark || a.Loss.Mark // it may not have arrived
-		return t.fallback.failLocked(batch, a, err), true
+		rd.Attempt = nil
+		return d, true
 	}
+	rd.Reply = r
 	t.upkeep.round = now
 	t.owed.giveUpAt = time.Time{} // what it had to give back went with it
 	t.upkeep.done(a, now)
 	t.owed.sent(a)
-	admitted := t.resolveLocked(a, r, batch, claims)
-	return t.nextRoundLocked(a, batch, claims, admitted, sleep), true
+	t.resolveLocked(rd)
+	return t.nextRoundLocked(rd), true
 }
 
 // nextRoundLocked is how long the worker waits before its next round, once
-// a round's reply admitted admitted of its batch; sleep is what the round
-// planned.
-func (t *Throttler) nextRoundLocked(a *core.Attempt, batch []*waiter, claims []claim, admitted int, sleep time.Duration) time.Duration {
+// round rd is resolved.
+func (t *Throttler) nextRoundLocked(rd *round) time.Duration {
+	a, claims := rd.Attempt, rd.Plan.Claims
 	switch {
 	case t.owed.healPause > 0:
 		// Redis lost the window: tell the others at once.
 		return 0
-	case len(batch) == 0:
+	case len(rd.batch) == 0:
 		// Only upkeep (give-backs, a probe): keep the sleep planned.
-		return sleep
-	case admitted == len(batch) && a.Room <= 0 && a.Exact && claims[len(claims)-1].score > a.Soonest:
+		return rd.sleep
+	case rd.admitted == len(rd.batch) && a.Room <= 0 && a.Exact && claims[len(claims)-1].Score > a.Soonest:
 		// Took a full share of slots ahead of their time while other
 		// processes may want the same slots: let them have a turn. The
 		// pause ends before the next free slot comes near its time
-		// (see sharePause), so one process alone loses no slot to it.
+		// (see core.Rules.SharePause), so one process alone loses no slot
+		// to it.
 		// A share whose last slot was free already is no turn taken
 		// from anyone: more may be free, and every slot not taken now
 		// is lost for good (the window frees slots as far apart as the
 		// calls it holds), so the next round goes at once.
-		lead := t.opt.ahead // no free slot known: as if one came within reach now
-		if len(t.known.slots) > 0 {
-			lead = t.clock.local(t.known.slots[0]).Sub(t.now())
+		lead := t.rules.Ahead // no free slot known: as if one came within reach now
+		if len(t.known.Slots) > 0 {
+			lead = t.clock.Local(t.known.Slots[0]).Sub(t.now())
 		}
-		return t.sharePause(t.worker.rng, lead)
+		return t.rules.SharePause(t.worker.rng, lead)
 	}
 	return 0
 }
 
-// planLocked plans the next round (see plan) from a snapshot of what t
+// planLocked plans the next round (see core.Plan) from a snapshot of what t
 // knows, and applies the plan: waiters that fail or are refused are told,
 // those that claim a slot get their members and leave the queue for the
-// round trip's batch. It returns the attempt to send, the batch with its
-// claims, and how long to sleep if the round sends nothing.
-func (t *Throttler) planLocked(now time.Time) (a *core.Attempt, batch []*waiter, claims []claim, sleep time.Duration) {
-	view := t.clock.view()
-	serverNow := view.server(now)
-	// One round runs at a time: its buffers are reused from the last one.
-	sc := &t.worker.scratch
-	if sc.a == nil {
-		sc.a = new(core.Attempt)
+// round trip's batch. The round it returns holds the attempt to send, the
+// batch with its claims, and how long to sleep if it sends nothing.
+func (t *Throttler) planLocked(now time.Time) *round {
+	view := t.clock.View()
+	serverNow := view.Server(now)
+	rd := &t.worker.round // one round runs at a time: its buffers are reused
+	if rd.Attempt == nil {
+		rd.Attempt = new(core.Attempt)
 	}
+	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
-	*sc.a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), Adds: append(sc.a.Adds[:0], t.owed.replay...),
-		Checks: sc.a.Checks[:0], Lims: t.shared.limits(t.wins, serverNow, sc.a.Lims), Expire: core.Expiry{TTLs: sc.a.Expire.TTLs}, Learn: core.Learning{LowCaps: sc.a.Learn.LowCaps}}
-	a = sc.a
+	*a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), Adds: append(a.Adds[:0], t.owed.replay...),
+		Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims), Expire: core.Expiry{TTLs: a.Expire.TTLs}, Learn: core.Learning{LowCaps: a.Learn.LowCaps}}
 	t.owed.giveBack, t.owed.replay = nil, nil
 	t.health.lossChecks(a, serverNow, &t.owed)
-	t.upkeep.due(a, &t.config, now, t.clock.synced(), t.clock.monotonic, a.Loss.Mark)
+	t.upkeep.due(a, &t.config, now, t.clock.Synced(), t.clock.Monotonic, a.Loss.Mark)
 	a.Expire.On = a.Expire.On || a.Loss.Pause > 0 // the key must outlive the pause
-	a.Expire.First = t.ttl() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
-	a.ClockGen = view.gen
-	e := view.errBound()
-	t.setMargin(a, e, t.worker.slack(), t.shared.wideAt(serverNow-e))
+	a.Expire.First = t.rules.TTL() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
+	a.ClockGen = view.Gen
+	e := view.ErrBound()
+	t.rules.SetMargin(a, e, t.worker.slack(), t.shared.wideAt(serverNow-e))
 
-	in := planIn{now: now, runtime: time.Now(), clock: view, lims: a.Lims, pausedTill: t.shared.pausedTill, known: t.known,
-		probe: a.Loss.Probe != "", quietDue: now.Sub(t.upkeep.round) >= t.quiet(), widen: a.Margin.Widen, hold: a.Margin.Hold}
+	in := core.PlanIn{Now: now, Runtime: time.Now(), Clock: view, Lims: a.Lims, PausedTill: t.shared.pausedTill, Known: t.known,
+		Probe: a.Loss.Probe != "", QuietDue: now.Sub(t.upkeep.round) >= t.rules.Quiet(), Widen: a.Margin.Widen, Hold: a.Margin.Hold}
 	if now.Before(t.fallback.shareUntil) && t.fallback.local != nil {
-		in.sharing, in.shareUntil = t.fallback.local.Clone(), t.fallback.shareUntil
+		in.Sharing, in.ShareUntil = t.fallback.local.Clone(), t.fallback.shareUntil
 	}
-	reqs := sc.reqs[:0]
+	rd.Reqs = rd.Reqs[:0]
 	for _, w := range t.worker.queue {
-		reqs = append(reqs, request{n: w.n, deadline: w.deadline, cause: w.cause, now: w.now, prio: w.prio})
+		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.prio.level()})
 	}
-	p := plan(&t.config, in, reqs, sc.plan)
-	sc.reqs, sc.plan = reqs, p
-
-	batch, claims = t.applyPlanLocked(a, p), p.claims
-	a.Checks = append(a.Checks, p.checks...)
-	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.exact, p.slots, p.soonest, p.room, p.prioMask
-	a.Learn.LowCaps = t.lowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
-	sleep = p.sleep
-	if p.jitter {
-		sleep += t.turnJitter(t.worker.rng, t.known.lost)
-		if len(batch) == 0 {
-			sleep = min(sleep, t.quiet())
+	rd.Plan = core.Plan(&t.rules, in, rd.Reqs, rd.Plan)
+	p := rd.Plan
+	t.applyPlanLocked(rd)
+	a.Checks = append(a.Checks, p.Checks...)
+	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.Exact, p.Slots, p.Soonest, p.Room, p.PrioMask
+	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
+	rd.sleep = p.Sleep
+	if p.Jitter {
+		rd.sleep += t.rules.TurnJitter(t.worker.rng, t.known.Lost)
+		if len(rd.batch) == 0 {
+			rd.sleep = min(rd.sleep, t.rules.Quiet())
 		}
 	}
-	return a, batch, claims, sleep
+	return rd
 }
 
-// applyPlanLocked applies plan p's word on each queued waiter: those that
-// fail or are refused are told, those it keeps stay queued, and those that
-// claim a slot get their members in a and leave the queue for the batch,
-// which it returns (p.claims are the batch's claims, in order).
-func (t *Throttler) applyPlanLocked(a *core.Attempt, p planOut) []*waiter {
-	sc := &t.worker.scratch
-	clear(sc.batch)
-	batch := sc.batch[:0]
+// applyPlanLocked applies round rd's plan to each queued waiter: those
+// that fail or are refused are told, those it keeps stay queued, and those
+// that claim a slot get their members in the attempt and leave the queue
+// for rd's batch (the callers of rd.Plan.Claims, in order).
+func (t *Throttler) applyPlanLocked(rd *round) {
+	a, p := rd.Attempt, rd.Plan
+	clear(rd.batch)
+	rd.batch = rd.batch[:0]
 	rest := t.worker.queue[:0]
 	for i, w := range t.worker.queue {
-		switch d := p.each[i]; d.verdict {
-		case keep:
+		switch d := p.Each[i]; d.Action {
+		case core.Keep:
 			rest = append(rest, w)
-		case fail:
-			w.settle(reservation{state: stFailed, err: d.err, stale: w.res.held()})
-		case refuse:
-			w.settle(reservation{state: stRefused, retry: d.retry, stale: w.res.held()})
-		case claim1:
-			if !d.shareAt.IsZero() {
-				t.fallback.local.Take(d.shareAt, w.n)
+		case core.Fail:
+			w.settle(reservation{state: stFailed, err: w.planError(d), stale: w.res.held()})
+		case core.Refuse:
+			w.settle(reservation{state: stRefused, retry: d.At, stale: w.res.held()})
+		case core.Take:
+			if !d.ShareAt.IsZero() {
+				t.fallback.local.Take(d.ShareAt, w.n)
 			}
 			t.lease.ask(a, w, t.ids)
 			first := len(a.Adds)
 			members := make([]string, w.n)
 			for j := range members {
 				members[j] = t.ids.next()
-				a.Adds = append(a.Adds, core.Entry{Score: d.score, Member: members[j]})
+				a.Adds = append(a.Adds, core.Entry{Score: d.Score, Member: members[j]})
 			}
-			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.shareAt}
-			p.claims[len(batch)].first = first
-			batch = append(batch, w)
+			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.ShareAt}
+			p.Claims[len(rd.batch)].First = first
+			rd.batch = append(rd.batch, w)
 		}
 	}
 	clear(t.worker.queue[len(rest):])
 	t.worker.queue = rest
-	sc.batch = batch
-	return batch
 }
 
-// resolveLocked applies a reply (see resolve): claims that fit are
+// resolveLocked applies a reply (see core.Resolve): claims that fit are
 // admitted; the others' members are given back, an AllowN's by its caller
 // before it returns, a WaitN's with the next round trip, and the WaitN goes
-// back to the head of the queue.
-func (t *Throttler) resolveLocked(a *core.Attempt, r core.Reply, batch []*waiter, claims []claim) (admitted int) {
-	t.learnMetaLocked(r)
-	res := t.decideLocked(a, r, batch, claims)
-	t.lease.grant(a, r, batch)
+// back to the head of the queue. It counts the admitted in rd.admitted.
+func (t *Throttler) resolveLocked(rd *round) {
+	t.learnMetaLocked(rd.Reply)
+	t.decideLocked(rd)
+	t.lease.grant(rd.Attempt, rd.Reply, rd.batch)
+	rd.admitted = 0
 	var requeue []*waiter
-	for i, w := range batch {
-		switch ok, again := t.settleClaimLocked(a, res, i, w, claims[i]); {
+	for i, w := range rd.batch {
+		switch ok, again := t.settleClaimLocked(rd, i, w); {
 		case ok:
-			admitted++
+			rd.admitted++
 		case again:
 			requeue = append(requeue, w)
 		}
 	}
 	t.worker.pushFront(requeue)
-	if admitted > 0 {
-		t.known.lost = 0
+	if rd.admitted > 0 {
+		t.known.Lost = 0
 	} else if len(requeue) > 0 {
-		t.known.lost++
+		t.known.Lost++
 	}
-	if a.Learn.Slots > 0 {
-		t.known.slots, t.known.capped = res.slots, res.capped
+	if rd.Attempt.Learn.Slots > 0 {
+		t.known.Slots, t.known.Capped = rd.Outcome.Slots, rd.Outcome.Capped
 	}
 	t.fallback.recoveredLocked()
 	if t.hooks.onResolved != nil {
 		t.hooks.onResolved(len(requeue))
 	}
-	return admitted
 }
 
-// decideLocked resolves the reply to a (see resolve) with what this
-// process knows as it arrives: the limits and pause in force, the margin
-// it read, whether Redis lost the window, and which callers are leaving.
-func (t *Throttler) decideLocked(a *core.Attempt, r core.Reply, batch []*waiter, claims []claim) resolveOut {
+// decideLocked resolves round rd's reply into rd.Outcome (see
+// core.Resolve) with what this process knows as it arrives: the limits and
+// pause in force, the margin it read, whether Redis lost the window, and
+// which callers are leaving.
+func (t *Throttler) decideLocked(rd *round) {
+	a, r := rd.Attempt, rd.Reply
 	now := t.now()
-	view := t.clock.view()
-	arrived := view.server(now) // the reply is in: the server's now
-	e := view.errBound()
+	view := t.clock.View()
+	arrived := view.Server(now) // the reply is in: the server's now
+	e := view.ErrBound()
 	wide := int64(0) // the largest margin in force, as this reply read it
 	if r.WideEnd > arrived-e {
 		wide = r.Wide
@@ -292,33 +294,31 @@ func (t *Throttler) decideLocked(a *core.Attempt, r core.Reply, batch []*waiter,
 	// Measured on the server's clock when the reply read it: a local
 	// clock stepped ahead by more than a TTL would otherwise make a window
 	// lost a moment ago look long expired.
-	at := t.clock.server(now)
+	at := t.clock.Server(now)
 	if !r.ServerTime.IsZero() {
 		at = r.ServerTime.UnixMicro()
 	}
-	lost := t.health.noticeLoss(a, r, at, t.ttl().Microseconds(), &t.owed)
+	lost := t.health.noticeLoss(a, r, at, t.rules.TTL().Microseconds(), &t.owed)
 	if lost {
 		t.healLocked(at)
 	}
-	sc := &t.worker.scratch
-	sc.leaving = sc.leaving[:0]
-	for _, w := range batch {
-		sc.leaving = append(sc.leaving, w.caller != present)
+	rd.leaving = rd.leaving[:0]
+	for _, w := range rd.batch {
+		rd.leaving = append(rd.leaving, w.caller != present)
 	}
-	sc.lims = t.shared.limits(t.wins, arrived, sc.lims)
-	res := resolve(&t.config, resolveIn{a: a, r: r, claims: claims, leaving: sc.leaving, lims: sc.lims,
-		pausedTill: t.shared.pausedTill, arrived: arrived, distrust: r.Stepped || lost, wide: wide}, sc.resolved)
-	sc.resolved = res
-	if len(claims) > 0 { // a round that claimed nothing says nothing about room
-		t.known.near = res.near
+	rd.lims = t.shared.limits(t.rules.Wins, arrived, rd.lims)
+	rd.Outcome = core.Resolve(&t.rules, core.ResolveIn{A: a, R: r, Claims: rd.Plan.Claims, Leaving: rd.leaving, Lims: rd.lims,
+		PausedTill: t.shared.pausedTill, Arrived: arrived, Distrust: r.Stepped || lost, Wide: wide}, rd.Outcome)
+	if len(rd.Plan.Claims) > 0 { // a round that claimed nothing says nothing about room
+		t.known.Near = rd.Outcome.Near
 	}
-	return res
 }
 
-// settleClaimLocked applies the outcome res gave the claim c of w, the
-// i-th of the batch: admitted (ok), refused, given back for a caller gone,
-// or to be queued again (again) for another slot or a place in flight.
-func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w *waiter, c claim) (ok, again bool) {
+// settleClaimLocked applies round rd's outcome to w, the i-th of its
+// batch: admitted (ok), refused, given back for a caller gone, or to be
+// queued again (again) for another slot or a place in flight.
+func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bool) {
+	a, res, c := rd.Attempt, rd.Outcome, rd.Plan.Claims[i]
 	switch {
 	case w.caller == gone:
 		// Its caller returned: what it holds is ours to give back.
@@ -328,26 +328,26 @@ func (t *Throttler) settleClaimLocked(a *core.Attempt, res resolveOut, i int, w 
 	case w.caller == leaving:
 		// Its caller is leaving, and gives back what it holds.
 		w.settle(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
-	case res.ok[i] && !w.needsPlace():
+	case res.OK[i] && !w.needsPlace():
 		w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
-			at: t.clock.local(c.score), score: c.score, margin: a.Margin.Own, immediate: res.immediate[i],
-			epoch: t.shared.epoch, remaining: res.remaining[i]})
-		t.health.journal.Add(c.score, w.res.members)
+			at: t.clock.Local(c.Score), score: c.Score, margin: a.Margin.Own, immediate: res.Immediate[i],
+			epoch: t.shared.epoch, remaining: res.Remaining[i]})
+		t.health.journal.Add(c.Score, w.res.members)
 		if t.hooks.onAdmit != nil {
-			t.hooks.onAdmit(c.score, w.res.members)
+			t.hooks.onAdmit(c.Score, w.res.members)
 		}
 		return true, false
 	case w.now:
 		// Refused: its caller removes the members before it returns.
 		w.freeShare(t.fallback.local)
 		retry := time.Time{}
-		if len(res.slots) >= w.n && res.slots[w.n-1] > c.score {
-			retry = t.clock.local(res.slots[w.n-1])
+		if len(res.Slots) >= w.n && res.Slots[w.n-1] > c.Score {
+			retry = t.clock.Local(res.Slots[w.n-1])
 		}
-		if t.shared.pausedTill > c.score {
-			retry = maxTime(retry, t.clock.local(t.shared.pausedTill))
+		if t.shared.pausedTill > c.Score {
+			retry = maxTime(retry, t.clock.Local(t.shared.pausedTill))
 		}
-		w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.remaining[i]})
+		w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.Remaining[i]})
 	default:
 		// No slot, or no place in flight: its slot goes back, and it
 		// tries again, or waits for a place (see WithInFlight).
@@ -368,8 +368,8 @@ type workerState struct {
 	waiting int       // waits (any face) between enter and leave (see WithMaxQueue)
 	running bool      // a worker goroutine serves the queue
 	kick    chan struct{}
-	rng     *rand.Rand // spreads wake-ups (see jitter, sharePause)
-	scratch roundScratch
+	rng     *rand.Rand                // spreads wake-ups (see core.Rules.TurnJitter, SharePause)
+	round   round                     // the round under way, or the last one: its buffers are reused
 	spawn   func(sleep time.Duration) // starts a worker goroutine that first sleeps sleep
 }
 
@@ -427,7 +427,8 @@ func (q *workerState) start(o *owed) {
 	}
 }
 
-// slack returns the most slack a queued waiter asks for (see margin.go).
+// slack returns the most slack a queued waiter asks for (see
+// internal/core's margin.go).
 func (q *workerState) slack() int64 {
 	var slack int64
 	for _, w := range q.queue {
@@ -444,13 +445,13 @@ func (q *workerState) pushFront(ws []*waiter) {
 	}
 }
 
-// roundScratch holds the buffers of a round, reused by the next one.
-type roundScratch struct {
-	a        *core.Attempt
-	reqs     []request
-	plan     planOut
-	batch    []*waiter
-	leaving  []bool
-	resolved resolveOut
-	lims     []int
+// round is one round from plan to outcome (see core.Round), with the
+// callers of its claims and what the worker made of it.
+type round struct {
+	core.Round
+	batch    []*waiter     // the callers of Plan.Claims, in order
+	sleep    time.Duration // planned: how long to sleep when nothing wakes the worker sooner
+	admitted int           // how many of batch the reply admitted
+	leaving  []bool        // per claim: its caller left while it was in flight
+	lims     []int         // the limits in force as the reply arrived
 }

@@ -106,7 +106,7 @@ func later(a, b time.Time) time.Time {
 }
 
 // Clone returns a copy of l that shares nothing with it: what a round is
-// planned with (see plan), before the plan's slots are taken in l itself.
+// planned with (see Plan), before the plan's slots are taken in l itself.
 func (l *LocalWindow) Clone() *LocalWindow {
 	c := &LocalWindow{Limit: l.Limit, logs: make([]localLog, len(l.logs))}
 	for i, x := range l.logs {

@@ -33,7 +33,7 @@ type Attempt struct {
 	Soonest int64 // the score of a call that goes as soon as the reply is back
 	Room    int   // units of the batch (or fair share) left unclaimed
 	// The generation of the clock estimate the scores were computed with
-	// (see the throttler's clockView).
+	// (see ClockView.Gen).
 	ClockGen uint64
 
 	Margin Margin
@@ -45,7 +45,7 @@ type Learning struct {
 	Slots    int   // k: how many upcoming free slots to learn (0 = none)
 	PrioMask uint8 // the priorities (a bit per level) of the round's claims and of the calls still waiting
 	// By level, for the priorities in PrioMask that may fill less than the
-	// whole limit (see WithPriorityShare): their cap per window, whose free
+	// whole limit (see Rules.Capped): their cap per window, whose free
 	// slots the round trip learns too (when Slots > 0). Empty otherwise.
 	LowCaps [Levels][]int
 }
@@ -73,7 +73,7 @@ type LossChecks struct {
 	Pause int64  // server µs: write a shared pause until then (a heal; 0 = none)
 }
 
-// Margin is a round's margin (see the throttler's margin.go): its own
+// Margin is a round's margin (see margin.go and Rules.SetMargin): its own
 // (Own), published before its members are added when it is positive and
 // the round adds any; how much wider than each window its counts reach,
 // each way (Widen); the largest margin in force it counted with, its own
@@ -104,7 +104,7 @@ type Reply struct {
 	// up members on both sides of g that no one window holds together.
 	Peaks [][]int64
 	Tails [][]Entry // per window
-	// By level, per window: the tails read for the attempt's lowCaps.
+	// By level, per window: the tails read for the attempt's Learn.LowCaps.
 	LowTails [Levels][][]Entry
 	Lost     bool // the probe member is gone: Redis lost the window
 	// The clock sample showed a clock step: the attempt's scores came
@@ -138,6 +138,18 @@ type UsageRead struct {
 	Lims     []int
 }
 
-// Levels is the number of priorities; level maps one to 0..Levels-1,
-// lowest first.
-const Levels = 3
+// Levels is the number of priorities: a Level is 0..Levels-1, lowest
+// first.
+const Levels = int(High) + 1
+
+// Round is one round from plan to outcome, as the worker carries it: the
+// requests it planned from, the plan, the attempt the plan sends, the
+// reply, and the outcome resolved from it. A worker keeps one and reuses
+// its slices from round to round.
+type Round struct {
+	Reqs    []Request
+	Plan    PlanOut
+	Attempt *Attempt
+	Reply   Reply
+	Outcome ResolveOut
+}

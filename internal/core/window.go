@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // Window is one limit a Throttler enforces: a sorted set in which no window
 // of w microseconds (interval + buffer) holds more than limit members.
@@ -37,7 +40,7 @@ const FutureBound = int64(time.Hour / time.Microsecond)
 const DebtPrefix = "\x00d"
 
 // Peak is the most of scores (ascending) in any one window (t-w, t] that
-// holds g, that is with g <= t < g+w: what PeakScript computes in Redis
+// holds g, that is with g <= t < g+w: what redisstore.PeakScript computes
 // for an exact attempt (see Reply.Peaks). Such a window holds the most at
 // t = g or at a score, and both its ends only move forward as t does.
 func Peak(scores []int64, g, w int64) int64 {
@@ -59,4 +62,46 @@ func Peak(scores []int64, g, w int64) int64 {
 		}
 	}
 	return peak
+}
+
+// WindowMicros is how long a call holds its slot, in the whole server
+// microseconds scores are kept in, for a window of d: d rounded up (a
+// window rounded down would let two calls a fraction of a microsecond less
+// than d apart), plus ConversionSlack.
+func WindowMicros(d time.Duration) int64 {
+	return int64((d+time.Microsecond-1)/time.Microsecond) + ConversionSlack
+}
+
+// ConversionSlack covers the conversion of a score to a caller's local clock:
+// each process reads its clock to the nanosecond but converts in whole
+// microseconds, so two processes may place the same score up to a microsecond
+// apart each. Without it, two calls scored exactly one window apart by
+// different processes could go up to 2µs less than a window apart.
+const ConversionSlack = 2
+
+// Sane returns tail without members scored after limit (server µs):
+// garbage beyond FutureBound would otherwise pass for the newest
+// calls when slots are worked out.
+func Sane(tail []Entry, limit int64) []Entry {
+	for i, e := range tail {
+		if e.Score > limit {
+			return tail[:i]
+		}
+	}
+	return tail
+}
+
+// MaxInWindow returns the largest number of scores in any half-open window
+// (t-w, t].
+func MaxInWindow(scores []int64, w int64) int {
+	s := append([]int64(nil), scores...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	best, i := 0, 0
+	for j := range s {
+		for s[i] <= s[j]-w {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
 }

@@ -22,7 +22,7 @@ const (
 	LimitEndMember = "\x00limit-end"
 
 	// WideMember states the largest margin in force (µs); WideEndMember
-	// the server time at which it ends (see margin.go).
+	// the server time at which it ends (see internal/core's margin.go).
 	WideMember    = "\x00wide"
 	WideEndMember = "\x00wide-end"
 

@@ -112,7 +112,7 @@ type attemptCmds struct {
 	counts []*redis.IntCmd // window by window (plain attempts)
 	peaks  []*redis.Cmd    // per window (exact attempts: see PeakScript)
 	tails  []*redis.ZSliceCmd
-	// By level: the tails for the attempt's lowCaps.
+	// By level: the tails for the attempt's Learn.LowCaps.
 	lowTails [core.Levels][]*redis.ZSliceCmd
 	clock    *redis.TimeCmd
 	meta     *redis.FloatSliceCmd
@@ -131,7 +131,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	c.queueLeases(p)
 	if a.Margin.Own > 0 && len(a.Adds) > 0 {
 		// Before any member is added: a round that counts after them
-		// reads the margin it must count with (see margin.go).
+		// reads the margin it must count with (see internal/core's margin.go).
 		WideScript.Eval(c.ctx, p, []string{s.wins[0].Key}, a.Margin.Own, a.Margin.For, WideMember, WideEndMember)
 	}
 	var remove []any
@@ -243,7 +243,7 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 
 // tail queues the read of the members the next free slots under limit
 // (the limit in force, or a priority's cap) depend on: ranks limit-k to
-// limit-1+len(adds) from the top (see nextSlots).
+// limit-1+len(adds) from the top (see nextSlots in internal/core).
 func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSliceCmd {
 	a := c.a
 	k := min(a.Learn.Slots, limit)

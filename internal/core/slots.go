@@ -1,9 +1,7 @@
-package throttler
+package core
 
 import (
 	"sort"
-
-	"github.com/go-throttler/throttler/internal/core"
 )
 
 // This file holds the window arithmetic, kept free of I/O so that it can be
@@ -20,13 +18,13 @@ import (
 // be refused for the sum of both sides, rounds also read the fullest
 // window that holds g (its peak: see redisstore.PeakScript).
 
-// claim is one caller's request within a reservation attempt: n members, all
+// Claim is one caller's request within a reservation attempt: n members, all
 // added at the same score.
-type claim struct {
-	score int64
-	n     int
-	first int      // the index of its first member in the attempt's adds
-	prio  Priority // it fits only under its priority's cap (see WithPriorityShare)
+type Claim struct {
+	Score int64
+	N     int
+	First int   // the index of its first member in the attempt's adds
+	Prio  Level // it fits only under its priority's cap (see Rules.Caps)
 }
 
 // admit decides which claims of one attempt keep their members. All claims'
@@ -34,10 +32,10 @@ type claim struct {
 // within (checks[i]-w, checks[i]+w) after the insert) includes every member of
 // the attempt near checks[i]. checks must hold every claim's score. peaks,
 // when not nil, holds for each check the most members not the attempt's
-// own in any one window holding it (see core.Reply.Peaks): it stands for
-// the count less the attempt's members (-1: not read), and is exact where the count
-// would add up members on both sides of the check that no window holds
-// together.
+// own in any one window holding it (see Reply.Peaks): it stands for the
+// count less the attempt's members (-1: not read), and is exact where the
+// count would add up members on both sides of the check that no window
+// holds together.
 //
 // Claims are kept greedily in order: a claim is kept when, with it and the
 // claims kept before it within w, no checked score within w of it would see
@@ -49,7 +47,7 @@ type claim struct {
 // added earlier was counted here.
 //
 // The result is appended to ok[:0], whose storage it may reuse.
-func admit(claims []claim, checks []int64, counts, peaks []int64, caps levelCaps, w int64, ok []bool) []bool {
+func admit(claims []Claim, checks []int64, counts, peaks []int64, caps LevelCaps, w int64, ok []bool) []bool {
 	var othersBuf, keptBuf [16]int64
 	others, kept := othersBuf[:0], keptBuf[:0]
 	if len(checks) > len(othersBuf) {
@@ -65,8 +63,8 @@ func admit(claims []claim, checks []int64, counts, peaks []int64, caps levelCaps
 		}
 		var ours int64
 		for _, c := range claims {
-			if near(c.score, h, w) {
-				ours += int64(c.n)
+			if near(c.Score, h, w) {
+				ours += int64(c.N)
 			}
 		}
 		others[i] = counts[i] - ours
@@ -78,7 +76,7 @@ func admit(claims []claim, checks []int64, counts, peaks []int64, caps levelCaps
 	for ci, c := range claims {
 		fits := true
 		for i, h := range checks {
-			if near(c.score, h, w) && others[i]+kept[i]+int64(c.n) > int64(caps[c.prio.level()]) {
+			if near(c.Score, h, w) && others[i]+kept[i]+int64(c.N) > int64(caps[c.Prio]) {
 				fits = false
 				break
 			}
@@ -88,8 +86,8 @@ func admit(claims []claim, checks []int64, counts, peaks []int64, caps levelCaps
 		}
 		ok[ci] = true
 		for i, h := range checks {
-			if near(c.score, h, w) {
-				kept[i] += int64(c.n)
+			if near(c.Score, h, w) {
+				kept[i] += int64(c.N)
 			}
 		}
 	}
@@ -105,7 +103,7 @@ func near(a, h, w int64) bool {
 // could be added at the tail of the set, once the members in dropped (this
 // process's rejected members, still in the set until the next attempt removes
 // them) are gone, with at most limit members in any window holding them (a
-// limit, or a priority's cap under it: see WithPriorityShare). A returned
+// limit, or a priority's cap under it: see Rules.Caps). A returned
 // value of 0 means "now": fewer than limit members remain in play. The
 // slice is cut short where tail does not reach.
 //
@@ -114,15 +112,15 @@ func near(a, h, w int64) bool {
 // when there is one, is the (limit-k+1)-th largest member; each earlier one
 // is one rank further from the top. A tail shorter than extra+k means the set
 // ran out below it: the missing ranks do not exist.
-func nextSlots(tail []core.Entry, dropped []core.Entry, limit, k, extra int, w int64) []int64 {
-	drop := append([]core.Entry(nil), dropped...)
+func nextSlots(tail []Entry, dropped []Entry, limit, k, extra int, w int64) []int64 {
+	drop := append([]Entry(nil), dropped...)
 	sort.Slice(drop, func(i, j int) bool { return drop[i].Less(drop[j]) })
-	isDropped := func(e core.Entry) bool {
+	isDropped := func(e Entry) bool {
 		i := sort.Search(len(drop), func(i int) bool { return !drop[i].Less(e) })
 		return i < len(drop) && drop[i] == e
 	}
 	// droppedAbove counts dropped members ranked above e.
-	droppedAbove := func(e core.Entry) int {
+	droppedAbove := func(e Entry) int {
 		i := sort.Search(len(drop), func(i int) bool { return e.Less(drop[i]) })
 		return len(drop) - i
 	}

@@ -1,14 +1,15 @@
-package throttler
+package core
 
 import (
 	"sync"
 	"time"
 )
 
-// clockSync estimates the Redis server's clock from the local one. A
+// Clock estimates the Redis server's clock from the local one. A
 // reservation round trip carries TIME at least every 250ms (every one, for a
-// local clock without monotonic readings), so round trips are samples: the server read its clock somewhere between send and receive, so
-// the offset (server minus local) lies within [server-recv, server-send].
+// local clock without monotonic readings), so round trips are samples: the
+// server read its clock somewhere between send and receive, so the offset
+// (server minus local) lies within [server-recv, server-send].
 // The estimate is the midpoint of the sample with the shortest round trip
 // among the last few, which bounds its error by half that round trip. A
 // sample that contradicts the estimate by more than a millisecond (a local
@@ -23,13 +24,14 @@ import (
 // time.Now's do), so a step of the local wall clock (NTP, a VM resumed)
 // changes no conversion, and the local times returned compare with
 // deadlines on the monotonic clock too. A clock whose readings carry no
-// monotonic reading (a WithClock fake, a simulation) is measured on its
-// wall time: a step of it is seen only by the next sample, so such a clock
-// is sampled on every round trip (see monotonic), and a round whose sample
-// restarts the estimate admits nothing (see observe).
-type clockSync struct {
+// monotonic reading (a fake from the throttler's WithClock, a simulation)
+// is measured on its wall time: a step of it is seen only by the next
+// sample, so such a clock is sampled on every round trip (see Monotonic),
+// and a round whose sample restarts the estimate admits nothing (see
+// Observe).
+type Clock struct {
 	epoch     time.Time // local times are microseconds since it
-	monotonic bool      // the local clock's readings carry Go's monotonic reading
+	Monotonic bool      // the local clock's readings carry Go's monotonic reading
 
 	mu      sync.Mutex
 	samples [8]clockSample
@@ -41,31 +43,31 @@ type clockSync struct {
 	gen     uint64 // how many times the estimate restarted (a clock step)
 	// The runtime's own clock (time.Now, which never steps) when the last
 	// sample came in, and the estimate's server time then: what
-	// serverByRuntime converts from.
+	// ServerByRuntime converts from.
 	anchorRuntime time.Time
 	anchorServer  int64
 }
 
-// newClockSync returns an estimate that, until its first sample, takes the
+// NewClock returns an estimate that, until its first sample, takes the
 // local clock for the server's.
-func newClockSync(epoch time.Time) clockSync {
+func NewClock(epoch time.Time) Clock {
 	// Round(0) strips the monotonic reading: a reading equal to its
 	// stripped self never had one.
-	return clockSync{epoch: epoch, monotonic: epoch != epoch.Round(0), offset: epoch.UnixMicro()}
+	return Clock{epoch: epoch, Monotonic: epoch != epoch.Round(0), offset: epoch.UnixMicro()}
 }
 
 // micros is local's time in microseconds since the epoch.
-func (c *clockSync) micros(local time.Time) int64 { return local.Sub(c.epoch).Microseconds() }
+func (c *Clock) micros(local time.Time) int64 { return local.Sub(c.epoch).Microseconds() }
 
 type clockSample struct {
 	rtt, offset int64 // microseconds
 }
 
-// observe records a round trip sent and received at local times sent and
+// Observe records a round trip sent and received at local times sent and
 // recv, during which the server read its clock as server. It reports
 // whether the sample ruled out the estimate the round trip was planned
 // with (a clock stepped): scores computed with it may be off by the step.
-func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
+func (c *Clock) Observe(sent, recv, server time.Time) (stepped bool) {
 	rtt := recv.Sub(sent).Microseconds()
 
 	c.mu.Lock()
@@ -74,7 +76,7 @@ func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 	if rtt < 0 {
 		// Received before it was sent: the local clock stepped back during
 		// the round trip, and the sample bounds nothing. Start over from
-		// the next one (see synced), and distrust what was planned with
+		// the next one (see Synced), and distrust what was planned with
 		// this estimate.
 		c.count, c.next = 0, 0
 		c.gen++
@@ -110,13 +112,14 @@ func (c *clockSync) observe(sent, recv, server time.Time) (stepped bool) {
 	return stepped
 }
 
-// serverByRuntime converts a reading of the runtime's own clock (time.Now)
+// ServerByRuntime converts a reading of the runtime's own clock (time.Now)
 // to estimated server microseconds, from the last sample on: unlike the
-// local clock (WithClock's), which may step while Redis cannot be reached
-// to show it, the runtime's never does. Before any sample (see anchored)
-// it is server, which takes the local clock for the server's: a caller
-// that must not score by the local clock waits for a sample.
-func (c *clockSync) serverByRuntime(rt time.Time, local time.Time) int64 {
+// local clock (the throttler's WithClock), which may step while Redis
+// cannot be reached to show it, the runtime's never does. Before any
+// sample (see Anchored) it is Server(local), which takes the local clock
+// for the server's: a caller that must not score by the local clock waits
+// for a sample.
+func (c *Clock) ServerByRuntime(rt time.Time, local time.Time) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.anchorRuntime.IsZero() {
@@ -125,73 +128,73 @@ func (c *clockSync) serverByRuntime(rt time.Time, local time.Time) int64 {
 	return c.anchorServer + rt.Sub(c.anchorRuntime).Microseconds()
 }
 
-// anchored reports whether a sample came in: serverByRuntime then
+// Anchored reports whether a sample came in: ServerByRuntime then
 // converts from it, not from the local clock.
-func (c *clockSync) anchored() bool {
+func (c *Clock) Anchored() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.anchorRuntime.IsZero()
 }
 
-// lastServer is the server's clock as it last read it, in microseconds
+// LastServer is the server's clock as it last read it, in microseconds
 // (0 before the first sample): unlike an estimate of its now, never ahead
 // of it.
-func (c *clockSync) lastServer() int64 {
+func (c *Clock) LastServer() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last
 }
 
-// synced reports whether at least one sample was taken.
-func (c *clockSync) synced() bool {
+// Synced reports whether at least one sample was taken.
+func (c *Clock) Synced() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.count > 0
 }
 
-// server converts a local time to estimated server microseconds.
-func (c *clockSync) server(local time.Time) int64 {
+// Server converts a local time to estimated server microseconds.
+func (c *Clock) Server(local time.Time) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.micros(local) + c.offset
 }
 
-// since reports whether the estimate restarted after generation gen: a
+// Since reports whether the estimate restarted after generation gen: a
 // round trip planned with it proves nothing if the estimate restarts before
 // its reply is read, whichever round trip's sample showed the step.
-func (c *clockSync) since(gen uint64) bool {
+func (c *Clock) Since(gen uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen != gen
 }
 
-// local converts server microseconds to the local clock's time.
-func (c *clockSync) local(server int64) time.Time {
+// Local converts server microseconds to the local clock's time.
+func (c *Clock) Local(server int64) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.epoch.Add(time.Duration(server-c.offset) * time.Microsecond)
 }
 
-// clockView is the estimate as it stood at one moment, a plain value: what
+// ClockView is the estimate as it stood at one moment, a plain value: what
 // a round is planned with, so that planning needs no lock.
-type clockView struct {
+type ClockView struct {
 	epoch  time.Time
 	offset int64  // microseconds, server minus local since epoch
-	rtt    int64  // microseconds, the shortest recent round trip
-	gen    uint64 // how many times the estimate restarted: a round planned in one generation and read in another proves nothing (see since)
+	RTT    int64  // microseconds, the shortest recent round trip
+	Gen    uint64 // how many times the estimate restarted: a round planned in one generation and read in another proves nothing (see Clock.Since)
 }
 
-// view returns the estimate as it stands.
-func (c *clockSync) view() clockView {
+// View returns the estimate as it stands.
+func (c *Clock) View() ClockView {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return clockView{epoch: c.epoch, offset: c.offset, rtt: c.rtt, gen: c.gen}
+	return ClockView{epoch: c.epoch, offset: c.offset, RTT: c.rtt, Gen: c.gen}
 }
 
-// server converts a local time to estimated server microseconds.
-func (v clockView) server(local time.Time) int64 { return local.Sub(v.epoch).Microseconds() + v.offset }
+// Server converts a local time to estimated server microseconds.
+func (v ClockView) Server(local time.Time) int64 { return local.Sub(v.epoch).Microseconds() + v.offset }
 
-// local converts server microseconds to the local clock's time.
-func (v clockView) local(server int64) time.Time {
+// Local converts server microseconds to the local clock's time.
+func (v ClockView) Local(server int64) time.Time {
 	return v.epoch.Add(time.Duration(server-v.offset) * time.Microsecond)
 }

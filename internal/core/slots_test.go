@@ -1,4 +1,4 @@
-package throttler
+package core
 
 import (
 	"fmt"
@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sort"
 	"testing"
-
-	"github.com/go-throttler/throttler/internal/core"
 )
 
 // bruteFits reports whether adding n members at g to set keeps every window
@@ -17,16 +15,16 @@ func bruteFits(set []int64, g int64, n, limit int, w int64) bool {
 	for i := range n {
 		all[len(set)+i] = g
 	}
-	return maxInWindow(all, w) <= limit
+	return MaxInWindow(all, w) <= limit
 }
 
 // keepClaims is set with the members of the claims ok keeps.
-func keepClaims(set []int64, claims []claim, ok []bool) []int64 {
+func keepClaims(set []int64, claims []Claim, ok []bool) []int64 {
 	kept := append([]int64(nil), set...)
 	for i, c := range claims {
 		if ok[i] {
-			for range c.n {
-				kept = append(kept, c.score)
+			for range c.N {
+				kept = append(kept, c.Score)
 			}
 		}
 	}
@@ -42,39 +40,26 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 		for range rng.IntN(2 * limit) {
 			set = append(set, int64(rng.IntN(200)))
 		}
-		if maxInWindow(set, w) > limit {
+		if MaxInWindow(set, w) > limit {
 			continue // admit assumes the set already holds the invariant
 		}
-		var claims []claim
+		var claims []Claim
 		var checks []int64
 		for range 1 + rng.IntN(4) {
-			c := claim{score: int64(rng.IntN(200)), n: 1 + rng.IntN(limit)}
+			c := Claim{Score: int64(rng.IntN(200)), N: 1 + rng.IntN(limit)}
 			claims = append(claims, c)
 		}
-		sort.Slice(claims, func(i, j int) bool { return claims[i].score < claims[j].score })
+		sort.Slice(claims, func(i, j int) bool { return claims[i].Score < claims[j].Score })
 		seen := map[int64]bool{}
 		for _, c := range claims {
-			if !seen[c.score] {
-				seen[c.score] = true
-				checks = append(checks, c.score)
+			if !seen[c.Score] {
+				seen[c.Score] = true
+				checks = append(checks, c.Score)
 			}
 		}
-		// Counts as Redis returns them: after every claim's members were added.
-		counts := make([]int64, len(checks))
-		for i, h := range checks {
-			for _, s := range set {
-				if near(s, h, w) {
-					counts[i]++
-				}
-			}
-			for _, c := range claims {
-				if near(c.score, h, w) {
-					counts[i] += int64(c.n)
-				}
-			}
-		}
+		counts := countsAfterInsert(set, claims, checks, w)
 		ok := admit(claims, checks, counts, nil, capsOf(limit), w, nil)
-		if got := maxInWindow(keepClaims(set, claims, ok), w); got > limit {
+		if got := MaxInWindow(keepClaims(set, claims, ok), w); got > limit {
 			t.Fatalf("iter %d: set %v, claims %v, limit %d, w %d: kept %v gives a window of %d",
 				iter, set, claims, limit, w, ok, got)
 		}
@@ -83,9 +68,9 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 		// fit, as it counts all of (g-w, g+w) at once.
 		atTail := true
 		for _, s := range set {
-			atTail = atTail && s <= claims[0].score
+			atTail = atTail && s <= claims[0].Score
 		}
-		if len(claims) == 1 && atTail && ok[0] != bruteFits(set, claims[0].score, claims[0].n, limit, w) {
+		if len(claims) == 1 && atTail && ok[0] != bruteFits(set, claims[0].Score, claims[0].N, limit, w) {
 			t.Fatalf("iter %d: set %v, claim %v, limit %d, w %d: admit says %v, brute force disagrees",
 				iter, set, claims[0], limit, w, ok[0])
 		}
@@ -94,17 +79,17 @@ func TestAdmitMatchesBruteForce(t *testing.T) {
 		sorted := slices.Sorted(slices.Values(set))
 		peaks := make([]int64, len(checks))
 		for i, h := range checks {
-			peaks[i] = core.Peak(sorted, h, w)
+			peaks[i] = Peak(sorted, h, w)
 			if counts[i] <= int64(limit) {
 				peaks[i] = -1 // as PeakScript answers: the count decides
 			}
 		}
 		ok = admit(claims, checks, counts, peaks, capsOf(limit), w, nil)
-		if got := maxInWindow(keepClaims(set, claims, ok), w); got > limit {
+		if got := MaxInWindow(keepClaims(set, claims, ok), w); got > limit {
 			t.Fatalf("iter %d: set %v, claims %v, limit %d, w %d: with peaks %v, kept %v gives a window of %d",
 				iter, set, claims, limit, w, peaks, ok, got)
 		}
-		if len(claims) == 1 && ok[0] != bruteFits(set, claims[0].score, claims[0].n, limit, w) {
+		if len(claims) == 1 && ok[0] != bruteFits(set, claims[0].Score, claims[0].N, limit, w) {
 			t.Fatalf("iter %d: set %v, claim %v, limit %d, w %d: with peaks %v admit says %v, brute force disagrees",
 				iter, set, claims[0], limit, w, peaks, ok[0])
 		}
@@ -120,18 +105,18 @@ func TestNextSlotsMatchesBruteForce(t *testing.T) {
 		k := 1 + rng.IntN(limit)
 		w := int64(10 + rng.IntN(40))
 		// A set that holds the invariant, built by admitting at the tail.
-		var set []core.Entry
+		var set []Entry
 		var scores []int64
 		now := int64(0)
 		for range rng.IntN(3 * limit) {
 			now += int64(rng.IntN(15))
 			if bruteFits(scores, now, 1, limit, w) {
 				scores = append(scores, now)
-				set = append(set, core.Entry{Score: now, Member: fmt.Sprint("m", len(set))})
+				set = append(set, Entry{Score: now, Member: fmt.Sprint("m", len(set))})
 			}
 		}
 		// Some of it is this process's rejected members, still in the set.
-		var dropped []core.Entry
+		var dropped []Entry
 		var clean []int64
 		for _, e := range set {
 			if rng.IntN(5) == 0 {
@@ -169,7 +154,7 @@ func TestNextSlotsMatchesBruteForce(t *testing.T) {
 
 // zrange mimics ZRANGE key start stop on an ascending set, with Redis's
 // clamping of negative indexes.
-func zrange(set []core.Entry, start, stop int) []core.Entry {
+func zrange(set []Entry, start, stop int) []Entry {
 	n := len(set)
 	if start < 0 {
 		start = max(0, n+start)
@@ -183,7 +168,7 @@ func zrange(set []core.Entry, start, stop int) []core.Entry {
 	if start > stop || stop < 0 {
 		return nil
 	}
-	return append([]core.Entry(nil), set[start:stop+1]...)
+	return append([]Entry(nil), set[start:stop+1]...)
 }
 
 func FuzzAdmitKeepsInvariant(f *testing.F) {
@@ -199,39 +184,27 @@ func FuzzAdmitKeepsInvariant(f *testing.F) {
 			}
 		}
 		rng := rand.New(rand.NewPCG(seed, seed^0x9e37))
-		var claims []claim
+		var claims []Claim
 		for range 1 + rng.IntN(5) {
-			claims = append(claims, claim{score: int64(rng.IntN(300)), n: 1 + rng.IntN(limit)})
+			claims = append(claims, Claim{Score: int64(rng.IntN(300)), N: 1 + rng.IntN(limit)})
 		}
-		sort.Slice(claims, func(i, j int) bool { return claims[i].score < claims[j].score })
+		sort.Slice(claims, func(i, j int) bool { return claims[i].Score < claims[j].Score })
 		var checks []int64
 		for _, c := range claims {
-			if len(checks) == 0 || checks[len(checks)-1] != c.score {
-				checks = append(checks, c.score)
+			if len(checks) == 0 || checks[len(checks)-1] != c.Score {
+				checks = append(checks, c.Score)
 			}
 		}
-		counts := make([]int64, len(checks))
-		for i, h := range checks {
-			for _, s := range set {
-				if near(s, h, w) {
-					counts[i]++
-				}
-			}
-			for _, c := range claims {
-				if near(c.score, h, w) {
-					counts[i] += int64(c.n)
-				}
-			}
-		}
+		counts := countsAfterInsert(set, claims, checks, w)
 		ok := admit(claims, checks, counts, nil, capsOf(limit), w, nil)
 		for i, c := range claims {
 			if ok[i] {
-				for range c.n {
-					set = append(set, c.score)
+				for range c.N {
+					set = append(set, c.Score)
 				}
 			}
 		}
-		if got := maxInWindow(set, w); got > limit {
+		if got := MaxInWindow(set, w); got > limit {
 			t.Fatalf("limit %d, w %d, claims %v kept %v: a window holds %d", limit, w, claims, ok, got)
 		}
 	})
@@ -301,8 +274,8 @@ func FuzzSlotsUnder(f *testing.F) {
 }
 
 // capsOf is the caps of a limit every priority may fill.
-func capsOf(limit int) levelCaps {
-	var c levelCaps
+func capsOf(limit int) LevelCaps {
+	var c LevelCaps
 	for l := range c {
 		c[l] = limit
 	}
@@ -312,12 +285,12 @@ func capsOf(limit int) levelCaps {
 // fuzzSet builds a set from raw scores, keeping those that fit under limit,
 // and drops every dropEvery-th member (none for 0): the set sorted as Redis
 // sorts it, the dropped members, and the scores of the others.
-func fuzzSet(raw []byte, limit int, w int64, dropEvery uint8) (set, dropped []core.Entry, clean []int64) {
+func fuzzSet(raw []byte, limit int, w int64, dropEvery uint8) (set, dropped []Entry, clean []int64) {
 	var scores []int64
 	for i, b := range raw {
 		if s := int64(b); bruteFits(scores, s, 1, limit, w) {
 			scores = append(scores, s)
-			set = append(set, core.Entry{Score: s, Member: fmt.Sprint("m", i)})
+			set = append(set, Entry{Score: s, Member: fmt.Sprint("m", i)})
 		}
 	}
 	for i, e := range set {
@@ -329,4 +302,24 @@ func fuzzSet(raw []byte, limit int, w int64, dropEvery uint8) (set, dropped []co
 	}
 	sort.Slice(set, func(i, j int) bool { return set[i].Less(set[j]) })
 	return set, dropped, clean
+}
+
+// countsAfterInsert counts, for each check, the members within
+// (check-w, check+w) as Redis returns them: after every claim's members
+// were added to set.
+func countsAfterInsert(set []int64, claims []Claim, checks []int64, w int64) []int64 {
+	counts := make([]int64, len(checks))
+	for i, h := range checks {
+		for _, s := range set {
+			if near(s, h, w) {
+				counts[i]++
+			}
+		}
+		for _, c := range claims {
+			if near(c.Score, h, w) {
+				counts[i] += int64(c.N)
+			}
+		}
+	}
+	return counts
 }
