@@ -60,7 +60,7 @@ func main() {
 	all := harness.Scenarios(*quick)
 	if *duration > 0 {
 		for i := range all {
-			if all[i].Kind != harness.KindMemory {
+			if all[i].Kind != harness.KindMemory && all[i].Kind != harness.KindKeys {
 				all[i].Duration = *duration
 				all[i].Warmup = min(all[i].Warmup, *duration/2)
 			}

@@ -438,3 +438,34 @@ func TestStalledIn(t *testing.T) {
 		}
 	}
 }
+
+// TestSmokeKeys runs the keys scenario on 200 keys, 3 calls each: both
+// implementations fill in their figures (on so few keys, used_memory's
+// own noise swamps the bytes per key: the figures mean something at the
+// scenario's 100,000), and the report has its table.
+func TestSmokeKeys(t *testing.T) {
+	requireRedis(t)
+	all, err := Select(Scenarios(true), []string{"keys"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := all[0]
+	sc.Keys, sc.Calls, sc.Goroutines = 200, 3, 8
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Options{Scenarios: []Scenario{sc}, Buffer: 50 * time.Millisecond, Progress: testWriter{t, &strings.Builder{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Keys) != 2 {
+		t.Fatalf("%d keys rows, want one per implementation", len(rep.Keys))
+	}
+	for _, k := range rep.Keys {
+		if k.Keys != 200 || k.Calls != 3 || k.BytesFirst <= 0 || k.UsageAll <= 0 {
+			t.Errorf("%s: %+v, want every figure", k.Impl, k)
+		}
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| memory (many keys) |") {
+		t.Errorf("no keys table in:\n%s", md)
+	}
+}

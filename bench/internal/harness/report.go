@@ -15,6 +15,7 @@ type Report struct {
 	Rows      []Row          `json:"rows"`
 	Latency   []LatencyRow   `json:"latency,omitempty"`
 	Memory    []MemoryRow    `json:"memory,omitempty"`
+	Keys      []KeysRow      `json:"keys,omitempty"`
 	// Summary sums up the runs of each scenario and implementation whose
 	// rows have a max in window, when each ran more than once (-runs).
 	Summary []SummaryRow `json:"summary,omitempty"`
@@ -309,6 +310,14 @@ func (r *Report) Markdown() string {
 		b.WriteString("|---|---:|---:|---:|---:|\n")
 		for _, m := range r.Memory {
 			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f |\n", runLabel(m.Impl, m.Run, multi), m.Calls, m.Members, m.Bytes, m.BytesPerMember)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Keys) > 0 {
+		b.WriteString("| memory (many keys) | keys | calls per key | bytes/key after one call | after all | MEMORY USAGE of one key |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+		for _, k := range r.Keys {
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.0f | %d |\n", runLabel(k.Impl, k.Run, multi), k.Keys, k.Calls, k.BytesFirst, k.BytesAll, k.UsageAll)
 		}
 		b.WriteString("\n")
 	}

@@ -128,6 +128,18 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 					fmt.Fprintf(opt.Progress, "run %-2d ", run)
 				}
 				began := time.Now()
+				if sc.Kind == KindKeys {
+					k, err := h.runKeys(ctx, sc, impl)
+					if err != nil {
+						fmt.Fprintln(opt.Progress, "failed")
+						return nil, fmt.Errorf("%s: %w", what, err)
+					}
+					k.Run = run
+					rep.Keys = append(rep.Keys, k)
+					fmt.Fprintf(opt.Progress, "%5.1fs  %.0f bytes/key after one call, %.0f after %d\n",
+						time.Since(began).Seconds(), k.BytesFirst, k.BytesAll, k.Calls)
+					continue
+				}
 				if sc.Kind == KindMemory {
 					m, err := h.runMemory(ctx, sc, impl)
 					if err != nil {

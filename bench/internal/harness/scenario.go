@@ -25,6 +25,11 @@ const (
 	// KindMemory: admit Calls calls in one long window, in the harness
 	// process, then measure the key.
 	KindMemory Kind = "memory"
+	// KindKeys: Keys keys, each with its own quota of Limit per Interval
+	// (this library's Group; redis_rate's GCRA, one state per key): one
+	// call on each, then Calls-1 more on each, all in one window; Redis's
+	// memory per key after the first call and after the last.
+	KindKeys Kind = "keys"
 	// KindLLM: POST calls to a fake LLM API (internal/fakellm) that enforces
 	// Limit tokens and Requests calls per Interval on the tokens each call
 	// used, through a throttler.Transport with a Cost (estimate prompt +
@@ -69,7 +74,8 @@ type Scenario struct {
 	// Warmup is left out of rates, fairness and wait percentiles: the first
 	// window, where every implementation may admit a full quota at once.
 	Warmup time.Duration
-	Calls  int      // KindMemory: calls to admit
+	Calls  int      // KindMemory: calls to admit; KindKeys: calls per key
+	Keys   int      // KindKeys: how many keys
 	Impls  []string // implementations that take part
 	// KindLLM: Limit is in tokens; Requests is the calls allowed per
 	// Interval, and Unit how many tokens one unit of the token Throttler
@@ -93,6 +99,9 @@ func (s Scenario) String() string {
 	case KindMemory:
 		return fmt.Sprintf("%s: admit %d calls in one window (limit %d per %s), %d goroutines, then MEMORY USAGE",
 			s.Name, s.Calls, s.Limit, s.Interval, s.Goroutines)
+	case KindKeys:
+		return fmt.Sprintf("%s: %d keys, each its own quota of %d per %s, %d calls on each (one on every key, then the rest), %d goroutines, then used_memory per key",
+			s.Name, s.Keys, s.Limit, s.Interval, s.Calls, s.Goroutines)
 	case KindAPI:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, wait then GET the API",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
@@ -117,12 +126,12 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "keys"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
 // minute or more for all its implementations, or measures one feature of
 // this library.
-var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm"}
+var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "keys"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -169,7 +178,21 @@ func Scenarios(quick bool) []Scenario {
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}, OptIn: true},
 		{Name: "priority-calm", Kind: KindPriority, Procs: 3, HighRate: 10, Limit: 100, Interval: time.Second,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}, OptIn: true},
+		// A daily quota of a million in one key, a fifth of it used.
+		{Name: "memory-day", Kind: KindMemory, Goroutines: 32, Limit: 1_000_000, Interval: 24 * time.Hour,
+			Calls: pickN(quick, 200_000, 20_000), Impls: []string{"throttler"}, OptIn: true},
+		// A quota per customer: many small keys.
+		{Name: "keys", Kind: KindKeys, Goroutines: 64, Limit: 10, Interval: time.Minute,
+			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate"}, OptIn: true},
 	}
+}
+
+// pickN is full, or short for a quick run.
+func pickN(quick bool, full, short int) int {
+	if quick {
+		return short
+	}
+	return full
 }
 
 // Select keeps the scenarios named (all but the OptIn ones when names is
