@@ -25,13 +25,13 @@ func Earliest(wins []Window, lims []int, slots []int64, floor int64, ahead, n in
 	return bound
 }
 
-// DeadlineMargin is the least time a call's slot must leave before its
+// deadlineMargin is the least time a call's slot must leave before its
 // deadline: a caller woken for a slot closer to its deadline than that is
 // woken after it as often as not (a timer fires a little late), and has no
 // time left for its call anyway; the slot goes back at once instead, to a
 // caller that can use it, rather than when it comes.
-const DeadlineMargin = time.Millisecond
+const deadlineMargin = time.Millisecond
 
 // TooLate reports whether a slot at comes too close to deadline to be
 // worth taking (see DeadlineMargin).
-func TooLate(at, deadline time.Time) bool { return at.Add(DeadlineMargin).After(deadline) }
+func TooLate(at, deadline time.Time) bool { return at.Add(deadlineMargin).After(deadline) }

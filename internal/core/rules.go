@@ -137,13 +137,13 @@ func (c *Rules) Longest() int {
 	return i
 }
 
-// LevelCaps is, by level, the most calls a window holding a call of that
+// levelCaps is, by level, the most calls a window holding a call of that
 // priority may hold with it.
-type LevelCaps [Levels]int
+type levelCaps [Levels]int
 
 // Caps returns each priority's cap under the limit lim.
-func (c *Rules) Caps(lim int) LevelCaps {
-	var out LevelCaps
+func (c *Rules) Caps(lim int) levelCaps {
+	var out levelCaps
 	for l, share := range c.Shares {
 		out[l] = max(1, lim*share/1000)
 	}

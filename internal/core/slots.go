@@ -47,7 +47,7 @@ type Claim struct {
 // added earlier was counted here.
 //
 // The result is appended to ok[:0], whose storage it may reuse.
-func admit(claims []Claim, checks []int64, counts, peaks []int64, caps LevelCaps, w int64, ok []bool) []bool {
+func admit(claims []Claim, checks []int64, counts, peaks []int64, caps levelCaps, w int64, ok []bool) []bool {
 	var othersBuf, keptBuf [16]int64
 	others, kept := othersBuf[:0], keptBuf[:0]
 	if len(checks) > len(othersBuf) {

@@ -274,8 +274,8 @@ func FuzzSlotsUnder(f *testing.F) {
 }
 
 // capsOf is the caps of a limit every priority may fill.
-func capsOf(limit int) LevelCaps {
-	var c LevelCaps
+func capsOf(limit int) levelCaps {
+	var c levelCaps
 	for l := range c {
 		c[l] = limit
 	}

@@ -128,42 +128,12 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 					fmt.Fprintf(opt.Progress, "run %-2d ", run)
 				}
 				began := time.Now()
-				if sc.Kind == KindKeys {
-					k, err := h.runKeys(ctx, sc, impl)
-					if err != nil {
-						fmt.Fprintln(opt.Progress, "failed")
-						return nil, fmt.Errorf("%s: %w", what, err)
-					}
-					k.Run = run
-					rep.Keys = append(rep.Keys, k)
-					fmt.Fprintf(opt.Progress, "%5.1fs  %.0f bytes/key after one call, %.0f after %d\n",
-						time.Since(began).Seconds(), k.BytesFirst, k.BytesAll, k.Calls)
-					continue
-				}
-				if sc.Kind == KindMemory {
-					m, err := h.runMemory(ctx, sc, impl)
-					if err != nil {
-						fmt.Fprintln(opt.Progress, "failed")
-						return nil, fmt.Errorf("%s: %w", what, err)
-					}
-					m.Run = run
-					rep.Memory = append(rep.Memory, m)
-					fmt.Fprintf(opt.Progress, "%5.1fs  %d members, %d bytes (%.1f/member)\n",
-						time.Since(began).Seconds(), m.Members, m.Bytes, m.BytesPerMember)
-					continue
-				}
-				row, lat, err := h.runReplicas(ctx, sc, impl)
+				summary, err := h.runOne(ctx, sc, impl, run, rep)
 				if err != nil {
 					fmt.Fprintln(opt.Progress, "failed")
 					return nil, fmt.Errorf("%s: %w", what, err)
 				}
-				row.Run = run
-				rep.Rows = append(rep.Rows, row)
-				if lat != nil {
-					lat.Run = run
-					rep.Latency = append(rep.Latency, *lat)
-				}
-				fmt.Fprintf(opt.Progress, "%5.1fs  %s\n", time.Since(began).Seconds(), row.summary())
+				fmt.Fprintf(opt.Progress, "%5.1fs  %s\n", time.Since(began).Seconds(), summary)
 			}
 		}
 	}
@@ -171,6 +141,40 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		rep.Summary = summarize(rep.Rows)
 	}
 	return rep, nil
+}
+
+// runOne runs scenario sc once (run) for impl, adds its figures to rep,
+// and returns a line that sums them up.
+func (h *harness) runOne(ctx context.Context, sc Scenario, impl string, run int, rep *Report) (string, error) {
+	switch sc.Kind {
+	case KindKeys:
+		k, err := h.runKeys(ctx, sc, impl)
+		if err != nil {
+			return "", err
+		}
+		k.Run = run
+		rep.Keys = append(rep.Keys, k)
+		return fmt.Sprintf("%.0f bytes/key after one call, %.0f after %d", k.BytesFirst, k.BytesAll, k.Calls), nil
+	case KindMemory:
+		m, err := h.runMemory(ctx, sc, impl)
+		if err != nil {
+			return "", err
+		}
+		m.Run = run
+		rep.Memory = append(rep.Memory, m)
+		return fmt.Sprintf("%d members, %d bytes (%.1f/member)", m.Members, m.Bytes, m.BytesPerMember), nil
+	}
+	row, lat, err := h.runReplicas(ctx, sc, impl)
+	if err != nil {
+		return "", err
+	}
+	row.Run = run
+	rep.Rows = append(rep.Rows, row)
+	if lat != nil {
+		lat.Run = run
+		rep.Latency = append(rep.Latency, *lat)
+	}
+	return row.summary(), nil
 }
 
 // replica is a running replica process.
