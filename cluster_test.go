@@ -106,7 +106,7 @@ func TestClusterInFlight(t *testing.T) {
 	}
 	// Every call settled from 2 units down to 1 (the hour's key: the
 	// second's may have been trimmed already).
-	if n := len(keyMembers(t, check, tag+":hour")); n != 60 {
+	if n := len(calls(t, check, tag+":hour")); n != 60 {
 		t.Fatalf("the hour's key holds %d members, want 60", n)
 	}
 	waits := uint64(0)

@@ -45,6 +45,7 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.extra...)
 	for i := range wins {
 		wins[i].W = core.WindowMicros(wins[i].Interval + o.buffer)
+		wins[i].Bucket, wins[i].Age = core.Compaction(wins[i].Limit, wins[i].W, o.compactFrom, o.buckets)
 		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
 			return config{}, err
 		}

@@ -38,7 +38,8 @@ import (
 // Allow's alike.
 func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 	h.journal.Trim(serverNow)
-	a.Loss.Probe, _ = h.journal.Probe()
+	p, _ := h.journal.Probe()
+	a.Loss.Probe, a.Loss.ProbeAt = p.Member, p.Score
 	a.Loss.Mark, o.mark = o.mark || h.lastSeen == 0, false
 	// The marker goes when one found missing, or a heal's, is owed; and
 	// until a reply vouches for the key, with every round trip, for a

@@ -158,11 +158,11 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 }
 
 // calls returns the members of key that are calls (no marker, pause,
-// limit, back-off or margin member) and their scores.
+// limit, back-off, margin or bucketed member) and their scores.
 func calls(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
 	t.Helper()
 	m := keyMembers(t, c, key)
-	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember} {
+	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember} {
 		delete(m, meta)
 	}
 	return m

@@ -28,6 +28,9 @@ type options struct {
 	shares       [core.Levels]int // WithPriorityShare, in thousandths, by level
 	clockSet     bool             // WithClock
 	clock        *core.Clock      // withClockSync: an estimate shared with other Throttlers
+	// Which windows compact (see core.Compaction): from this limit on, in
+	// so many buckets. Tests lower them to compact small windows.
+	compactFrom, buckets int
 }
 
 func defaultOptions() options {
@@ -39,6 +42,8 @@ func defaultOptions() options {
 		redisTimeout: time.Second,
 		maxBatch:     64,
 		shares:       defaultShares,
+		compactFrom:  core.CompactFrom,
+		buckets:      core.Buckets,
 	}
 }
 

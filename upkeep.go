@@ -59,11 +59,16 @@ const (
 // memory, not correctness: a set holds at most a twentieth of a window of
 // them more than a trim on every round trip would leave, and an hour-long
 // window's process, probing every 36s, sends two ZREMRANGEBYSCORE per key
-// every 3 minutes instead of with every probe.
+// every 3 minutes instead of with every probe. A compacted window
+// compacts with each trim, and trims at least every half of its age, so
+// that it keeps a member for at most one and a half ages of calls.
 func (c *config) trimEvery() time.Duration {
-	w := c.rules.Wins[0].W
-	for _, x := range c.rules.Wins[1:] {
-		w = min(w, x.W)
+	w := c.rules.Wins[0].W / 20
+	for _, x := range c.rules.Wins {
+		w = min(w, x.W/20)
+		if x.Bucket > 0 {
+			w = min(w, x.Age/2)
+		}
 	}
-	return max(minTrimEvery, time.Duration(w)*time.Microsecond/20)
+	return max(minTrimEvery, time.Duration(w)*time.Microsecond)
 }

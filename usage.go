@@ -30,8 +30,17 @@ type Usage struct {
 	// limit: now when there is room.
 	NextFree time.Time
 	// Debt is how many of the units in Used are debt: the excess of
-	// permits settled above their estimate (see Permit.Settle).
+	// permits settled above their estimate (see Permit.Settle). In a
+	// compacted window (Bucket > 0), only the debt of calls younger than
+	// the window's compaction age.
 	Debt int
+	// Bucket is how this Throttler keeps the window: zero when Redis holds
+	// a member per call in the window (a limit under 5,000); otherwise
+	// the window is compacted: calls older than a quarter of the interval
+	// (at most a minute, at least a bucket) are counted per bucket of this
+	// width (the window plus buffer over 1,024) instead, and every bucket
+	// overlapping a window counts wholly. See "Memory" in the README.
+	Bucket time.Duration
 	// PausedUntil is the end of a shared pause (first limit only; zero when
 	// none is in force).
 	PausedUntil time.Time
@@ -68,6 +77,7 @@ func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 			Used:     rd.Used[i],
 			Debt:     rd.Debt[i],
 			Reserved: rd.Reserved[i],
+			Bucket:   time.Duration(x.Bucket) * time.Microsecond,
 			NextFree: local(now),
 			Now:      server,
 		}

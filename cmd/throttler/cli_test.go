@@ -151,7 +151,7 @@ func TestWriteStatus(t *testing.T) {
 		PausedUntil: now.Add(30 * time.Second),
 	}, {
 		Key: "{gh}:hourly", Limit: 5000, Interval: time.Hour, Used: 1200,
-		NextFree: now.Add(-time.Microsecond),
+		NextFree: now.Add(-time.Microsecond), Bucket: 3515625 * time.Microsecond,
 	}}
 	var b bytes.Buffer
 	writeStatus(&b, us, []int{100, 5000}, 50*time.Millisecond, now)
@@ -166,6 +166,7 @@ func TestWriteStatus(t *testing.T) {
   used       1200/5000 in the last 1h0m0s (+50ms buffer)
   debt       0 of the used (settled above their estimate)
   reserved   0
+  compacted  older calls counted per bucket of 3.5s
   next free  now (2025-01-02 15:04:04.999 UTC)
   paused     no
 `

@@ -50,7 +50,9 @@ func configured(cfg *config) []int {
 
 // writeStatus writes one block per usage, separated by blank lines. limits
 // are the configured limits (to show one lowered through Redis); now is the
-// local time the durations are counted from.
+// local time the durations are counted from. A compacted window (a limit
+// of 5,000 or more: see Usage.Bucket) has one more line, after reserved:
+// "compacted  older calls counted per bucket of 3.5s".
 //
 //	github-api
 //	  used       45/100 in the last 1s (+50ms buffer)
@@ -69,6 +71,9 @@ func writeStatus(w io.Writer, us []throttler.Usage, limits []int, buffer time.Du
 			u.Used, u.Limit, u.Interval, buffer, lowered(u, limits, i))
 		fmt.Fprintf(&b, "  debt       %d of the used (settled above their estimate)\n", u.Debt)
 		fmt.Fprintf(&b, "  reserved   %d\n", u.Reserved)
+		if u.Bucket > 0 {
+			fmt.Fprintf(&b, "  compacted  older calls counted per bucket of %s\n", round(u.Bucket))
+		}
 		fmt.Fprintf(&b, "  next free  %s (%s)\n", fromNow(u.NextFree, now), u.NextFree.Format(timeLayout))
 		if paused(u, now) {
 			fmt.Fprintf(&b, "  paused     until %s (%s left)\n",

@@ -48,10 +48,11 @@ func (j *Journal) Holds(member string) bool {
 	return slices.ContainsFunc(j.Entries, func(e Entry) bool { return e.Member == member })
 }
 
-// Probe returns the newest journaled member, which must be in the set.
-func (j *Journal) Probe() (string, bool) {
+// Probe returns the newest journaled member, which must be in the set (or,
+// in a compacted window, in its bucket), and its score.
+func (j *Journal) Probe() (Entry, bool) {
 	if len(j.Entries) == 0 {
-		return "", false
+		return Entry{}, false
 	}
-	return j.Entries[len(j.Entries)-1].Member, true
+	return j.Entries[len(j.Entries)-1], true
 }

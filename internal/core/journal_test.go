@@ -15,12 +15,12 @@ func TestJournal(t *testing.T) {
 	if got := members(j); !slices.Equal(got, []string{"b", "c", "d"}) {
 		t.Fatalf("after 4 adds with Cap 3: %v, want the newest 3", got)
 	}
-	if p, ok := j.Probe(); !ok || p != "d" {
-		t.Fatalf("Probe() = %q, %v; want the newest, d", p, ok)
+	if p, ok := j.Probe(); !ok || p.Member != "d" || p.Score != 50 {
+		t.Fatalf("Probe() = %+v, %v; want the newest, d at 50", p, ok)
 	}
 	j.Forget([]string{"d"})
-	if p, _ := j.Probe(); p != "c" || j.Holds("d") || !j.Holds("c") {
-		t.Fatalf("after Forget(d): probe %q, holds d %v, holds c %v", p, j.Holds("d"), j.Holds("c"))
+	if p, _ := j.Probe(); p.Member != "c" || j.Holds("d") || !j.Holds("c") {
+		t.Fatalf("after Forget(d): probe %q, holds d %v, holds c %v", p.Member, j.Holds("d"), j.Holds("c"))
 	}
 	j.Trim(110) // 10 <= 110-100: b no longer counts; c (50) does
 	if got := members(j); !slices.Equal(got, []string{"c"}) {

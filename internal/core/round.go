@@ -68,9 +68,10 @@ type Expiry struct {
 // LossChecks let a reply show that Redis lost the window (see the
 // throttler's heal.go), and carry what a heal still writes.
 type LossChecks struct {
-	Probe string // a member of ours that must still be in the longest window's key ("" = none)
-	Mark  bool   // write the marker
-	Pause int64  // server µs: write a shared pause until then (a heal; 0 = none)
+	Probe   string // a member of ours that must still be in the longest window's key ("" = none)
+	ProbeAt int64  // its score: a compacted window may have moved it into its bucket
+	Mark    bool   // write the marker
+	Pause   int64  // server µs: write a shared pause until then (a heal; 0 = none)
 }
 
 // Margin is a round's margin (see margin.go and Rules.SetMargin): its own

@@ -12,6 +12,36 @@ type Window struct {
 	Limit    int
 	Interval time.Duration
 	W        int64
+	// Bucket, when positive, compacts the window (see Compaction): calls
+	// older than Age (µs) are counted per bucket of Bucket µs instead of
+	// kept as a member each.
+	Bucket, Age int64
+}
+
+// CompactFrom is the smallest limit whose window is compacted: below it a
+// window keeps a member per call (about 100 bytes each in Redis), from it
+// on it keeps a count per bucket for its older calls (see Compaction).
+const CompactFrom = 5000
+
+// Buckets is how many buckets a compacted window is cut into: counting a
+// bucket that overlaps a window wholly costs a saturated key at most one
+// bucket's share of its window, 1/Buckets (0.1%).
+const Buckets = 1024
+
+// Compaction returns the bucket width and the age (µs) after which a call
+// moves into its bucket for a window of w µs holding limit calls, when
+// limit is at least from; zero for a window that keeps a member per call.
+// The width is w/n, rounded up; the age a bucket, or a quarter of the
+// window up to a minute if longer: a call given back (a settled surplus)
+// before it is compacted frees its slot, after that its slot counts until
+// its bucket leaves the window.
+func Compaction(limit int, w int64, from, n int) (bucket, age int64) {
+	if from <= 0 || limit < from || n <= 0 {
+		return 0, 0
+	}
+	bucket = max(1, (w+int64(n)-1)/int64(n))
+	age = max(bucket, min(w/4, time.Minute.Microseconds()))
+	return bucket, age
 }
 
 // InFlight is WithInFlight's bound: at most N calls in flight at once

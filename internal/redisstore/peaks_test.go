@@ -19,19 +19,9 @@ import (
 // a float printed by Lua would lose digits), on miniredis and on
 // redis-server.
 func TestPeakScriptMatchesBruteForce(t *testing.T) {
-	for _, server := range []string{"miniredis", "redis-server"} {
-		t.Run(server, func(t *testing.T) {
-			var c *redis.Client
-			if server == "miniredis" {
-				mr := miniredis.RunT(t)
-				c = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-				t.Cleanup(func() { c.Close() })
-			} else {
-				c = redistest.Start(t).NewClient()
-			}
-			checkPeaks(t, c, redistest.Key(t, "peaks"))
-		})
-	}
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		checkPeaks(t, c, redistest.Key(t, "peaks"))
+	})
 }
 
 func checkPeaks(t *testing.T, c *redis.Client, key string) {

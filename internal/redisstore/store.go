@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -16,10 +17,13 @@ import (
 type Store struct {
 	rdb      redis.UniversalClient
 	wins     []core.Window
-	metaArgs []any          // ZMSCORE key marker pause limit limit-end wide wide-end, boxed once
-	probeIn  int            // the index of the key the probe is looked up in
-	lease    *core.InFlight // WithInFlight's, or nil
-	self     string         // this Throttler's name in the line for places in flight
+	metaArgs []any // ZMSCORE key marker pause limit limit-end wide wide-end bucketed, boxed once
+	// Per window: its counts are read with CountScript, for it compacts
+	// (core.Window.Bucket) or its flag (BucketMember) was seen.
+	compacted []atomic.Bool
+	probeIn   int            // the index of the key the probe is looked up in
+	lease     *core.InFlight // WithInFlight's, or nil
+	self      string         // this Throttler's name in the line for places in flight
 	// The client ends a call at its context's deadline by itself (see
 	// inline).
 	ctxTimeouts bool
@@ -35,16 +39,21 @@ type Store struct {
 // is looked up in the key of wins[probeIn], lease is WithInFlight's places
 // (nil without), and self names this Throttler in the line for places.
 func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *core.InFlight, self string) *Store {
-	return &Store{
+	s := &Store{
 		self:        self,
 		rdb:         c,
 		wins:        wins,
 		probeIn:     probeIn,
 		lease:       lease,
-		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember},
+		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember},
+		compacted:   make([]atomic.Bool, len(wins)),
 		ctxTimeouts: HonoursContext(c),
 		ioTimeout:   SocketTimeout(c),
 	}
+	for i, x := range wins {
+		s.compacted[i].Store(x.Bucket > 0)
+	}
+	return s
 }
 
 // Reserve applies one attempt in one round trip and returns what it read.
@@ -54,6 +63,8 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	EVAL <LeaseScript> <lease keys> ...  (places in flight asked for)
 //	EVAL <WideScript> key <margin> ...   (a round that publishes a margin)
 //	ZREM key <given back>...             (when there are any)
+//	EVAL <CompactScript> key <buckets>   (when the attempt trims a
+//	                                      compacted window: see compact.go)
 //	ZREMRANGEBYSCORE key 0 (<t-w-1s>     (when the attempt trims: t is the
 //	ZREMRANGEBYSCORE key (<now+1h> +inf   server's last TIME)
 //	ZADD LT key -<end> <pause>           (a heal: first key only, with the
@@ -65,11 +76,19 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	ZRANGE key -(limit+adds) -(limit-k+1) WITHSCORES
 //	                                     (rounds that learn k slots: once
 //	                                      more per capped priority's cap)
+//	EVAL <CountScript> key <buckets> ... (a compacted window, or one whose
+//	                                      flag was seen: in place of the
+//	                                      ZCOUNTs, the peaks and the tails)
+//	ZMSCORE key <bucketed>               (keys after the first that are
+//	                                      read without CountScript)
 //	PEXPIRE key <ttl>                    (a second after the last, on a new
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
-//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> [<probe>]
-//	ZMSCORE <longest key> <probe>        (a probe not in the first key)
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probe>]
+//	ZMSCORE <longest key> <bucketed> [<probe>]
+//	                                     (the longest window not the first,
+//	                                      nor compacted: a compacted one's
+//	                                      CountScript reads the probe)
 //	TIME                                 (250ms after the last; on every
 //	                                      round trip while the estimate
 //	                                      is unsampled or loose, or the
@@ -84,7 +103,9 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 // progress: the count sees exactly the state its own insert produced, so
 // of two callers racing for the last slot exactly one wins, and the free
 // slots read (for waiters to reserve without polling) agree with that
-// count.
+// count. A reply that shows the flag of a key read without CountScript
+// (another process compacts it) costs a second round trip, which reads
+// that key again with it (see recount).
 func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	cmds := &attemptCmds{s: s, a: a}
 	err := s.bounded(ctx, func(ctx context.Context) error {
@@ -100,24 +121,72 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 	if err != nil {
 		return core.Reply{}, err
 	}
-	return cmds.reply()
+	r, err := cmds.reply()
+	if err != nil {
+		return core.Reply{}, err
+	}
+	if late := cmds.flagged(); len(late) > 0 {
+		err = s.recount(ctx, a, late, &r)
+	}
+	return r, err
+}
+
+// recount reads again, with CountScript, the windows of attempt a that its
+// round trip found compacted by another process (their flag set), and puts
+// their counts, tails and probe into r; from now on they are always read
+// so. The attempt's members were added before, so the recount, like every
+// count, sees whatever any process admitted that could not see them.
+func (s *Store) recount(ctx context.Context, a *core.Attempt, late []int, r *core.Reply) error {
+	c := &attemptCmds{s: s, a: a, win: make([]winCmds, len(s.wins))}
+	err := s.bounded(ctx, func(ctx context.Context) error {
+		c.ctx = ctx
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, wi := range late {
+				s.compacted[wi].Store(true)
+				c.queueReads(p, wi)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, wi := range late {
+		if err := c.winReply(r, wi); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // attemptCmds are the commands of one attempt's round trip, queued on a
 // pipeline (see Reserve for the sequence), and read back into a reply.
 type attemptCmds struct {
-	s      *Store
-	a      *core.Attempt
-	ctx    context.Context // the round trip's
-	counts []*redis.IntCmd // window by window (plain attempts)
-	peaks  []*redis.Cmd    // per window (exact attempts: see PeakScript)
-	tails  []*redis.ZSliceCmd
-	// By level: the tails for the attempt's Learn.LowCaps.
-	lowTails [core.Levels][]*redis.ZSliceCmd
-	clock    *redis.TimeCmd
-	meta     *redis.FloatSliceCmd
-	probe    *redis.FloatSliceCmd // when not in meta
-	leases   *redis.Cmd           // the lease script's, when places were asked for
+	s   *Store
+	a   *core.Attempt
+	ctx context.Context // the round trip's
+	win []winCmds       // per window
+	// The probe is read by the CountScript of its window (compacted), not
+	// with the meta members.
+	probeCounted bool
+	clock        *redis.TimeCmd
+	meta         *redis.FloatSliceCmd
+	probe        *redis.FloatSliceCmd // ZMSCORE <probe key> bucketed [probe], when not in meta
+	leases       *redis.Cmd           // the lease script's, when places were asked for
+}
+
+// winCmds are one window's reads in an attempt's round trip: its counts
+// (ZCOUNT per check, or the peak script, or for a compacted window the
+// count script, which also reads the tails), its tails, and its flag.
+type winCmds struct {
+	counts []*redis.IntCmd
+	peak   *redis.Cmd
+	count  *redis.Cmd // CountScript's
+	tails  *redis.ZSliceCmd
+	// By level: the tail for the attempt's Learn.LowCaps.
+	lowTails [core.Levels]*redis.ZSliceCmd
+	flag     *redis.FloatSliceCmd // ZMSCORE key bucketed (windows after the first, not compacted, not the probe's)
 }
 
 // queue queues the attempt's commands on p: the lease script (when places
@@ -126,7 +195,7 @@ type attemptCmds struct {
 // reads last.
 func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	s, a := c.s, c.a
-	c.counts = make([]*redis.IntCmd, 0, len(s.wins)*len(a.Checks))
+	c.win = make([]winCmds, len(s.wins))
 	zs := c.members()
 	c.queueLeases(p)
 	if a.Margin.Own > 0 && len(a.Adds) > 0 {
@@ -164,15 +233,18 @@ func (c *attemptCmds) members() []redis.Z {
 }
 
 // queueWrites queues the writes to the key of window wi: the removal of
-// remove (when not nil), the trim (when the attempt trims), the pause and
-// its news (first key only), and the add of zs (the marker in the first
-// key only).
+// remove (when not nil), the compaction and the trim (when the attempt
+// trims), the pause and its news (first key only), and the add of zs (the
+// marker in the first key only).
 func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remove []any) {
 	a, ctx, x := c.a, c.ctx, c.s.wins[wi]
 	if remove != nil {
 		p.ZRem(ctx, x.Key, remove...)
 	}
 	if a.Trim.On && a.Trim.At > 0 {
+		if x.Bucket > 0 {
+			c.queueCompact(p, x)
+		}
 		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.Trim.At-x.W-core.TrimSlack))
 		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.Trim.Future), "+inf")
 	}
@@ -191,29 +263,83 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	}
 }
 
+// queueCompact queues CompactScript on compacted window x: its buckets are
+// kept while a window that a check may still count (widened by the widest
+// margin) overlaps them, and as long the hash and the flag live.
+func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) {
+	keep := x.W + core.TrimSlack + core.MaxSpread
+	ttl := keep/1000 + 1000 // ms
+	CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember)
+}
+
 // queueReads queues the reads of the key of window wi, after its writes:
 // per checked score g, the members in (g-w, g+w) with w the window widened
 // by a.Widen (the peak script instead, for exact attempts with several
 // limits), then, when the attempt asks for slots, the tails under the
-// limit in force and under each priority's cap.
+// limit in force and under each priority's cap. A compacted window reads
+// all of that with one CountScript, which counts its buckets too.
 func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
-	s, a, x := c.s, c.a, c.s.wins[wi]
+	s, a, x, wc := c.s, c.a, c.s.wins[wi], &c.win[wi]
 	w := x.W + a.Margin.Widen
+	if s.compacted[wi].Load() {
+		var probe core.Entry
+		if wi == s.probeIn && a.Loss.Probe != "" {
+			probe = core.Entry{Member: a.Loss.Probe, Score: a.Loss.ProbeAt}
+			c.probeCounted = true
+		}
+		wc.count = countCmd(c.ctx, p, x, c.ranges(w), c.spans(wi), probe)
+		return
+	}
 	if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
-		c.peaks = append(c.peaks, c.peakCmd(p, x.Key, w, a.Lims[wi]))
+		wc.peak = c.peakCmd(p, x.Key, w, a.Lims[wi])
 	} else {
 		for _, g := range a.Checks {
-			c.counts = append(c.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
+			wc.counts = append(wc.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 		}
 	}
 	if a.Learn.Slots > 0 {
-		c.tails = append(c.tails, c.tail(p, x.Key, a.Lims[wi]))
+		wc.tails = c.tail(p, x.Key, a.Lims[wi])
 		for l, caps := range a.Learn.LowCaps {
 			if len(caps) > 0 {
-				c.lowTails[l] = append(c.lowTails[l], c.tail(p, x.Key, caps[wi]))
+				wc.lowTails[l] = c.tail(p, x.Key, caps[wi])
 			}
 		}
 	}
+	if wi > 0 && wi != s.probeIn {
+		// After the counts: a compaction that moved calls before they
+		// counted wrote the flag before this reads it.
+		wc.flag = p.ZMScore(c.ctx, x.Key, BucketMember)
+	}
+}
+
+// ranges returns the neighbourhoods (g-w, g+w) of the attempt's checks.
+func (c *attemptCmds) ranges(w int64) []countRange {
+	r := make([]countRange, len(c.a.Checks))
+	for i, g := range c.a.Checks {
+		r[i] = countRange{g - w, g + w}
+	}
+	return r
+}
+
+// spans returns the ranks the tails of window wi span, as tail reads
+// them: under the limit in force, then under each capped level's cap (in
+// level order), when the attempt asks for slots.
+func (c *attemptCmds) spans(wi int) []tailSpan {
+	a := c.a
+	if a.Learn.Slots <= 0 {
+		return nil
+	}
+	span := func(limit int) tailSpan {
+		k := min(a.Learn.Slots, limit)
+		return tailSpan{oldest: limit + len(a.Adds) - 1, newest: limit - k}
+	}
+	spans := []tailSpan{span(a.Lims[wi])}
+	for _, caps := range a.Learn.LowCaps {
+		if len(caps) > 0 {
+			spans = append(spans, span(caps[wi]))
+		}
+	}
+	return spans
 }
 
 // queueMeta queues the reads that follow every key's: the first key's
@@ -228,13 +354,19 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	// argument.
 	args := make([]any, len(s.metaArgs), len(s.metaArgs)+1)
 	copy(args, s.metaArgs)
-	if a.Loss.Probe != "" && s.probeIn == 0 {
+	probe := a.Loss.Probe != "" && !c.probeCounted
+	if probe && s.probeIn == 0 {
 		args = append(args, a.Loss.Probe)
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
-	if a.Loss.Probe != "" && s.probeIn > 0 {
-		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, a.Loss.Probe)
+	if s.probeIn > 0 && !s.compacted[s.probeIn].Load() {
+		// The probe's key: its flag, and the probe.
+		members := []string{BucketMember}
+		if probe {
+			members = append(members, a.Loss.Probe)
+		}
+		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, members...)
 	}
 	if a.Clock {
 		c.clock = p.Time(ctx)
@@ -257,10 +389,19 @@ func (c *attemptCmds) reply() (core.Reply, error) {
 		r.ServerTime = c.clock.Val()
 	}
 	c.leaseReply(&r)
-	if err := c.countsReply(&r); err != nil {
-		return core.Reply{}, err
+	if c.a.Learn.Slots > 0 {
+		r.Tails = make([][]core.Entry, len(c.s.wins))
+		for l, caps := range c.a.Learn.LowCaps {
+			if len(caps) > 0 {
+				r.LowTails[l] = make([][]core.Entry, len(c.s.wins))
+			}
+		}
 	}
-	c.tailsReply(&r)
+	for wi := range c.win {
+		if err := c.winReply(&r, wi); err != nil {
+			return core.Reply{}, err
+		}
+	}
 	return r, nil
 }
 
@@ -286,54 +427,105 @@ func (c *attemptCmds) metaReply() core.Reply {
 		Wide:     MetaValue(score(4)),
 		WideEnd:  MetaValue(score(5)),
 		// The probe, a call of ours (see metaArgs), scores its time.
-		Lost: a.Loss.Probe != "" && s.probeIn == 0 && score(6) == 0,
+		Lost: a.Loss.Probe != "" && !c.probeCounted && s.probeIn == 0 && score(7) == 0,
 	}
-	if c.probe != nil {
-		r.Lost = len(c.probe.Val()) == 0 || c.probe.Val()[0] == 0
+	if c.probe != nil && a.Loss.Probe != "" && !c.probeCounted {
+		v := c.probe.Val()
+		r.Lost = len(v) < 2 || v[1] == 0
 	}
 	return r
 }
 
-// countsReply reads into r the counts per window and check, and the peaks
-// when the peak script ran. An error says the peak script's answer could
-// not be read.
-func (c *attemptCmds) countsReply(r *core.Reply) error {
-	s, a := c.s, c.a
-	if c.peaks != nil {
-		r.Peaks = make([][]int64, len(s.wins))
-		for wi, cmd := range c.peaks {
-			var err error
-			if r.Counts[wi], r.Peaks[wi], err = readPeaks(cmd, len(a.Checks)); err != nil {
-				return err
+// winReply reads into r window wi's counts, peaks and tails.
+func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
+	a, wc := c.a, &c.win[wi]
+	if wc.count != nil {
+		read, err := readCount(wc.count, len(a.Checks), len(c.spans(wi)))
+		if err != nil {
+			return err
+		}
+		r.Counts[wi] = read.counts
+		if c.probeCounted && wi == c.s.probeIn {
+			r.Lost = !read.probed
+		}
+		if a.Learn.Slots > 0 {
+			r.Tails[wi] = read.tails[0]
+			rest := read.tails[1:]
+			for l, caps := range a.Learn.LowCaps {
+				if len(caps) > 0 {
+					r.LowTails[l][wi] = rest[0]
+					rest = rest[1:]
+				}
 			}
+		}
+		if a.Exact && len(a.Checks) > 0 && len(c.s.wins) > 1 {
+			c.noPeaks(r, wi)
 		}
 		return nil
 	}
-	flat := make([]int64, len(c.counts))
-	for i, cmd := range c.counts {
-		flat[i] = cmd.Val()
+	if wc.peak != nil {
+		counts, peaks, err := readPeaks(wc.peak, len(a.Checks))
+		if err != nil {
+			return err
+		}
+		r.Counts[wi] = counts
+		if r.Peaks == nil {
+			r.Peaks = make([][]int64, len(c.s.wins))
+		}
+		r.Peaks[wi] = peaks
+	} else {
+		r.Counts[wi] = make([]int64, len(wc.counts))
+		for i, cmd := range wc.counts {
+			r.Counts[wi][i] = cmd.Val()
+		}
 	}
-	for wi := range s.wins {
-		r.Counts[wi] = flat[wi*len(a.Checks) : (wi+1)*len(a.Checks)]
+	if wc.tails != nil {
+		r.Tails[wi] = zEntries(wc.tails.Val())
+		for l, tail := range wc.lowTails {
+			if tail != nil {
+				r.LowTails[l][wi] = zEntries(tail.Val())
+			}
+		}
 	}
 	return nil
 }
 
-// tailsReply reads into r the tails per window and, per level, under each
-// priority's cap, when the attempt asked for slots.
-func (c *attemptCmds) tailsReply(r *core.Reply) {
-	if c.a.Learn.Slots <= 0 {
-		return
+// noPeaks sets window wi's peaks to -1 (the count decides): a compacted
+// window reads none.
+func (c *attemptCmds) noPeaks(r *core.Reply, wi int) {
+	if r.Peaks == nil {
+		r.Peaks = make([][]int64, len(c.s.wins))
 	}
-	r.Tails = make([][]core.Entry, len(c.s.wins))
-	for wi, tail := range c.tails {
-		r.Tails[wi] = zEntries(tail.Val())
+	r.Peaks[wi] = make([]int64, len(c.a.Checks))
+	for i := range r.Peaks[wi] {
+		r.Peaks[wi][i] = -1
 	}
-	for l, tails := range c.lowTails {
-		for _, tail := range tails {
-			r.LowTails[l] = append(r.LowTails[l], zEntries(tail.Val()))
+}
+
+// flagged returns the windows read without CountScript whose flag was
+// set: another process compacts them, and their counts missed its buckets.
+func (c *attemptCmds) flagged() []int {
+	var out []int
+	set := func(v []float64, i int) bool { return i < len(v) && MetaValue(v[i]) > 0 }
+	for wi := range c.win {
+		wc := &c.win[wi]
+		if wc.count != nil {
+			continue
+		}
+		var seen bool
+		switch {
+		case wi == 0:
+			seen = set(c.meta.Val(), 6)
+		case wc.flag != nil:
+			seen = set(wc.flag.Val(), 0)
+		case wi == c.s.probeIn && c.probe != nil:
+			seen = set(c.probe.Val(), 0)
+		}
+		if seen {
+			out = append(out, wi)
 		}
 	}
+	return out
 }
 
 // Remove takes members out of every limit's key, in one round trip.
@@ -430,25 +622,33 @@ func (s *Store) WriteMeta(ctx context.Context, m core.MetaWrite, ttl time.Durati
 }
 
 // Usage reads every limit's window without changing it, in two MULTI
-// round trips bounded together by ctx: the server's clock and the pause,
-// limit and limit-end members first, from which limits gives the limits in
-// force; then, per key, the members counting now, those among them that
-// are debt, those scored after now (up to core.FutureBound past it), and
-// the member whose leaving frees the next slot under the limit in force.
+// round trips bounded together by ctx: the server's clock, the pause,
+// limit and limit-end members and every key's flag (BucketMember) first,
+// from which limits gives the limits in force; then, per key, the members
+// counting now, those among them that are debt, those scored after now (up
+// to core.FutureBound past it), and the member whose leaving frees the next
+// slot under the limit in force. A compacted window counts its buckets
+// too (CountScript), and its next slot may be a bucket's end; its debt
+// counts only the calls not compacted yet.
 func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) []int) (core.UsageRead, error) {
 	var (
 		u     core.UsageRead
 		clock *redis.TimeCmd
 		meta  *redis.FloatSliceCmd
+		flags = make([]*redis.FloatSliceCmd, len(s.wins))
 		used  = make([]*redis.IntCmd, len(s.wins))
 		debt  = make([]*redis.StringSliceCmd, len(s.wins))
 		resv  = make([]*redis.IntCmd, len(s.wins))
 		nth   = make([]*redis.ZSliceCmd, len(s.wins))
+		count = make([]*redis.Cmd, len(s.wins))
 	)
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			clock = p.Time(ctx)
 			meta = p.ZMScore(ctx, s.wins[0].Key, PauseMember, LimitMember, LimitEndMember)
+			for i, x := range s.wins {
+				flags[i] = p.ZMScore(ctx, x.Key, BucketMember)
+			}
 			return nil
 		})
 		if err != nil {
@@ -461,8 +661,16 @@ func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) [
 		// force are known: what it counts is consistent within each key.
 		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for i, x := range s.wins {
-				used[i] = p.ZCount(ctx, x.Key, exclusive(now-x.W), itoa(now))
+				if v := flags[i].Val(); len(v) == 1 && MetaValue(v[0]) > 0 {
+					s.compacted[i].Store(true)
+				}
 				debt[i] = p.ZRangeByScore(ctx, x.Key, &redis.ZRangeBy{Min: exclusive(now - x.W), Max: itoa(now)})
+				if s.compacted[i].Load() {
+					ranges := []countRange{{now - x.W, now + 1}, {now, now + core.FutureBound + 1}}
+					count[i] = countCmd(ctx, p, x, ranges, []tailSpan{{u.Lims[i] - 1, u.Lims[i] - 1}}, core.Entry{})
+					continue
+				}
+				used[i] = p.ZCount(ctx, x.Key, exclusive(now-x.W), itoa(now))
 				resv[i] = p.ZCount(ctx, x.Key, exclusive(now), itoa(now+core.FutureBound))
 				nth[i] = p.ZRangeWithScores(ctx, x.Key, int64(-u.Lims[i]), int64(-u.Lims[i]))
 			}
@@ -475,7 +683,6 @@ func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) [
 	}
 	u.Server = clock.Val()
 	for i := range s.wins {
-		u.Used = append(u.Used, int(used[i].Val()))
 		d := 0
 		for _, m := range debt[i].Val() {
 			if strings.HasPrefix(m, core.DebtPrefix) {
@@ -483,6 +690,17 @@ func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) [
 			}
 		}
 		u.Debt = append(u.Debt, d)
+		if count[i] != nil {
+			read, err := readCount(count[i], 2, 1)
+			if err != nil {
+				return core.UsageRead{}, err
+			}
+			u.Used = append(u.Used, int(read.counts[0]))
+			u.Reserved = append(u.Reserved, int(read.counts[1]))
+			u.Nth = append(u.Nth, read.tails[0])
+			continue
+		}
+		u.Used = append(u.Used, int(used[i].Val()))
 		u.Reserved = append(u.Reserved, int(resv[i].Val()))
 		u.Nth = append(u.Nth, zEntries(nth[i].Val()))
 	}

@@ -169,6 +169,11 @@ type Scenario struct {
 	Priorities bool
 	LowShare   float64
 	Think      time.Duration // a caller pauses up to this between calls
+	// Per replica, the smallest limit it compacts (0 = none: a member per
+	// call), and into how many buckets: replicas that disagree share keys
+	// as a rollout across the threshold would.
+	CompactFrom []int
+	Buckets     int
 
 	Faults []Fault
 }
@@ -248,6 +253,9 @@ func (s Scenario) String() string {
 	}
 	if s.Priorities {
 		fmt.Fprintf(&b, ", priorities (low share %g)", s.LowShare)
+	}
+	if slices.ContainsFunc(s.CompactFrom, func(n int) bool { return n > 0 }) {
+		fmt.Fprintf(&b, ", compacted from %v in %d buckets", s.CompactFrom, s.Buckets)
 	}
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
@@ -387,6 +395,24 @@ func Generate(seed uint64) Scenario {
 	if pr := rand.New(rand.NewPCG(seed, 0x7072696f)); pr.IntN(4) == 0 {
 		s.Priorities = true
 		s.LowShare = []float64{0.5, 0.75, 0.9}[pr.IntN(3)]
+	}
+	// And for compacted windows, on a third of the seeds: every replica
+	// compacts every limit, or the larger only, or each replica draws its
+	// own threshold (a rollout across it); in few buckets, so that a
+	// bucket is a large share of the window.
+	if kr := rand.New(rand.NewPCG(seed, 0x636f6d70616374)); kr.IntN(3) == 0 {
+		s.Buckets = 1 + kr.IntN(64)
+		mode := kr.IntN(3)
+		for range s.Replicas {
+			switch mode {
+			case 0:
+				s.CompactFrom = append(s.CompactFrom, 1)
+			case 1:
+				s.CompactFrom = append(s.CompactFrom, s.MaxLimit())
+			default:
+				s.CompactFrom = append(s.CompactFrom, []int{0, 1, s.MaxLimit()}[kr.IntN(3)])
+			}
+		}
 	}
 	// And for the faults that try the clock estimate (round trips late on
 	// one side, which its error bound of half the round trip is about):

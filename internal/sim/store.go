@@ -44,28 +44,42 @@ func (s *Store) dial() (net.Conn, error) {
 // Flush loses every key, as a Redis restarted without persistence does.
 func (s *Store) Flush() { s.m.FlushAll() }
 
-// Snapshot is a copy of the store's sorted sets and their TTLs.
+// Snapshot is a copy of the store's sorted sets and hashes and their TTLs.
 type Snapshot struct {
 	keys map[string]snapKey
 }
 
 type snapKey struct {
-	members map[string]float64
+	members map[string]float64 // a sorted set's
+	fields  map[string]string  // a hash's
 	ttl     time.Duration
 }
 
-// Snapshot copies the sorted sets (the only type a Throttler writes).
+// Snapshot copies the sorted sets and the hashes (the types a Throttler
+// writes: a compacted window keeps its buckets in a hash).
 func (s *Store) Snapshot() Snapshot {
 	snap := Snapshot{keys: map[string]snapKey{}}
 	for _, k := range s.m.Keys() {
-		if s.m.Type(k) != "zset" {
+		var v snapKey
+		var err error
+		switch s.m.Type(k) {
+		case "zset":
+			v.members, err = s.m.SortedSet(k)
+		case "hash":
+			v.fields = map[string]string{}
+			var fields []string
+			fields, err = s.m.HKeys(k)
+			for _, f := range fields {
+				v.fields[f] = s.m.HGet(k, f)
+			}
+		default:
 			continue
 		}
-		ms, err := s.m.SortedSet(k)
 		if err != nil {
 			continue
 		}
-		snap.keys[k] = snapKey{members: ms, ttl: s.m.TTL(k)}
+		v.ttl = s.m.TTL(k)
+		snap.keys[k] = v
 	}
 	return snap
 }
@@ -77,6 +91,9 @@ func (s *Store) Restore(snap Snapshot) {
 	for k, v := range snap.keys {
 		for m, score := range v.members {
 			s.m.ZAdd(k, score, m)
+		}
+		for f, val := range v.fields {
+			s.m.HSet(k, f, val)
 		}
 		if v.ttl > 0 {
 			s.m.SetTTL(k, v.ttl)

@@ -1,0 +1,89 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-throttler/throttler/internal/redisstore"
+)
+
+// withCompaction compacts every window whose limit is at least from, in n
+// buckets: tests compact small windows.
+func withCompaction(from, n int) Option {
+	return func(o *options) error {
+		o.compactFrom, o.buckets = from, n
+		return nil
+	}
+}
+
+// TestInvariantCompacted: replicas sharing a compacted window (its calls
+// moved into buckets while the run goes on) never admit more than the limit
+// in any window, whether every replica compacts or only some (a rollout
+// across the threshold), with calls given up on the way. The buckets are
+// there, and hold calls, once the run is over.
+func TestInvariantCompacted(t *testing.T) {
+	for _, mixed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "all", true: "mixed"}[mixed], func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, dial dialer, key string) {
+				const (
+					limit      = 20
+					interval   = 150 * time.Millisecond
+					replicas   = 3
+					goroutines = 5
+					rounds     = 12
+				)
+				var rec recorder
+				ths := make([]*Throttler, replicas)
+				for i := range ths {
+					from := 1
+					if mixed && i == 0 {
+						from = 0 // a member per call
+					}
+					ths[i] = rec.watch(mustNew(t, dial(), key, limit, interval, withCompaction(from, 8)))
+				}
+				var wg sync.WaitGroup
+				for r := range replicas {
+					for g := range goroutines {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							rng := rand.New(rand.NewPCG(uint64(r), uint64(g)))
+							for range rounds {
+								ctx, cancel := context.Background(), context.CancelFunc(func() {})
+								if rng.IntN(4) == 0 {
+									ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(80))*time.Millisecond)
+								}
+								err := ths[r].WaitN(ctx, 1+rng.IntN(2))
+								cancel()
+								if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+									t.Errorf("WaitN: %v", err)
+								}
+							}
+						}()
+					}
+				}
+				wg.Wait()
+				for _, th := range ths {
+					waitIdle(t, th)
+				}
+				scores := rec.scores()
+				assertWindow(t, scores, interval+50*time.Millisecond, limit)
+				c := dial()
+				h, err := c.HGetAll(context.Background(), redisstore.CompactKey(key)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, _ := strconv.Atoi(h["n"])
+				if n == 0 {
+					t.Fatalf("no call was compacted (buckets %v) in a run of %d admitted units", h, len(scores))
+				}
+				t.Logf("%d units admitted, %d compacted, %d still members", len(scores), n, len(calls(t, c, key)))
+			})
+		})
+	}
+}

@@ -1,0 +1,325 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// A compacted window keeps a member per call only for its newest calls. A
+// call older than the window's age (core.Window.Age, µs) is moved, by
+// CompactScript, from the sorted set into a count per bucket: the buckets
+// cut the server's clock into spans of core.Window.Bucket µs, bucket k
+// being [k*b, (k+1)*b). The counts live in a hash beside the set
+// (CompactKey), cumulative so that any run of buckets is counted with two
+// reads:
+//
+//	b        the bucket width (µs), set by the first compaction: every
+//	         process uses the width found here, whatever its own
+//	lo, hi   the buckets kept: lo..hi, every one present (hi < lo: none)
+//	base     the calls in every bucket before lo (dropped, or never kept)
+//	n        the calls in every bucket up to hi
+//	<k>      for lo <= k <= hi: the calls in every bucket up to k
+//	d<k>     the debt among bucket k's calls (see core.DebtPrefix), when any
+//
+// A count of the calls in (x, y) counts the set's members there plus every
+// bucket that overlaps (x, y), wholly: a bucket's calls may lie anywhere in
+// it. Counting whole buckets only adds, so every check that admits a call
+// (no window holding it over the limit) holds for the calls themselves:
+// the invariant stays exact, and a saturated key loses at most a bucket's
+// share of its window (1/core.Buckets). A compaction is one script, so a
+// count sees every call either as a member or in its bucket, never in both
+// or neither.
+//
+// Compaction runs with a round trip's trim; while the buckets may hold
+// calls that still count, the first key's flag (BucketMember) says so, and
+// a process that keeps a member per call (its limit below the
+// threshold, core.CompactFrom) counts them too once it has read the flag:
+// processes disagreeing on a key's limit during a rollout still see each
+// other's calls.
+
+// CompactKey is the hash holding the buckets of the compacted window at key,
+// in key's hash slot.
+func CompactKey(key string) string { return "{" + HashTag(key) + "}:b:" + key }
+
+// BucketMember, in a window's sorted set, states until when (server µs)
+// its compacted calls (CompactKey) may still count: a process that reads a
+// member per call counts the buckets too while it is there.
+const BucketMember = "\x00bucketed"
+
+// CompactScript moves the calls of KEYS[1] (the sorted set) scored before
+// the bucket that holds now-ARGV[2] (the age, µs) into their buckets in
+// KEYS[2] (see CompactKey), and drops the buckets that end before
+// now-ARGV[3] (µs: the window, its slack and the widest margin), with now
+// the server's clock. ARGV[1] is the bucket width a new hash takes, ARGV[4]
+// the hash's TTL (ms), which is also how long the flag member ARGV[5]
+// states the buckets may count. It returns the number of calls moved.
+//
+// A call that arrives in a bucket already compacted (a late writer) is
+// added to that bucket's count and every later one: the counts stay true.
+// A call older than every bucket kept is dropped: no window counts it.
+var CompactScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function f(x) return string.format('%.0f', x) end
+local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base')
+local b = tonumber(h[1]) or tonumber(ARGV[1])
+local function idx(s)
+  local k = math.floor(s / b)
+  if k * b > s then k = k - 1 elseif (k + 1) * b <= s then k = k + 1 end
+  return k
+end
+local keep = idx(now - tonumber(ARGV[3]))
+local last = idx(now - tonumber(ARGV[2])) - 1
+local lo, hi, n, base = tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5])
+if not hi then
+  lo, hi, n, base = keep, keep - 1, 0, 0
+  redis.call('HSET', KEYS[2], 'b', f(b))
+end
+local late, fresh, debt = {}, {}, {}
+local moved = 0
+if last > hi then
+  -- The calls to move, oldest first, at most 20000 a run: a set that
+  -- starts compacting with a long log behind it is moved over several
+  -- runs, whole buckets at a time.
+  local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f((last + 1) * b), 'WITHSCORES', 'LIMIT', 0, 20000)
+  if #r == 40000 then
+    local k = idx(tonumber(r[#r])) - 1
+    if k > hi then
+      last = k
+    else
+      r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f((hi + 2) * b), 'WITHSCORES')
+      last = hi + 1
+    end
+  end
+  for i = 1, #r, 2 do
+    local k = idx(tonumber(r[i + 1]))
+    if k <= last then
+      moved = moved + 1
+      if k > hi then
+        fresh[k] = (fresh[k] or 0) + 1
+      elseif k >= lo then
+        late[k] = (late[k] or 0) + 1
+      end
+      if string.sub(r[i], 1, 2) == '\0d' then debt[k] = (debt[k] or 0) + 1 end
+    end
+  end
+  if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f((last + 1) * b)) end
+  -- A late call counts in its bucket and in every later one's total.
+  for k, c in pairs(late) do
+    for j = k, hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
+    n = n + c
+  end
+end
+-- The buckets that end before the oldest window still counted go.
+if keep > lo then
+  local dropTo = math.min(keep - 1, hi)
+  if dropTo >= lo then
+    if dropTo < hi then base = tonumber(redis.call('HGET', KEYS[2], f(dropTo))) else base = n end
+    local del = {}
+    for j = lo, dropTo do
+      del[#del + 1] = f(j)
+      del[#del + 1] = 'd' .. f(j)
+    end
+    for i = 1, #del, 200 do
+      redis.call('HDEL', KEYS[2], unpack(del, i, math.min(i + 199, #del)))
+    end
+  end
+  lo = keep
+end
+if last > hi then
+  -- Calls in buckets no window counts any more count only in base.
+  for k, c in pairs(fresh) do
+    if k < lo then n = n + c end
+  end
+  if lo > hi then base = n end
+  local set = {}
+  for j = math.max(hi + 1, lo), last do
+    n = n + (fresh[j] or 0)
+    set[#set + 1] = f(j)
+    set[#set + 1] = f(n)
+  end
+  for k, c in pairs(debt) do
+    if k >= lo then
+      set[#set + 1] = 'd' .. f(k)
+      set[#set + 1] = f(c + (tonumber(redis.call('HGET', KEYS[2], 'd' .. f(k))) or 0))
+    end
+  end
+  for i = 1, #set, 400 do
+    redis.call('HSET', KEYS[2], unpack(set, i, math.min(i + 399, #set)))
+  end
+  hi = last
+end
+redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base))
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('ZADD', KEYS[1], 'LT', f(-(now + tonumber(ARGV[4]) * 1000)), ARGV[5])
+return moved
+`)
+
+// CountScript reads a window that may be compacted (see CompactScript):
+// KEYS[1] its sorted set, KEYS[2] its buckets. ARGV[1] is the number of
+// ranges c, then per range its exclusive bounds x and y; then the number
+// of tails, per tail the ranks from the top it spans (the first and the
+// last, from 0: see tail); then a probe member and its score ("" when
+// none). It returns, per range, the calls in (x, y): members there and
+// every bucket overlapping it; then 1 when the probe is a member, or was
+// scored before the buckets' end (it may have been compacted), else 0;
+// then per tail its length and its entries, ascending, a score and a
+// member each: a member of the set while the rank falls among the set's
+// calls, else the last microsecond of the bucket holding that rank and an
+// empty member. A tail stops where the calls run out.
+var CountScript = redis.NewScript(`
+local function f(x) return string.format('%.0f', x) end
+local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base')
+local b, lo, hi, n, base = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5])
+if not hi then b, lo, hi, n, base = 1, 1, 0, 0, 0 end
+local function idx(s)
+  local k = math.floor(s / b)
+  if k * b > s then k = k - 1 elseif (k + 1) * b <= s then k = k + 1 end
+  return k
+end
+local function cum(k)
+  if k < lo then return base end
+  if k >= hi then return n end
+  return tonumber(redis.call('HGET', KEYS[2], f(k)))
+end
+local out = {}
+local c = tonumber(ARGV[1])
+for i = 0, c - 1 do
+  local x, y = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
+  local count = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[2 + 2 * i], '(' .. ARGV[3 + 2 * i])
+  local k0, k1 = idx(x), idx(y - 1)
+  if (k0 + 1) * b - 1 <= x then k0 = k0 + 1 end
+  k0, k1 = math.max(k0, lo), math.min(k1, hi)
+  if k0 <= k1 then count = count + cum(k1) - cum(k0 - 1) end
+  out[#out + 1] = count
+end
+local at = 2 + 2 * c
+local tails = tonumber(ARGV[at])
+local probe = ARGV[at + 1 + 2 * tails]
+if probe == '' then
+  out[#out + 1] = 0
+elseif redis.call('ZSCORE', KEYS[1], probe) or tonumber(ARGV[at + 2 + 2 * tails]) < (hi + 1) * b then
+  out[#out + 1] = 1
+else
+  out[#out + 1] = 0
+end
+local m = redis.call('ZCOUNT', KEYS[1], '(0', '+inf')
+for j = 0, tails - 1 do
+  local oldest, newest = tonumber(ARGV[at + 1 + 2 * j]), tonumber(ARGV[at + 2 + 2 * j])
+  local entries = {}
+  -- The compacted calls first (the older ranks): the call at rank r >= m
+  -- is the (n-(r-m))-th compacted one, in the first bucket whose total
+  -- reaches it; walking up from the oldest rank's bucket finds the rest.
+  local q, last = n - (oldest - m), n - (math.max(newest, m) - m)
+  q = math.max(q, base + 1)
+  if q <= last then
+    local l, u = lo, hi
+    while l < u do
+      local mid = math.floor((l + u) / 2)
+      if cum(mid) >= q then u = mid else l = mid + 1 end
+    end
+    local c = cum(l)
+    for p = q, last do
+      while c < p do
+        l = l + 1
+        c = cum(l)
+      end
+      entries[#entries + 1] = (l + 1) * b - 1
+      entries[#entries + 1] = ''
+    end
+  end
+  -- Then the members, with one ZRANGE.
+  if newest < m then
+    local z = redis.call('ZRANGE', KEYS[1], -(math.min(oldest, m - 1) + 1), -(newest + 1), 'WITHSCORES')
+    for i = 1, #z, 2 do
+      entries[#entries + 1] = tonumber(z[i + 1])
+      entries[#entries + 1] = z[i]
+    end
+  end
+  out[#out + 1] = #entries / 2
+  for _, e in ipairs(entries) do out[#out + 1] = e end
+end
+return out
+`)
+
+// countRange is one range a CountScript counts, by its exclusive bounds.
+type countRange struct{ x, y int64 }
+
+// tailSpan is the ranks from the top (0 = the newest call) a tail read
+// spans, the oldest first.
+type tailSpan struct{ oldest, newest int }
+
+// countCmd queues CountScript on window x for ranges, tails and a probe
+// (member "" = none).
+func countCmd(ctx context.Context, p redis.Pipeliner, x core.Window, ranges []countRange, tails []tailSpan, probe core.Entry) *redis.Cmd {
+	return CountScript.Eval(ctx, p, []string{x.Key, CompactKey(x.Key)}, countArgs(ranges, tails, probe)...)
+}
+
+// countArgs are CountScript's arguments for ranges, tails and probe.
+func countArgs(ranges []countRange, tails []tailSpan, probe core.Entry) []any {
+	args := make([]any, 0, 4+2*len(ranges)+2*len(tails))
+	args = append(args, len(ranges))
+	for _, r := range ranges {
+		args = append(args, itoa(r.x), itoa(r.y))
+	}
+	args = append(args, len(tails))
+	for _, s := range tails {
+		args = append(args, s.oldest, s.newest)
+	}
+	return append(args, probe.Member, itoa(probe.Score))
+}
+
+// countRead is what CountScript answered.
+type countRead struct {
+	counts []int64
+	probed bool // the probe is there, or may have been compacted
+	tails  [][]core.Entry
+}
+
+// readCount splits CountScript's answer for ranges and tails.
+func readCount(cmd *redis.Cmd, ranges, tails int) (countRead, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return countRead{}, err
+	}
+	bad := func() (countRead, error) {
+		return countRead{}, fmt.Errorf("throttler: the count script answered %d values for %d ranges and %d tails", len(vals), ranges, tails)
+	}
+	if len(vals) < ranges+1+tails {
+		return bad()
+	}
+	var r countRead
+	for _, v := range vals[:ranges] {
+		n, ok := v.(int64)
+		if !ok {
+			return bad()
+		}
+		r.counts = append(r.counts, n)
+	}
+	r.probed = vals[ranges] == int64(1)
+	rest := vals[ranges+1:]
+	for range tails {
+		if len(rest) == 0 {
+			return bad()
+		}
+		m, ok := rest[0].(int64)
+		if !ok || len(rest) < 1+2*int(m) {
+			return bad()
+		}
+		tail := make([]core.Entry, m)
+		for i := range tail {
+			score, ok1 := rest[1+2*i].(int64)
+			member, ok2 := rest[2+2*i].(string)
+			if !ok1 || !ok2 {
+				return bad()
+			}
+			tail[i] = core.Entry{Score: score, Member: member}
+		}
+		r.tails = append(r.tails, tail)
+		rest = rest[1+2*m:]
+	}
+	return r, nil
+}
