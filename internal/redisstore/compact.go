@@ -78,6 +78,9 @@ if not hi then
   lo, hi, n, base = keep, keep - 1, 0, 0
   redis.call('HSET', KEYS[2], 'b', f(b))
 end
+-- Tables keyed by bucket take the bucket's digits, not the number: an
+-- interpreter may keep a table with integer keys as an array, and bucket
+-- numbers (server µs / width) would make that array enormous.
 local late, fresh, debt = {}, {}, {}
 local moved = 0
 if last > hi then
@@ -98,18 +101,19 @@ if last > hi then
     local k = idx(tonumber(r[i + 1]))
     if k <= last then
       moved = moved + 1
+      local key = f(k)
       if k > hi then
-        fresh[k] = (fresh[k] or 0) + 1
+        fresh[key] = (fresh[key] or 0) + 1
       elseif k >= lo then
-        late[k] = (late[k] or 0) + 1
+        late[key] = (late[key] or 0) + 1
       end
-      if string.sub(r[i], 1, 2) == '\0d' then debt[k] = (debt[k] or 0) + 1 end
+      if string.sub(r[i], 1, 2) == '\0d' then debt[key] = (debt[key] or 0) + 1 end
     end
   end
   if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f((last + 1) * b)) end
   -- A late call counts in its bucket and in every later one's total.
-  for k, c in pairs(late) do
-    for j = k, hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
+  for key, c in pairs(late) do
+    for j = tonumber(key), hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
     n = n + c
   end
 end
@@ -131,20 +135,20 @@ if keep > lo then
 end
 if last > hi then
   -- Calls in buckets no window counts any more count only in base.
-  for k, c in pairs(fresh) do
-    if k < lo then n = n + c end
+  for key, c in pairs(fresh) do
+    if tonumber(key) < lo then n = n + c end
   end
   if lo > hi then base = n end
   local set = {}
   for j = math.max(hi + 1, lo), last do
-    n = n + (fresh[j] or 0)
+    n = n + (fresh[f(j)] or 0)
     set[#set + 1] = f(j)
     set[#set + 1] = f(n)
   end
-  for k, c in pairs(debt) do
-    if k >= lo then
-      set[#set + 1] = 'd' .. f(k)
-      set[#set + 1] = f(c + (tonumber(redis.call('HGET', KEYS[2], 'd' .. f(k))) or 0))
+  for key, c in pairs(debt) do
+    if tonumber(key) >= lo then
+      set[#set + 1] = 'd' .. key
+      set[#set + 1] = f(c + (tonumber(redis.call('HGET', KEYS[2], 'd' .. key)) or 0))
     end
   end
   for i = 1, #set, 400 do
