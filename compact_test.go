@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // withCompaction compacts every window whose limit is at least from, in n
@@ -85,5 +87,36 @@ func TestInvariantCompacted(t *testing.T) {
 				t.Logf("%d units admitted, %d compacted, %d still members", len(scores), n, len(calls(t, c, key)))
 			})
 		})
+	}
+}
+
+// WithCompactFrom chooses which windows compact, as Usage states: by
+// default a limit of 5,000 compacts and one below does not; 0 keeps a
+// member per call whatever the limit; a negative limit is an error.
+func TestWithCompactFrom(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	defer c.Close()
+	if _, err := New(c, "k", 10, time.Second, WithCompactFrom(-1)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("WithCompactFrom(-1): %v, want ErrInvalidArgument", err)
+	}
+	for _, tc := range []struct {
+		limit   int
+		opts    []Option
+		compact bool
+	}{
+		{4_999, nil, false},
+		{5_000, nil, true},
+		{1_000_000, []Option{WithCompactFrom(0)}, false},
+		{100, []Option{WithCompactFrom(100)}, true},
+	} {
+		th := mustNew(t, c, "k"+strconv.Itoa(tc.limit), tc.limit, time.Minute, tc.opts...)
+		u, err := th.Usage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A minute plus the 50ms buffer in 1,024 buckets: 58,643µs.
+		if got, want := u[0].Bucket > 0, tc.compact; got != want || (got && u[0].Bucket != 58_643*time.Microsecond) {
+			t.Errorf("limit %d (%d options): Usage.Bucket %s, want compacted %v", tc.limit, len(tc.opts), u[0].Bucket, want)
+		}
 	}
 }

@@ -35,11 +35,12 @@ type Usage struct {
 	// the window's compaction age.
 	Debt int
 	// Bucket is how this Throttler keeps the window: zero when Redis holds
-	// a member per call in the window (a limit under 5,000); otherwise
-	// the window is compacted: calls older than a quarter of the interval
-	// (at most a minute, at least a bucket) are counted per bucket of this
-	// width (the window plus buffer over 1,024) instead, and every bucket
-	// overlapping a window counts wholly. See "Memory" in the README.
+	// a member per call in the window (a limit under WithCompactFrom's,
+	// 5,000 by default); otherwise the window is compacted: calls scored
+	// more than a quarter of the interval ago (at most a minute) are
+	// counted per bucket of this width (the window plus buffer over 1,024)
+	// instead, and every bucket overlapping a window counts wholly. See
+	// "Memory" in the README.
 	Bucket time.Duration
 	// PausedUntil is the end of a shared pause (first limit only; zero when
 	// none is in force).

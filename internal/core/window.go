@@ -31,16 +31,16 @@ const Buckets = 1024
 // Compaction returns the bucket width and the age (µs) after which a call
 // moves into its bucket for a window of w µs holding limit calls, when
 // limit is at least from; zero for a window that keeps a member per call.
-// The width is w/n, rounded up; the age a bucket, or a quarter of the
-// window up to a minute if longer: a call given back (a settled surplus)
-// before it is compacted frees its slot, after that its slot counts until
-// its bucket leaves the window.
+// The width is w/n, rounded up; the age a quarter of the window, at most a
+// minute: a call given back (a settled surplus) before it is compacted
+// frees its slot, after that its slot counts until its bucket leaves the
+// window, so the age is how late a settle may come and still give back.
 func Compaction(limit int, w int64, from, n int) (bucket, age int64) {
 	if from <= 0 || limit < from || n <= 0 {
 		return 0, 0
 	}
 	bucket = max(1, (w+int64(n)-1)/int64(n))
-	age = max(bucket, min(w/4, time.Minute.Microseconds()))
+	age = max(1, min(w/4, time.Minute.Microseconds()))
 	return bucket, age
 }
 

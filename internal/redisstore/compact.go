@@ -9,8 +9,9 @@ import (
 )
 
 // A compacted window keeps a member per call only for its newest calls. A
-// call older than the window's age (core.Window.Age, µs) is moved, by
-// CompactScript, from the sorted set into a count per bucket: the buckets
+// call scored more than the window's age (core.Window.Age, µs) before the
+// server's clock is moved, by CompactScript, from the sorted set into a
+// count per bucket, whether its bucket has ended or not: the buckets
 // cut the server's clock into spans of core.Window.Bucket µs, bucket k
 // being [k*b, (k+1)*b). The counts live in a hash beside the set
 // (CompactKey), cumulative so that any run of buckets is counted with two
@@ -23,6 +24,7 @@ import (
 //	n        the calls in every bucket up to hi
 //	<k>      for lo <= k <= hi: the calls in every bucket up to k
 //	d<k>     the debt among bucket k's calls (see core.DebtPrefix), when any
+//	cut      every call scored before cut (µs) has been moved, or was absent
 //
 // A count of the calls in (x, y) counts the set's members there plus every
 // bucket that overlaps (x, y), wholly: a bucket's calls may lie anywhere in
@@ -50,21 +52,22 @@ func CompactKey(key string) string { return "{" + HashTag(key) + "}:b:" + key }
 const BucketMember = "\x00bucketed"
 
 // CompactScript moves the calls of KEYS[1] (the sorted set) scored before
-// the bucket that holds now-ARGV[2] (the age, µs) into their buckets in
-// KEYS[2] (see CompactKey), and drops the buckets that end before
+// now-ARGV[2] (the age, µs) into their buckets in KEYS[2] (see
+// CompactKey), at most 20,000 a run (the oldest), and drops the buckets that end before
 // now-ARGV[3] (µs: the window, its slack and the widest margin), with now
 // the server's clock. ARGV[1] is the bucket width a new hash takes, ARGV[4]
 // the hash's TTL (ms), which is also how long the flag member ARGV[5]
 // states the buckets may count. It returns the number of calls moved.
 //
-// A call that arrives in a bucket already compacted (a late writer) is
-// added to that bucket's count and every later one: the counts stay true.
+// A call that arrives scored before the cut (a late writer) is moved by the
+// next run: added to its bucket's count and every later one, the counts
+// stay true.
 // A call older than every bucket kept is dropped: no window counts it.
 var CompactScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function f(x) return string.format('%.0f', x) end
-local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base')
+local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base', 'cut')
 local b = tonumber(h[1]) or tonumber(ARGV[1])
 local function idx(s)
   local k = math.floor(s / b)
@@ -72,10 +75,10 @@ local function idx(s)
   return k
 end
 local keep = idx(now - tonumber(ARGV[3]))
-local last = idx(now - tonumber(ARGV[2])) - 1
-local lo, hi, n, base = tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5])
+local cut = now - tonumber(ARGV[2])
+local lo, hi, n, base, was = tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
 if not hi then
-  lo, hi, n, base = keep, keep - 1, 0, 0
+  lo, hi, n, base, was = keep, keep - 1, 0, 0, 0
   redis.call('HSET', KEYS[2], 'b', f(b))
 end
 -- Tables keyed by bucket take the bucket's digits, not the number: an
@@ -83,24 +86,25 @@ end
 -- numbers (server µs / width) would make that array enormous.
 local late, fresh, debt = {}, {}, {}
 local moved = 0
-if last > hi then
-  -- The calls to move, oldest first, at most 20000 a run: a set that
-  -- starts compacting with a long log behind it is moved over several
-  -- runs, whole buckets at a time.
-  local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f((last + 1) * b), 'WITHSCORES', 'LIMIT', 0, 20000)
-  if #r == 40000 then
-    local k = idx(tonumber(r[#r])) - 1
-    if k > hi then
-      last = k
-    else
-      r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f((hi + 2) * b), 'WITHSCORES')
-      last = hi + 1
-    end
+-- The calls to move, oldest first, at most 20000 a run: a set that starts
+-- compacting with a long log behind it is moved over several runs.
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut), 'WITHSCORES', 'LIMIT', 0, 20000)
+if #r == 40000 then
+  local s0, s1 = tonumber(r[2]), tonumber(r[#r])
+  if s1 > s0 then
+    cut = s1
+  else
+    r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', f(s1), 'WITHSCORES')
+    cut = s1 + 1
   end
+end
+local last = math.max(hi, idx(cut - 1))
+if #r > 0 then
   for i = 1, #r, 2 do
-    local k = idx(tonumber(r[i + 1]))
-    if k <= last then
+    local s = tonumber(r[i + 1])
+    if s < cut then
       moved = moved + 1
+      local k = idx(s)
       local key = f(k)
       if k > hi then
         fresh[key] = (fresh[key] or 0) + 1
@@ -110,7 +114,7 @@ if last > hi then
       if string.sub(r[i], 1, 2) == '\0d' then debt[key] = (debt[key] or 0) + 1 end
     end
   end
-  if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f((last + 1) * b)) end
+  if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut)) end
   -- A late call counts in its bucket and in every later one's total.
   for key, c in pairs(late) do
     for j = tonumber(key), hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
@@ -145,18 +149,15 @@ if last > hi then
     set[#set + 1] = f(j)
     set[#set + 1] = f(n)
   end
-  for key, c in pairs(debt) do
-    if tonumber(key) >= lo then
-      set[#set + 1] = 'd' .. key
-      set[#set + 1] = f(c + (tonumber(redis.call('HGET', KEYS[2], 'd' .. key)) or 0))
-    end
-  end
   for i = 1, #set, 400 do
     redis.call('HSET', KEYS[2], unpack(set, i, math.min(i + 399, #set)))
   end
   hi = last
 end
-redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base))
+for key, c in pairs(debt) do
+  if tonumber(key) >= lo then redis.call('HINCRBY', KEYS[2], 'd' .. key, c) end
+end
+redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base), 'cut', f(math.max(was or 0, cut)))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('ZADD', KEYS[1], 'LT', f(-(now + tonumber(ARGV[4]) * 1000)), ARGV[5])
 return moved
@@ -169,16 +170,18 @@ return moved
 // last, from 0: see tail); then a probe member and its score ("" when
 // none). It returns, per range, the calls in (x, y): members there and
 // every bucket overlapping it; then 1 when the probe is a member, or was
-// scored before the buckets' end (it may have been compacted), else 0;
+// scored before the cut (it may have been compacted), else 0;
 // then per tail its length and its entries, ascending, a score and a
-// member each: a member of the set while the rank falls among the set's
-// calls, else the last microsecond of the bucket holding that rank and an
-// empty member. A tail stops where the calls run out.
+// member each, ranked among the members at their scores and the compacted
+// calls at their buckets' last microsecond with an empty member: that is
+// where the counts place a compacted call (a slot worked out from an
+// earlier score would be refused by a count of the whole bucket). A tail
+// stops where the calls run out.
 var CountScript = redis.NewScript(`
 local function f(x) return string.format('%.0f', x) end
-local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base')
-local b, lo, hi, n, base = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5])
-if not hi then b, lo, hi, n, base = 1, 1, 0, 0, 0 end
+local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base', 'cut')
+local b, lo, hi, n, base, cut = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
+if not hi then b, lo, hi, n, base, cut = 1, 1, 0, 0, 0, 0 end
 local function idx(s)
   local k = math.floor(s / b)
   if k * b > s then k = k - 1 elseif (k + 1) * b <= s then k = k + 1 end
@@ -205,43 +208,59 @@ local tails = tonumber(ARGV[at])
 local probe = ARGV[at + 1 + 2 * tails]
 if probe == '' then
   out[#out + 1] = 0
-elseif redis.call('ZSCORE', KEYS[1], probe) or tonumber(ARGV[at + 2 + 2 * tails]) < (hi + 1) * b then
+elseif redis.call('ZSCORE', KEYS[1], probe) or tonumber(ARGV[at + 2 + 2 * tails]) < cut then
   out[#out + 1] = 1
 else
   out[#out + 1] = 0
 end
-local m = redis.call('ZCOUNT', KEYS[1], '(0', '+inf')
 for j = 0, tails - 1 do
   local oldest, newest = tonumber(ARGV[at + 1 + 2 * j]), tonumber(ARGV[at + 2 + 2 * j])
-  local entries = {}
-  -- The compacted calls first (the older ranks): the call at rank r >= m
-  -- is the (n-(r-m))-th compacted one, in the first bucket whose total
-  -- reaches it; walking up from the oldest rank's bucket finds the rest.
-  local q, last = n - (oldest - m), n - (math.max(newest, m) - m)
-  q = math.max(q, base + 1)
-  if q <= last then
+  local want = oldest + 1
+  -- The newest calls of each kind, newest first: members at their scores,
+  -- compacted calls at their buckets' last microsecond (where the counts
+  -- place them: a member may be older than a compacted call of its own
+  -- bucket, the one the cut runs through, or of an older one when it
+  -- arrived late).
+  local z = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(0', 'WITHSCORES', 'LIMIT', 0, want)
+  local comp = {} -- ascending
+  local cn = math.min(want, n - base)
+  if cn > 0 then
+    -- The q-th compacted call lies in the first bucket whose total
+    -- reaches q; walking up from the oldest one wanted finds the rest.
+    local q = n - cn + 1
     local l, u = lo, hi
     while l < u do
       local mid = math.floor((l + u) / 2)
       if cum(mid) >= q then u = mid else l = mid + 1 end
     end
     local c = cum(l)
-    for p = q, last do
+    for p = q, n do
       while c < p do
         l = l + 1
         c = cum(l)
       end
-      entries[#entries + 1] = (l + 1) * b - 1
-      entries[#entries + 1] = ''
+      comp[#comp + 1] = (l + 1) * b - 1
     end
   end
-  -- Then the members, with one ZRANGE.
-  if newest < m then
-    local z = redis.call('ZRANGE', KEYS[1], -(math.min(oldest, m - 1) + 1), -(newest + 1), 'WITHSCORES')
-    for i = 1, #z, 2 do
-      entries[#entries + 1] = tonumber(z[i + 1])
-      entries[#entries + 1] = z[i]
+  -- Merged, newest first, down to the oldest rank wanted.
+  local merged = {}
+  local i, k = 1, #comp
+  while #merged < 2 * want and (i <= #z or k >= 1) do
+    local zs = tonumber(z[i + 1])
+    if zs and (k < 1 or zs >= comp[k]) then
+      merged[#merged + 1] = zs
+      merged[#merged + 1] = z[i]
+      i = i + 2
+    else
+      merged[#merged + 1] = comp[k]
+      merged[#merged + 1] = ''
+      k = k - 1
     end
+  end
+  local entries = {}
+  for r = math.min(oldest, #merged / 2 - 1), newest, -1 do
+    entries[#entries + 1] = merged[2 * r + 1]
+    entries[#entries + 1] = merged[2 * r + 2]
   end
   out[#out + 1] = #entries / 2
   for _, e in ipairs(entries) do out[#out + 1] = e end

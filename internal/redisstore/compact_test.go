@@ -52,7 +52,7 @@ func TestCompactCountsWholeBuckets(t *testing.T) {
 			}
 			w := int64(2000 + rng.IntN(3000)) // µs
 			x := core.Window{Key: key, W: w, Bucket: int64(50 + rng.IntN(400))}
-			x.Age = x.Bucket + int64(rng.IntN(1000))
+			x.Age = 1 + int64(rng.IntN(1000)) // often inside the newest bucket
 			keep := w + int64(rng.IntN(2000))
 			calls := map[string]int64{} // every call added, by member
 			now := serverNow(t, c)
@@ -113,7 +113,7 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 		}
 		return v
 	}
-	b, lo, hi := num("b"), num("lo"), num("hi")
+	b, lo, hi, cut := num("b"), num("lo"), num("hi"), num("cut")
 	bucket := func(s int64) int64 { return s / b } // scores are positive
 	members, err := c.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "(0", Max: "+inf"}).Result()
 	if err != nil {
@@ -123,20 +123,20 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 	for _, m := range members {
 		inSet[m] = true
 	}
-	// Every call is a member or was moved; a moved one lies in a bucket
-	// up to hi, and one still a member after hi's end.
+	// Every call is a member or was moved; a moved one was scored before
+	// the cut (in a bucket up to hi), one still a member from the cut on.
 	var loose, moved []int64
 	debt := map[int64]int64{}
 	for m, s := range calls {
 		k := bucket(s)
 		switch {
 		case inSet[m]:
-			if k <= hi {
-				t.Fatalf("%s: call %q at %d (bucket %d) is still a member, behind the buckets' end (%d)", at, m, s, k, hi)
+			if s < cut {
+				t.Fatalf("%s: call %q at %d is still a member, behind the cut (%d)", at, m, s, cut)
 			}
 			loose = append(loose, s)
-		case k > hi:
-			t.Fatalf("%s: call %q at %d (bucket %d) is gone, after the buckets' end (%d)", at, m, s, k, hi)
+		case s >= cut || k > hi:
+			t.Fatalf("%s: call %q at %d (bucket %d) is gone, after the cut (%d) or the buckets' end (%d)", at, m, s, k, cut, hi)
 		case k >= lo:
 			moved = append(moved, s)
 			if strings.HasPrefix(m, core.DebtPrefix) {
@@ -180,17 +180,14 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 			t.Fatalf("%s: count in (%d, %d) = %d, want %d (b %d, buckets %d..%d)", at, r.x, r.y, read.counts[i], want, b, lo, hi)
 		}
 	}
-	// The ranks, newest first: the members by score, then the moved calls
-	// by bucket, each as its bucket's last microsecond.
-	slices.Sort(loose)
-	slices.Reverse(loose)
-	var ranked []int64
-	ranked = append(ranked, loose...)
-	slices.Sort(moved)
-	slices.Reverse(moved)
+	// The ranks, newest first: the members at their scores and the moved
+	// calls at their buckets' last microsecond, together.
+	ranked := slices.Clone(loose)
 	for _, s := range moved {
 		ranked = append(ranked, (bucket(s)+1)*b-1)
 	}
+	slices.Sort(ranked)
+	slices.Reverse(ranked)
 	for j, span := range spans {
 		var want []int64
 		for r := span.oldest; r >= span.newest; r-- {
@@ -206,4 +203,49 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 			t.Fatalf("%s: tail of ranks %d..%d = %v, want %v", at, span.oldest, span.newest, got, want)
 		}
 	}
+}
+
+// A long log behind the cut is moved 20,000 calls a run, oldest first,
+// and a run whose 20,000 calls share one score moves every call there:
+// each run leaves the counts true and the next one goes on.
+func TestCompactMovesLongLogsInRuns(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, mr *miniredis.Miniredis) {
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(5, 6))
+		for _, same := range []bool{false, true} {
+			key := redistest.Key(t, fmt.Sprintf("long-%v", same))
+			now := serverNow(t, c)
+			x := core.Window{Key: key, W: 10_000_000, Bucket: 10_000, Age: 1_000}
+			calls := map[string]int64{}
+			var zs []redis.Z
+			for i := range 25_000 {
+				s := now - 5_000_000 + int64(i)*100
+				if same && i < 20_001 {
+					s = now - 5_000_000
+				}
+				m := fmt.Sprintf("c%d", i)
+				calls[m] = s
+				zs = append(zs, redis.Z{Score: float64(s), Member: m})
+			}
+			if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var moved []int64
+			for range 3 {
+				n, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember).Int64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				moved = append(moved, n)
+				checkCompacted(t, c, key, calls, rng, fmt.Sprintf("same %v, after %v", same, moved))
+			}
+			want := []int64{19_999, 5_001, 0}
+			if same {
+				want = []int64{20_001, 4_999, 0}
+			}
+			if !slices.Equal(moved, want) {
+				t.Fatalf("same score %v: runs moved %v calls, want %v", same, moved, want)
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"maps"
 	"net"
 	"sort"
 	"time"
@@ -64,7 +65,10 @@ func (s *Store) Snapshot() Snapshot {
 		var err error
 		switch s.m.Type(k) {
 		case "zset":
+			// miniredis hands out its own map: a copy keeps the set
+			// as it is now.
 			v.members, err = s.m.SortedSet(k)
+			v.members = maps.Clone(v.members)
 		case "hash":
 			v.fields = map[string]string{}
 			var fields []string

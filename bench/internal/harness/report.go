@@ -216,6 +216,10 @@ type MemoryRow struct {
 	Bytes          int64   `json:"bytes"` // MEMORY USAGE ... SAMPLES 0, summed over the keys
 	BytesPerMember float64 `json:"bytes_per_member"`
 	AdmitSeconds   float64 `json:"admit_seconds"`
+	// After the scenario's Rest and one more call (when it has a Rest).
+	RestSeconds float64 `json:"rest_seconds,omitempty"`
+	RestMembers int64   `json:"rest_members,omitempty"`
+	RestBytes   int64   `json:"rest_bytes,omitempty"`
 }
 
 // JSON returns the report, indented.
@@ -306,10 +310,14 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	if len(r.Memory) > 0 {
-		b.WriteString("| memory (one window) | calls | members | MEMORY USAGE | bytes/member |\n")
-		b.WriteString("|---|---:|---:|---:|---:|\n")
+		b.WriteString("| memory (one window) | calls | members | MEMORY USAGE | bytes/member | at rest: after | members | MEMORY USAGE |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, m := range r.Memory {
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f |\n", runLabel(m.Impl, m.Run, multi), m.Calls, m.Members, m.Bytes, m.BytesPerMember)
+			rest := "| - | - | -"
+			if m.RestSeconds > 0 {
+				rest = fmt.Sprintf("| %.0fs | %d | %d", m.RestSeconds, m.RestMembers, m.RestBytes)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f %s |\n", runLabel(m.Impl, m.Run, multi), m.Calls, m.Members, m.Bytes, m.BytesPerMember, rest)
 		}
 		b.WriteString("\n")
 	}

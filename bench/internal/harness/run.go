@@ -592,7 +592,7 @@ func (h *harness) runMemory(ctx context.Context, sc Scenario, impl string) (Memo
 	if err != nil {
 		return MemoryRow{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute+sc.Rest)
 	defer cancel()
 	began := time.Now()
 	var next atomic.Int64
@@ -615,23 +615,45 @@ func (h *harness) runMemory(ctx context.Context, sc Scenario, impl string) (Memo
 	elapsed := time.Since(began)
 
 	row := MemoryRow{Impl: impl, Calls: sc.Calls, AdmitSeconds: elapsed.Seconds()}
-	if row.Members, err = h.rdb.ZCard(ctx, memoryKey).Result(); err != nil {
+	if row.Members, row.Keys, row.Bytes, err = h.measureMemory(ctx); err != nil {
 		return row, err
-	}
-	keys, err := h.rdb.Keys(ctx, "*").Result()
-	if err != nil {
-		return row, err
-	}
-	row.Keys = len(keys)
-	for _, k := range keys {
-		n, err := h.rdb.MemoryUsage(ctx, k, 0).Result()
-		if err != nil {
-			return row, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
-		}
-		row.Bytes += n
 	}
 	if row.Members > 0 {
 		row.BytesPerMember = float64(row.Bytes) / float64(row.Members)
 	}
+	if sc.Rest > 0 {
+		select {
+		case <-time.After(sc.Rest):
+		case <-ctx.Done():
+			return row, ctx.Err()
+		}
+		if err := w.Wait(ctx); err != nil {
+			return row, err
+		}
+		row.RestSeconds = sc.Rest.Seconds()
+		if row.RestMembers, _, row.RestBytes, err = h.measureMemory(ctx); err != nil {
+			return row, err
+		}
+	}
 	return row, nil
+}
+
+// measureMemory reads the memory key's members (ZCARD), how many keys
+// Redis holds, and their MEMORY USAGE summed.
+func (h *harness) measureMemory(ctx context.Context) (members int64, nkeys int, bytes int64, err error) {
+	if members, err = h.rdb.ZCard(ctx, memoryKey).Result(); err != nil {
+		return 0, 0, 0, err
+	}
+	keys, err := h.rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, k := range keys {
+		n, err := h.rdb.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
+		}
+		bytes += n
+	}
+	return members, len(keys), bytes, nil
 }

@@ -23,7 +23,8 @@ const (
 	// KindCeiling: Wait in a loop, nothing else; limit never reached.
 	KindCeiling Kind = "ceiling"
 	// KindMemory: admit Calls calls in one long window, in the harness
-	// process, then measure the key.
+	// process, then measure the key; with Rest, measure it once more
+	// after Rest and one more call.
 	KindMemory Kind = "memory"
 	// KindKeys: Keys keys, each with its own quota of Limit per Interval
 	// (this library's Group; redis_rate's GCRA, one state per key): one
@@ -74,9 +75,13 @@ type Scenario struct {
 	// Warmup is left out of rates, fairness and wait percentiles: the first
 	// window, where every implementation may admit a full quota at once.
 	Warmup time.Duration
-	Calls  int      // KindMemory: calls to admit; KindKeys: calls per key
-	Keys   int      // KindKeys: how many keys
-	Impls  []string // implementations that take part
+	Calls  int // KindMemory: calls to admit; KindKeys: calls per key
+	Keys   int // KindKeys: how many keys
+	// KindMemory: how long after the calls to measure the key again (after
+	// one more call), when a compacted window's calls have moved into
+	// their buckets: its age (a minute at most) plus a trim period.
+	Rest  time.Duration
+	Impls []string // implementations that take part
 	// KindLLM: Limit is in tokens; Requests is the calls allowed per
 	// Interval, and Unit how many tokens one unit of the token Throttler
 	// stands for.
@@ -141,16 +146,19 @@ func Scenarios(quick bool) []Scenario {
 		}
 		return full
 	}
-	all := impls.Names
+	// Every implementation but throttler-log, which only the scenarios
+	// where this library compacts (a limit of 5,000 or more) add.
+	all := slices.DeleteFunc(slices.Clone(impls.Names), func(n string) bool { return n == "throttler-log" })
+	withLog := slices.Concat(all, []string{"throttler-log"})
 	return []Scenario{
 		{Name: "saturate", Kind: KindAPI, Procs: 3, Goroutines: 50, Limit: 100, Interval: time.Second,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all},
 		{Name: "herd", Kind: KindAPI, Procs: 3, Goroutines: 300, Limit: 50, Interval: time.Second,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all},
 		{Name: "latency", Kind: KindLatency, Procs: 1, Goroutines: 1, Limit: 1_000_000, Interval: time.Second,
-			Duration: pick(3*time.Second, 1500*time.Millisecond), Warmup: 250 * time.Millisecond, Impls: all},
+			Duration: pick(3*time.Second, 1500*time.Millisecond), Warmup: 250 * time.Millisecond, Impls: withLog},
 		{Name: "ceiling", Kind: KindCeiling, Procs: 2, Goroutines: 64, Limit: 1_000_000, Interval: time.Second,
-			Duration: pick(5*time.Second, 2*time.Second), Warmup: pick(time.Second, 500*time.Millisecond), Impls: all},
+			Duration: pick(5*time.Second, 2*time.Second), Warmup: pick(time.Second, 500*time.Millisecond), Impls: withLog},
 		{Name: "memory", Kind: KindMemory, Goroutines: 16, Limit: 20_000, Interval: time.Hour, Calls: 10_000,
 			Impls: []string{"throttler", "seed"}},
 		// A minute lasts 6s: examples/llm's default speed.
@@ -180,7 +188,7 @@ func Scenarios(quick bool) []Scenario {
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: []string{"throttler"}, OptIn: true},
 		// A daily quota of a million in one key, a fifth of it used.
 		{Name: "memory-day", Kind: KindMemory, Goroutines: 32, Limit: 1_000_000, Interval: 24 * time.Hour,
-			Calls: pickN(quick, 200_000, 20_000), Impls: []string{"throttler"}, OptIn: true},
+			Calls: pickN(quick, 200_000, 20_000), Rest: 95 * time.Second, Impls: []string{"throttler", "throttler-log"}, OptIn: true},
 		// A quota per customer: many small keys.
 		{Name: "keys", Kind: KindKeys, Goroutines: 64, Limit: 10, Interval: time.Minute,
 			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate"}, OptIn: true},

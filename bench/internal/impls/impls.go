@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-throttler/throttler"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,8 +31,10 @@ type Config struct {
 // "throttler-ctx" is this library with the go-redis client built with
 // ContextTimeoutEnabled, as its README recommends: the client then honours
 // the Redis timeout itself and each round trip runs in the caller's
-// goroutine.
-var Names = []string{"throttler", "throttler-ctx", "seed", "redis_rate", "xrate"}
+// goroutine. "throttler-log" is this library keeping a member per call
+// whatever the limit (WithCompactFrom(0)): the sliding-window log that a
+// limit of 5,000 or more would otherwise compact, to compare the two.
+var Names = []string{"throttler", "throttler-ctx", "throttler-log", "seed", "redis_rate", "xrate"}
 
 // ClientOptions adjusts the go-redis options an implementation's client is
 // built with.
@@ -49,6 +52,8 @@ func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
 	switch name {
 	case "throttler", "throttler-ctx":
 		return newThrottler(rdb, cfg)
+	case "throttler-log":
+		return newThrottler(rdb, cfg, throttler.WithCompactFrom(0))
 	case "seed":
 		return newSeed(rdb, cfg), nil
 	case "redis_rate":

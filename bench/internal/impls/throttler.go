@@ -9,9 +9,9 @@ import (
 )
 
 // newThrottler is this library, as a user would set it up: one Throttler per
-// process, shared by all its goroutines.
-func newThrottler(rdb *redis.Client, cfg Config) (Waiter, error) {
-	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, throttler.WithBuffer(cfg.Buffer))
+// process, shared by all its goroutines, with opts.
+func newThrottler(rdb *redis.Client, cfg Config, opts ...throttler.Option) (Waiter, error) {
+	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, append([]throttler.Option{throttler.WithBuffer(cfg.Buffer)}, opts...)...)
 }
 
 // SupportsInFlight reports whether an implementation can cap the calls in
