@@ -51,13 +51,19 @@ func CompactKey(key string) string { return "{" + HashTag(key) + "}:b:" + key }
 // member per call counts the buckets too while it is there.
 const BucketMember = "\x00bucketed"
 
+// CompactBatch is the most calls one CompactScript run moves, which bounds
+// how long it holds Redis (some milliseconds): a run that moves that many
+// leaves the rest to the round trip after it.
+const CompactBatch = 20_000
+
 // CompactScript moves the calls of KEYS[1] (the sorted set) scored before
 // now-ARGV[2] (the age, µs) into their buckets in KEYS[2] (see
-// CompactKey), at most 20,000 a run (the oldest), and drops the buckets that end before
+// CompactKey), at most ARGV[6] a run (CompactBatch; the oldest), and drops the buckets that end before
 // now-ARGV[3] (µs: the window, its slack and the widest margin), with now
 // the server's clock. ARGV[1] is the bucket width a new hash takes, ARGV[4]
 // the hash's TTL (ms), which is also how long the flag member ARGV[5]
-// states the buckets may count. It returns the number of calls moved.
+// states the buckets may count. It returns the number of calls moved, and
+// 1 when the run stopped at the batch (more may be left to move), else 0.
 //
 // A call that arrives scored before the cut (a late writer) is moved by the
 // next run: added to its bucket's count and every later one, the counts
@@ -86,10 +92,13 @@ end
 -- numbers (server µs / width) would make that array enormous.
 local late, fresh, debt = {}, {}, {}
 local moved = 0
--- The calls to move, oldest first, at most 20000 a run: a set that starts
--- compacting with a long log behind it is moved over several runs.
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut), 'WITHSCORES', 'LIMIT', 0, 20000)
-if #r == 40000 then
+-- The calls to move, oldest first, at most a batch a run: a set that
+-- starts compacting with a long log behind it is moved over several runs.
+local batch = tonumber(ARGV[6])
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut), 'WITHSCORES', 'LIMIT', 0, batch)
+local full = 0
+if #r == 2 * batch then
+  full = 1
   local s0, s1 = tonumber(r[2]), tonumber(r[#r])
   if s1 > s0 then
     cut = s1
@@ -160,7 +169,7 @@ end
 redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base), 'cut', f(math.max(was or 0, cut)))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('ZADD', KEYS[1], 'LT', f(-(now + tonumber(ARGV[4]) * 1000)), ARGV[5])
-return moved
+return {moved, full}
 `)
 
 // CountScript reads a window that may be compacted (see CompactScript):

@@ -78,7 +78,7 @@ func TestCompactCountsWholeBuckets(t *testing.T) {
 				if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, keep, 60000, BucketMember).Err(); err != nil {
+				if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, keep, 60000, BucketMember, CompactBatch).Err(); err != nil {
 					t.Fatal(err)
 				}
 				checkCompacted(t, c, key, calls, rng, fmt.Sprintf("iter %d run %d", iter, run))
@@ -232,11 +232,15 @@ func TestCompactMovesLongLogsInRuns(t *testing.T) {
 			}
 			var moved []int64
 			for range 3 {
-				n, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember).Int64()
+				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
-				moved = append(moved, n)
+				// Only the first run stops at the batch.
+				if stopped := len(moved) == 0; (v[1] == 1) != stopped {
+					t.Fatalf("run %d answered %v (moved, stopped at the batch); stopped should be %v", len(moved)+1, v, stopped)
+				}
+				moved = append(moved, v[0])
 				checkCompacted(t, c, key, calls, rng, fmt.Sprintf("same %v, after %v", same, moved))
 			}
 			want := []int64{19_999, 5_001, 0}
@@ -246,6 +250,49 @@ func TestCompactMovesLongLogsInRuns(t *testing.T) {
 			if !slices.Equal(moved, want) {
 				t.Fatalf("same score %v: runs moved %v calls, want %v", same, moved, want)
 			}
+		}
+	})
+}
+
+// A window whose compaction moved a whole batch compacts again with the
+// next round trip, trimming or not, until the backlog is gone; then only
+// with trims.
+func TestCompactCatchesUpWithoutTrims(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		key := redistest.Key(t, "catch-up")
+		now := serverNow(t, c)
+		x := core.Window{Key: key, Limit: 100_000, Interval: 10 * time.Second, W: 10_000_000, Bucket: 10_000, Age: 1_000}
+		var zs []redis.Z
+		for i := range 45_000 {
+			zs = append(zs, redis.Z{Score: float64(now - 5_000_000 + int64(i)*100), Member: fmt.Sprint("c", i)})
+		}
+		if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		s := NewStore(c, []core.Window{x}, 0, nil, "self")
+		var left []int64
+		for i := range 5 {
+			a := &core.Attempt{Lims: []int{x.Limit}}
+			if i == 0 {
+				a.Trim = core.Trim{On: true, At: serverNow(t, c), Future: now + 3_600_000_000}
+			}
+			if _, err := s.Reserve(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			n, err := c.ZCount(ctx, key, "(0", "+inf").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			left = append(left, n)
+		}
+		// A run moves the calls scored before the batch's last one.
+		if want := []int64{25_001, 5_002, 0, 0, 0}; !slices.Equal(left, want) {
+			t.Fatalf("calls left as members after each round trip: %v, want %v", left, want)
+		}
+		n, err := c.HGet(ctx, CompactKey(key), "n").Int64()
+		if err != nil || n != 45_000 {
+			t.Fatalf("buckets hold %d calls (%v), want 45000", n, err)
 		}
 	})
 }

@@ -21,9 +21,12 @@ type Store struct {
 	// Per window: its counts are read with CountScript, for it compacts
 	// (core.Window.Bucket) or its flag (BucketMember) was seen.
 	compacted []atomic.Bool
-	probeIn   int            // the index of the key the probe is looked up in
-	lease     *core.InFlight // WithInFlight's, or nil
-	self      string         // this Throttler's name in the line for places in flight
+	// Per window: its last compaction moved a whole batch (CompactBatch),
+	// so the next round trip compacts again, trimming or not.
+	behind  []atomic.Bool
+	probeIn int            // the index of the key the probe is looked up in
+	lease   *core.InFlight // WithInFlight's, or nil
+	self    string         // this Throttler's name in the line for places in flight
 	// The client ends a call at its context's deadline by itself (see
 	// inline).
 	ctxTimeouts bool
@@ -47,6 +50,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 		lease:       lease,
 		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember},
 		compacted:   make([]atomic.Bool, len(wins)),
+		behind:      make([]atomic.Bool, len(wins)),
 		ctxTimeouts: HonoursContext(c),
 		ioTimeout:   SocketTimeout(c),
 	}
@@ -64,7 +68,9 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	EVAL <WideScript> key <margin> ...   (a round that publishes a margin)
 //	ZREM key <given back>...             (when there are any)
 //	EVAL <CompactScript> key <buckets>   (when the attempt trims a
-//	                                      compacted window: see compact.go)
+//	                                      compacted window, or its last
+//	                                      compaction moved a whole batch:
+//	                                      see compact.go)
 //	ZREMRANGEBYSCORE key 0 (<t-w-1s>     (when the attempt trims: t is the
 //	ZREMRANGEBYSCORE key (<now+1h> +inf   server's last TIME)
 //	ZADD LT key -<end> <pause>           (a heal: first key only, with the
@@ -187,6 +193,7 @@ type winCmds struct {
 	// By level: the tail for the attempt's Learn.LowCaps.
 	lowTails [core.Levels]*redis.ZSliceCmd
 	flag     *redis.FloatSliceCmd // ZMSCORE key bucketed (windows after the first, not compacted, not the probe's)
+	compact  *redis.Cmd           // CompactScript's, when it runs
 }
 
 // queue queues the attempt's commands on p: the lease script (when places
@@ -241,10 +248,11 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	if remove != nil {
 		p.ZRem(ctx, x.Key, remove...)
 	}
-	if a.Trim.On && a.Trim.At > 0 {
-		if x.Bucket > 0 {
-			c.queueCompact(p, x)
-		}
+	trim := a.Trim.On && a.Trim.At > 0
+	if x.Bucket > 0 && (trim || c.s.behind[wi].Swap(false)) {
+		c.win[wi].compact = c.queueCompact(p, x)
+	}
+	if trim {
 		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.Trim.At-x.W-core.TrimSlack))
 		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.Trim.Future), "+inf")
 	}
@@ -266,10 +274,10 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 // queueCompact queues CompactScript on compacted window x: its buckets are
 // kept while a window that a check may still count (widened by the widest
 // margin) overlaps them, and as long the hash and the flag live.
-func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) {
+func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) *redis.Cmd {
 	keep := x.W + core.TrimSlack + core.MaxSpread
 	ttl := keep/1000 + 1000 // ms
-	CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember)
+	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch)
 }
 
 // queueReads queues the reads of the key of window wi, after its writes:
@@ -384,6 +392,13 @@ func (c *attemptCmds) tail(p redis.Pipeliner, key string, limit int) *redis.ZSli
 
 // reply reads the commands' results.
 func (c *attemptCmds) reply() (core.Reply, error) {
+	for wi, wc := range c.win {
+		if wc.compact != nil {
+			if v, err := wc.compact.Int64Slice(); err == nil && len(v) == 2 && v[1] == 1 {
+				c.s.behind[wi].Store(true)
+			}
+		}
+	}
 	r := c.metaReply()
 	if c.clock != nil {
 		r.ServerTime = c.clock.Val()

@@ -627,8 +627,13 @@ func (h *harness) runMemory(ctx context.Context, sc Scenario, impl string) (Memo
 		case <-ctx.Done():
 			return row, ctx.Err()
 		}
-		if err := w.Wait(ctx); err != nil {
-			return row, err
+		// A quota of a million a day sees a dozen calls a second: a
+		// compaction that stops at its batch carries on with the next.
+		for range restCalls {
+			if err := w.Wait(ctx); err != nil {
+				return row, err
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		row.RestSeconds = sc.Rest.Seconds()
 		if row.RestMembers, _, row.RestBytes, err = h.measureMemory(ctx); err != nil {
@@ -637,6 +642,10 @@ func (h *harness) runMemory(ctx context.Context, sc Scenario, impl string) (Memo
 	}
 	return row, nil
 }
+
+// restCalls is how many calls, 100ms apart, the memory scenario makes
+// after its Rest before measuring again.
+const restCalls = 12
 
 // measureMemory reads the memory key's members (ZCARD), how many keys
 // Redis holds, and their MEMORY USAGE summed.

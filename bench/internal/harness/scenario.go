@@ -24,7 +24,7 @@ const (
 	KindCeiling Kind = "ceiling"
 	// KindMemory: admit Calls calls in one long window, in the harness
 	// process, then measure the key; with Rest, measure it once more
-	// after Rest and one more call.
+	// after Rest and 12 more calls, 100ms apart.
 	KindMemory Kind = "memory"
 	// KindKeys: Keys keys, each with its own quota of Limit per Interval
 	// (this library's Group; redis_rate's GCRA, one state per key): one
@@ -78,7 +78,7 @@ type Scenario struct {
 	Calls  int // KindMemory: calls to admit; KindKeys: calls per key
 	Keys   int // KindKeys: how many keys
 	// KindMemory: how long after the calls to measure the key again (after
-	// one more call), when a compacted window's calls have moved into
+	// 12 more calls), when a compacted window's calls have moved into
 	// their buckets: its age (a minute at most) plus a trim period.
 	Rest  time.Duration
 	Impls []string // implementations that take part
