@@ -136,7 +136,7 @@ func (w *waiter) endUnadmittedAndUnlock(ctx context.Context, t *Throttler) (outc
 		held = nil
 	}
 	t.mu.Unlock()
-	t.release(ctx, held)
+	t.release(ctx, held, 0)
 	if res.state == stRefused {
 		return refused, nil
 	}
@@ -192,16 +192,16 @@ const lateBeforeSlack = 3
 // with the next round trip; an AllowN is refused, its members removed
 // before it returns.
 func (w *waiter) unreserveAndUnlock(ctx context.Context, t *Throttler, o outcome) (outcome, error) {
-	members := w.res.members
+	members, at := w.res.members, w.res.score
 	t.health.forget(members, &t.hooks)
 	if w.now {
 		w.freeShare(t.fallback.local)
 		w.res, w.caller = reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone
 		t.mu.Unlock()
-		t.release(ctx, members)
+		t.release(ctx, members, at)
 		return refused, nil
 	}
-	w.requeue(&t.owed, t.fallback.local)
+	w.requeue(&t.owed, t.fallback.local, w.res.score)
 	t.mu.Unlock()
 	// Give the slot back now, not with the round that reserves the call
 	// again (after a pause, that may be far off): until it is gone, the
@@ -223,7 +223,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 		w.res, w.caller = reservation{state: stFailed}, gone
 		t.mu.Unlock()
 		t.worker.nudge()
-		t.release(ctx, stale)
+		t.release(ctx, stale, 0)
 		return endedError(ctx)
 	case stInFlight:
 		// The round trip may be adding this call's members right now: wait
@@ -244,13 +244,16 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 			return endedError(ctx)
 		}
 	}
-	held := w.res.held()
+	held, at := w.res.held(), int64(0)
 	if w.res.state == stAdmitted {
 		t.health.forget(w.res.members, &t.hooks)
+		if len(w.res.stale) == 0 {
+			at = w.res.score // its members only, written for sure
+		}
 	}
 	w.freeShare(t.fallback.local)
 	w.res, w.caller = reservation{state: stFailed}, gone
 	t.mu.Unlock()
-	t.release(ctx, held)
+	t.release(ctx, held, at)
 	return endedError(ctx)
 }

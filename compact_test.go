@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,11 +27,12 @@ func withCompaction(from, n int) Option {
 // TestInvariantCompacted: replicas sharing a compacted window (its calls
 // moved into buckets while the run goes on) never admit more than the limit
 // in any window, whether every replica compacts or only some (a rollout
-// across the threshold), with calls given up on the way. The buckets are
+// across the threshold), or compactions move all but the newest few calls,
+// with calls given up on the way. The buckets are
 // there, and hold calls, once the run is over.
 func TestInvariantCompacted(t *testing.T) {
-	for _, mixed := range []bool{false, true} {
-		t.Run(map[bool]string{false: "all", true: "mixed"}[mixed], func(t *testing.T) {
+	for _, mode := range []string{"all", "mixed", "newest"} {
+		t.Run(mode, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dial dialer, key string) {
 				const (
 					limit      = 20
@@ -42,11 +44,14 @@ func TestInvariantCompacted(t *testing.T) {
 				var rec recorder
 				ths := make([]*Throttler, replicas)
 				for i := range ths {
-					from := 1
-					if mixed && i == 0 {
+					from, keep := 1, core.CompactKeep
+					if mode == "mixed" && i == 0 {
 						from = 0 // a member per call
 					}
-					ths[i] = rec.watch(mustNew(t, dial(), key, limit, interval, withCompaction(from, 8)))
+					if mode == "newest" {
+						keep = 3 // all but the newest 3 calls compact, young or not
+					}
+					ths[i] = rec.watch(mustNew(t, dial(), key, limit, interval, withCompaction(from, 8), func(o *options) error { o.compactKeep = keep; return nil }))
 				}
 				var wg sync.WaitGroup
 				for r := range replicas {
@@ -119,4 +124,37 @@ func TestWithCompactFrom(t *testing.T) {
 			t.Errorf("limit %d (%d options): Usage.Bucket %s, want compacted %v", tc.limit, len(tc.opts), u[0].Bucket, want)
 		}
 	}
+}
+
+// A surplus settled after its call was compacted frees its slots: the
+// settle takes it out of its bucket (the permit's members were written
+// for sure), so the room is there again within the same window.
+func TestSettleAfterCompaction(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		c := dial()
+		// A window of 2.05s: calls compact after 512ms.
+		th := mustNew(t, c, key, 10, 2*time.Second, withCompaction(1, 64))
+		p, err := th.Reserve(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+		// A refused attempt's round trip trims, so compacts.
+		if r, err := th.Allow(ctx); err != nil || r.Allowed {
+			t.Fatalf("Allow with the window full: %+v, %v", r, err)
+		}
+		if n, err := c.HGet(ctx, redisstore.CompactKey(key), "n").Int(); err != nil || n != 10 {
+			t.Fatalf("the permit's calls compacted: %d (%v), want 10", n, err)
+		}
+		if err := p.Settle(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := th.AllowN(ctx, 9); err != nil || !r.Allowed {
+			t.Fatalf("AllowN(9) after settling 1 of 10: %+v, %v; the surplus should have left its bucket", r, err)
+		}
+		if r, err := th.Allow(ctx); err != nil || r.Allowed {
+			t.Fatalf("Allow with the window full again: %+v, %v", r, err)
+		}
+	})
 }

@@ -46,6 +46,9 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 	for i := range wins {
 		wins[i].W = core.WindowMicros(wins[i].Interval + o.buffer)
 		wins[i].Bucket, wins[i].Age = core.Compaction(wins[i].Limit, wins[i].W, o.compactFrom, o.buckets)
+		if wins[i].Bucket > 0 {
+			wins[i].Keep = int64(o.compactKeep)
+		}
 		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
 			return config{}, err
 		}

@@ -86,11 +86,11 @@ func (f *fallback) fallBackLocked(batch []*waiter, err error) (d time.Duration, 
 	var requeue []*waiter
 	for _, w := range batch {
 		if w.caller != present {
-			t.owed.unhold(w, f.local)
+			t.owed.unhold(w, f.local, 0)
 			w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 			continue
 		}
-		w.requeue(&t.owed, f.local)
+		w.requeue(&t.owed, f.local, 0)
 		requeue = append(requeue, w)
 	}
 	t.worker.pushFront(requeue)
@@ -148,11 +148,11 @@ func (f *fallback) idleAfterFailureLocked(err error) time.Duration {
 		return 0
 	}
 	if redisstore.Closed(err) {
-		t.owed.replay, t.owed.unscored, t.owed.healPause, t.owed.giveBack, t.owed.recheck = nil, nil, 0, nil, nil
+		t.owed.replay, t.owed.unscored, t.owed.healPause, t.owed.giveBack, t.owed.returned, t.owed.recheck = nil, nil, 0, nil, nil, nil
 		return 0
 	}
 	now, rtNow := t.now(), time.Now()
-	if len(t.owed.giveBack) > 0 || len(t.owed.recheck) > 0 {
+	if len(t.owed.giveBack) > 0 || len(t.owed.returned) > 0 || len(t.owed.recheck) > 0 {
 		// On the runtime's clock: a local clock that stepped ahead would
 		// give them up at once.
 		if t.owed.giveUpAt.IsZero() {
@@ -164,7 +164,7 @@ func (f *fallback) idleAfterFailureLocked(err error) time.Duration {
 		aged := t.owed.latest+t.rules.LongestW() <= t.clock.ServerByRuntime(rtNow, now)
 		if !rtNow.Before(t.owed.giveUpAt) && aged {
 			// They stop counting on their own, within the crash bound.
-			t.owed.giveBack, t.owed.recheck, t.owed.latest = nil, nil, 0
+			t.owed.giveBack, t.owed.returned, t.owed.recheck, t.owed.latest = nil, nil, nil, 0
 		}
 	}
 	t.owed.trimReplay(t.clock.Server(now), t.rules.LongestW())

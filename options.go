@@ -29,8 +29,9 @@ type options struct {
 	clockSet     bool             // WithClock
 	clock        *core.Clock      // withClockSync: an estimate shared with other Throttlers
 	// Which windows compact (see core.Compaction): from this limit on, in
-	// so many buckets. Tests lower them to compact small windows.
-	compactFrom, buckets int
+	// so many buckets, keeping so many calls as members whatever their age
+	// (0: no such bound). Tests lower them to compact small windows.
+	compactFrom, buckets, compactKeep int
 }
 
 func defaultOptions() options {
@@ -44,6 +45,7 @@ func defaultOptions() options {
 		shares:       defaultShares,
 		compactFrom:  core.CompactFrom,
 		buckets:      core.Buckets,
+		compactKeep:  core.CompactKeep,
 	}
 }
 

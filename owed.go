@@ -14,6 +14,7 @@ import (
 // Allow.
 type owed struct {
 	giveBack []string     // members to remove: calls that did not go
+	returned []core.Entry // the same, written for sure by a round trip that succeeded, at their scores
 	giveUpAt time.Time    // after a failure: when members not given back yet stop mattering (zero = none pending)
 	replay   []core.Entry // calls admitted without Redis (FallbackLocal; FailOpen's failed batch), to count once it answers
 	// Calls admitted without Redis before the clock estimate had any
@@ -38,7 +39,7 @@ type owed struct {
 
 // pending reports whether anything is left to write.
 func (o *owed) pending() bool {
-	return len(o.giveBack) > 0 || len(o.replay) > 0 || len(o.unscored) > 0 || o.healPause > 0 || len(o.recheck) > 0
+	return len(o.giveBack) > 0 || len(o.returned) > 0 || len(o.replay) > 0 || len(o.unscored) > 0 || o.healPause > 0 || len(o.recheck) > 0
 }
 
 // doubt notes what failed attempt a may still write late: the members it
@@ -50,6 +51,9 @@ func (o *owed) doubt(a *core.Attempt, batch []*waiter) {
 	}
 	for _, m := range a.Remove {
 		o.recheck[m] = struct{}{}
+	}
+	for _, e := range a.GiveBack { // given back again plainly: it may have left its bucket
+		o.recheck[e.Member] = struct{}{}
 	}
 	for _, e := range a.Adds {
 		if isOurs(e.Member, batch) {
@@ -133,8 +137,16 @@ func (o *owed) trimReplay(serverNow, w int64) {
 
 // unhold gives back what w's reservation holds: its members leave Redis
 // with the next round trip, and its slot in the local share (local, nil
-// without one) is freed. The caller then replaces w's reservation.
-func (o *owed) unhold(w *waiter, local *core.LocalWindow) {
-	o.giveBack = append(o.giveBack, w.res.members...)
+// without one) is freed. at is the score a round trip that succeeded wrote
+// them at, or 0 when they may not have been written (see
+// core.Attempt.GiveBack). The caller then replaces w's reservation.
+func (o *owed) unhold(w *waiter, local *core.LocalWindow, at int64) {
+	if at > 0 {
+		for _, m := range w.res.members {
+			o.returned = append(o.returned, core.Entry{Score: at, Member: m})
+		}
+	} else {
+		o.giveBack = append(o.giveBack, w.res.members...)
+	}
 	w.freeShare(local)
 }

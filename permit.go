@@ -65,7 +65,7 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *
 		t.stats.lateWakes.Add(1)
 		t.health.forget(p.members, &t.hooks)
 		t.mu.Unlock()
-		t.release(ctx, p.members)
+		t.release(ctx, p.members, p.score)
 		p.Done()
 	}
 }
@@ -166,7 +166,7 @@ func (p *Permit) settle(ctx context.Context, actual int) error {
 		t.mu.Lock()
 		t.health.forget(surplus, &t.hooks)
 		t.mu.Unlock()
-		if err := t.release(ctx, surplus); err != nil {
+		if err := t.release(ctx, surplus, p.score); err != nil {
 			return redisError(err)
 		}
 		// Waiters here may fit now: a worker sleeping until the next

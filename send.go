@@ -88,16 +88,19 @@ const (
 )
 
 // release removes members synchronously, and returns the Redis error if it
-// could not; what it cannot remove is given
-// back by the next round trip, which a worker makes even in a process that
-// only calls Allow (and the members stop counting on their own regardless).
-func (t *Throttler) release(ctx context.Context, members []string) error {
+// could not; what it cannot remove is given back by the next round trip,
+// which a worker makes even in a process that only calls Allow (and the
+// members stop counting on their own regardless). at is the score all
+// members were admitted at when they were written for sure, else 0 (see
+// store.Remove): only then does a compacted one leave its bucket, and
+// never when given back again after an error (it may have left already).
+func (t *Throttler) release(ctx context.Context, members []string, at int64) error {
 	if len(members) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.releaseTimeout())
 	defer cancel()
-	err := t.st.Remove(ctx, members)
+	err := t.st.Remove(ctx, members, at)
 	if err != nil {
 		t.writeLater(err, "members given back later", func(o *owed) { o.giveBack = append(o.giveBack, members...) })
 	}

@@ -356,7 +356,10 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 		// A restarted process (numbered after the replicas) compacts as
 		// the first replica does.
 		from := sc.CompactFrom[min(i, len(sc.CompactFrom)-1)]
-		opts = append(opts, func(o *options) error { o.compactFrom, o.buckets = from, sc.Buckets; return nil })
+		opts = append(opts, func(o *options) error {
+			o.compactFrom, o.buckets, o.compactKeep = from, sc.Buckets, sc.Keep
+			return nil
+		})
 	}
 	l := sc.Limits[0]
 	th, err := New(r.rdb, l.Key, l.Limit, l.Interval, opts...)

@@ -24,8 +24,11 @@ type store interface {
 	// Reserve sends one round's attempt (see attempt) and returns what it
 	// read. An error means the attempt may or may not have been applied.
 	Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error)
-	// Remove takes members out of every limit's key.
-	Remove(ctx context.Context, members []string) error
+	// Remove takes members out of every limit's key. at, when positive,
+	// is the score all of them were admitted at, and says they were
+	// written for sure, so that one a compacted window already counts in
+	// its bucket leaves the bucket too (see redisstore.GiveBackScript).
+	Remove(ctx context.Context, members []string, at int64) error
 	// Add puts members into every limit's key, counted as calls.
 	Add(ctx context.Context, members []core.Entry) error
 	// Now reads the server's clock.

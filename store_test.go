@@ -37,11 +37,11 @@ func (s *faultStore) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, 
 	return r, err
 }
 
-func (s *faultStore) Remove(ctx context.Context, members []string) error {
+func (s *faultStore) Remove(ctx context.Context, members []string, at int64) error {
 	if s.failRemove.Add(-1) >= 0 {
 		return errInjected
 	}
-	return s.store.Remove(ctx, members)
+	return s.store.Remove(ctx, members, at)
 }
 
 // withFaults puts a faultStore between th and Redis.

@@ -113,8 +113,8 @@ func signal(c chan struct{}) {
 // state: what it holds goes back (see owed.unhold), and what it still has
 // in Redis from an earlier attempt stays known (see queuedAfter). The
 // caller puts w back in the queue (see workerState.pushFront).
-func (w *waiter) requeue(o *owed, local *core.LocalWindow) {
-	o.unhold(w, local)
+func (w *waiter) requeue(o *owed, local *core.LocalWindow, at int64) {
+	o.unhold(w, local, at)
 	w.res = queuedAfter(w.res)
 }
 

@@ -99,7 +99,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 	rd := t.planLocked(now)
 	a := rd.Attempt
 	t.mu.Unlock()
-	if len(a.Adds) == 0 && len(a.Remove) == 0 && a.Learn.Slots == 0 && a.Loss.Pause == 0 && !a.Margin.Hold {
+	if len(a.Adds) == 0 && len(a.Remove) == 0 && len(a.GiveBack) == 0 && a.Learn.Slots == 0 && a.Loss.Pause == 0 && !a.Margin.Hold {
 		t.mu.Lock()
 		t.owed.mark = t.owed.mark || a.Loss.Mark // not sent: still to write
 		t.mu.Unlock()
@@ -171,9 +171,9 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
-	*a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), Adds: append(a.Adds[:0], t.owed.replay...),
+	*a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), GiveBack: t.owed.returned, Adds: append(a.Adds[:0], t.owed.replay...),
 		Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims), Expire: core.Expiry{TTLs: a.Expire.TTLs}, Learn: core.Learning{LowCaps: a.Learn.LowCaps}}
-	t.owed.giveBack, t.owed.replay = nil, nil
+	t.owed.giveBack, t.owed.returned, t.owed.replay = nil, nil, nil
 	t.health.lossChecks(a, serverNow, &t.owed)
 	t.upkeep.due(a, &t.config, now, t.clock.Synced(), t.clock.Monotonic, a.Loss.Mark)
 	a.Expire.On = a.Expire.On || a.Loss.Pause > 0 // the key must outlive the pause
@@ -322,7 +322,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 	switch {
 	case w.caller == gone:
 		// Its caller returned: what it holds is ours to give back.
-		t.owed.unhold(w, t.fallback.local)
+		t.owed.unhold(w, t.fallback.local, c.Score)
 		t.lease.drop(w)
 		w.settle(reservation{state: stFailed})
 	case w.caller == leaving:
@@ -351,7 +351,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 	default:
 		// No slot, or no place in flight: its slot goes back, and it
 		// tries again, or waits for a place (see WithInFlight).
-		w.requeue(&t.owed, t.fallback.local)
+		w.requeue(&t.owed, t.fallback.local, c.Score)
 		if !w.needsPlace() {
 			return false, true
 		}

@@ -20,15 +20,19 @@ import "time"
 // slot exactly one wins, and the free slots read agree with that count.
 type Attempt struct {
 	Remove []string // members to remove: calls that did not go, and what a failed round trip may have written
-	Adds   []Entry  // members to add: the round's claims, and replays
-	Checks []int64  // distinct scores among Adds
-	Lims   []int    // the limit in force per window
-	Learn  Learning // what the round trip learns of the free slots
-	Exact  bool     // MULTI/EXEC; otherwise a plain pipeline
-	Clock  bool     // include TIME
-	Trim   Trim
-	Expire Expiry
-	Loss   LossChecks
+	// Members to remove that a round trip that succeeded wrote, at their
+	// scores: in a compacted window, one a compaction already moved leaves
+	// its bucket (see the redisstore package's GiveBackScript).
+	GiveBack []Entry
+	Adds     []Entry  // members to add: the round's claims, and replays
+	Checks   []int64  // distinct scores among Adds
+	Lims     []int    // the limit in force per window
+	Learn    Learning // what the round trip learns of the free slots
+	Exact    bool     // MULTI/EXEC; otherwise a plain pipeline
+	Clock    bool     // include TIME
+	Trim     Trim
+	Expire   Expiry
+	Loss     LossChecks
 
 	Soonest int64 // the score of a call that goes as soon as the reply is back
 	Room    int   // units of the batch (or fair share) left unclaimed

@@ -13,9 +13,10 @@ type Window struct {
 	Interval time.Duration
 	W        int64
 	// Bucket, when positive, compacts the window (see Compaction): calls
-	// older than Age (µs) are counted per bucket of Bucket µs instead of
-	// kept as a member each.
-	Bucket, Age int64
+	// older than Age (µs), and all but the newest Keep calls (when Keep is
+	// positive), are counted per bucket of Bucket µs instead of kept as a
+	// member each.
+	Bucket, Age, Keep int64
 }
 
 // CompactFrom is the smallest limit whose window is compacted: below it a
@@ -28,13 +29,23 @@ const CompactFrom = 5000
 // bucket's share of its window, 1/Buckets (0.1%).
 const Buckets = 1024
 
+// CompactKeep is how many calls, the newest, a compacted window keeps as
+// members whatever their age: a burst faster than the age takes at most
+// about that many members (some 200 KB) plus what each process adds
+// between two compactions (as many again, see redisstore.Store), not a
+// member per call.
+const CompactKeep = 2048
+
 // Compaction returns the bucket width and the age (µs) after which a call
 // moves into its bucket for a window of w µs holding limit calls, when
 // limit is at least from; zero for a window that keeps a member per call.
 // The width is w/n, rounded up; the age a quarter of the window, at most a
-// minute: a call given back (a settled surplus) before it is compacted
-// frees its slot, after that its slot counts until its bucket leaves the
-// window, so the age is how late a settle may come and still give back.
+// minute. A call younger than the age keeps its member (unless CompactKeep
+// newer calls came after it): waiters' slots are worked out from its exact
+// score (a compacted call stands at its bucket's end), and a give-back
+// that cannot say the call was written for sure (one sent again after a
+// Redis error) still frees its slot; a compacted call given back is taken
+// out of its bucket only when it was (see redisstore.GiveBackScript).
 func Compaction(limit int, w int64, from, n int) (bucket, age int64) {
 	if from <= 0 || limit < from || n <= 0 {
 		return 0, 0

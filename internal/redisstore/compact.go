@@ -10,8 +10,9 @@ import (
 
 // A compacted window keeps a member per call only for its newest calls. A
 // call scored more than the window's age (core.Window.Age, µs) before the
-// server's clock is moved, by CompactScript, from the sorted set into a
-// count per bucket, whether its bucket has ended or not: the buckets
+// server's clock, or behind the newest core.Window.Keep calls, is moved,
+// by CompactScript, from the sorted set into a count per bucket, whether
+// its bucket has ended or not: the buckets
 // cut the server's clock into spans of core.Window.Bucket µs, bucket k
 // being [k*b, (k+1)*b). The counts live in a hash beside the set
 // (CompactKey), cumulative so that any run of buckets is counted with two
@@ -35,12 +36,15 @@ import (
 // count sees every call either as a member or in its bucket, never in both
 // or neither.
 //
-// Compaction runs with a round trip's trim; while the buckets may hold
-// calls that still count, the first key's flag (BucketMember) says so, and
-// a process that keeps a member per call (its limit below the
-// threshold, core.CompactFrom) counts them too once it has read the flag:
-// processes disagreeing on a key's limit during a rollout still see each
-// other's calls.
+// A call given back after it was moved leaves its bucket when the
+// process knows it was written (see GiveBackScript).
+//
+// Compaction runs with a round trip's trim, and after a process added
+// Keep calls; while the buckets may hold calls that still count, the
+// first key's flag (BucketMember) says so, and a process that keeps a
+// member per call (its limit below the threshold, core.CompactFrom) counts
+// them too once it has read the flag: processes disagreeing on a key's
+// limit during a rollout still see each other's calls.
 
 // CompactKey is the hash holding the buckets of the compacted window at key,
 // in key's hash slot.
@@ -56,14 +60,26 @@ const BucketMember = "\x00bucketed"
 // leaves the rest to the round trip after it.
 const CompactBatch = 20_000
 
+// RebuildFrom is the fewest calls a CompactScript run must move before it
+// writes the set anew (when at most a quarter of it is left). A sorted set
+// keeps the hashtable the most members it held grew, shrinking it one
+// step per write: 200,000 members trimmed to 16 still take 2 MB on
+// redis-server 7.0. Written anew, a set of up to 128 members (Redis's
+// zset-max-listpack-entries) takes the compact encoding again.
+const RebuildFrom = 128
+
 // CompactScript moves the calls of KEYS[1] (the sorted set) scored before
 // now-ARGV[2] (the age, µs) into their buckets in KEYS[2] (see
-// CompactKey), at most ARGV[6] a run (CompactBatch; the oldest), and drops the buckets that end before
-// now-ARGV[3] (µs: the window, its slack and the widest margin), with now
-// the server's clock. ARGV[1] is the bucket width a new hash takes, ARGV[4]
-// the hash's TTL (ms), which is also how long the flag member ARGV[5]
-// states the buckets may count. It returns the number of calls moved, and
-// 1 when the run stopped at the batch (more may be left to move), else 0.
+// CompactKey), at most ARGV[6] a run (CompactBatch; the oldest), and drops
+// the buckets that end before now-ARGV[3] (µs: the window, its slack and
+// the widest margin), with now the server's clock. ARGV[1] is the bucket
+// width a new hash takes, ARGV[4] the hash's TTL (ms), which is also how
+// long the flag member ARGV[5] states the buckets may count. Every call
+// scored before the newest ARGV[8] (core.Window.Keep; 0: no such bound)
+// moves too, whatever its age. A run that moves at least ARGV[7] calls (RebuildFrom) and leaves at most a quarter
+// as many writes the set anew, so its memory shrinks with it; the set
+// keeps its TTL. It returns the number of calls moved, and 1 when the run
+// stopped at the batch (more may be left to move), else 0.
 //
 // A call that arrives scored before the cut (a late writer) is moved by the
 // next run: added to its bucket's count and every later one, the counts
@@ -73,6 +89,7 @@ var CompactScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function f(x) return string.format('%.0f', x) end
+local pttl = redis.call('PTTL', KEYS[1])
 local h = redis.call('HMGET', KEYS[2], 'b', 'lo', 'hi', 'n', 'base', 'cut')
 local b = tonumber(h[1]) or tonumber(ARGV[1])
 local function idx(s)
@@ -82,6 +99,11 @@ local function idx(s)
 end
 local keep = idx(now - tonumber(ARGV[3]))
 local cut = now - tonumber(ARGV[2])
+-- All but the newest ARGV[8] calls move too, whatever their age.
+if tonumber(ARGV[8]) > 0 then
+  local z = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(0', 'WITHSCORES', 'LIMIT', tonumber(ARGV[8]), 1)
+  if #z > 0 then cut = math.max(cut, tonumber(z[2])) end
+end
 local lo, hi, n, base, was = tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
 if not hi then
   lo, hi, n, base, was = keep, keep - 1, 0, 0, 0
@@ -124,6 +146,22 @@ if #r > 0 then
     end
   end
   if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut)) end
+  -- A set that shrank to a quarter or less is written anew: a sorted set
+  -- keeps the hashtable its largest size grew (it shrinks one step per
+  -- write), and a small one rebuilt takes the compact encoding again.
+  local left = redis.call('ZCARD', KEYS[1])
+  if moved >= tonumber(ARGV[7]) and left * 4 <= moved then
+    local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+    redis.call('DEL', KEYS[1])
+    for i = 1, #all, 400 do
+      local zs = {}
+      for j = i, math.min(i + 399, #all), 2 do
+        zs[#zs + 1] = all[j + 1]
+        zs[#zs + 1] = all[j]
+      end
+      redis.call('ZADD', KEYS[1], unpack(zs))
+    end
+  end
   -- A late call counts in its bucket and in every later one's total.
   for key, c in pairs(late) do
     for j = tonumber(key), hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
@@ -169,6 +207,12 @@ end
 redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base), 'cut', f(math.max(was or 0, cut)))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('ZADD', KEYS[1], 'LT', f(-(now + tonumber(ARGV[4]) * 1000)), ARGV[5])
+-- The set keeps its TTL, though it was emptied or written anew; one the
+-- flag made lives as long as the buckets.
+if redis.call('PTTL', KEYS[1]) == -1 then
+  if pttl == -2 then pttl = tonumber(ARGV[4]) end
+  if pttl > 0 then redis.call('PEXPIRE', KEYS[1], pttl) end
+end
 return {moved, full}
 `)
 

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -38,9 +39,9 @@ func onBothServers(t *testing.T, check func(t *testing.T, c *redis.Client, mr *m
 
 // A compacted window counts, in any range, exactly its members there plus
 // every call of a bucket that overlaps it, and its tails rank members above
-// buckets, however the calls were moved: in several runs, with calls
-// arriving late into buckets already compacted, debt among them, and
-// buckets dropped as they leave the window.
+// buckets, however the calls were moved: in several runs, by age or all but
+// the newest few, with calls arriving late into buckets already compacted,
+// debt among them, and buckets dropped as they leave the window.
 func TestCompactCountsWholeBuckets(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, mr *miniredis.Miniredis) {
 		ctx := context.Background()
@@ -54,7 +55,8 @@ func TestCompactCountsWholeBuckets(t *testing.T) {
 			x := core.Window{Key: key, W: w, Bucket: int64(50 + rng.IntN(400))}
 			x.Age = 1 + int64(rng.IntN(1000)) // often inside the newest bucket
 			keep := w + int64(rng.IntN(2000))
-			calls := map[string]int64{} // every call added, by member
+			newest := []int{0, 0, 1, 5, 30}[iter%5] // all but these move too, whatever their age
+			calls := map[string]int64{}             // every call added, by member
 			now := serverNow(t, c)
 			for run := range 4 {
 				if mr != nil {
@@ -78,8 +80,42 @@ func TestCompactCountsWholeBuckets(t *testing.T) {
 				if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, keep, 60000, BucketMember, CompactBatch).Err(); err != nil {
+				// All but the newest move: none left below the score of
+				// the one after them.
+				floor := math.Inf(-1)
+				if newest > 0 {
+					zs, err := c.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "(0", Max: "+inf", Count: 1, Offset: int64(newest)}).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(zs) > 0 {
+						floor = zs[0].Score
+					}
+				}
+				if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, keep, 60000, BucketMember, CompactBatch, RebuildFrom, newest).Err(); err != nil {
 					t.Fatal(err)
+				}
+				if below, err := c.ZCount(ctx, key, "(0", "("+strconv.FormatFloat(floor, 'f', 0, 64)).Result(); err != nil || (newest > 0 && below > 0) {
+					t.Fatalf("iter %d run %d: %d members (%v) left below %v, the newest but %d", iter, run, below, err, floor, newest)
+				}
+				// The newest calls stay, unless the age moved them.
+				after := now
+				if mr == nil {
+					after = serverNow(t, c)
+				}
+				var scores []int64
+				for _, s := range calls {
+					scores = append(scores, s)
+				}
+				slices.Sort(scores)
+				for _, s := range scores[max(0, len(scores)-newest):] {
+					left, err := c.ZCount(ctx, key, strconv.FormatInt(s, 10), strconv.FormatInt(s, 10)).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if left == 0 && s >= after-x.Age {
+						t.Fatalf("iter %d run %d: a call at %d, among the newest %d and younger than the age, was moved", iter, run, s, newest)
+					}
 				}
 				checkCompacted(t, c, key, calls, rng, fmt.Sprintf("iter %d run %d", iter, run))
 			}
@@ -232,7 +268,7 @@ func TestCompactMovesLongLogsInRuns(t *testing.T) {
 			}
 			var moved []int64
 			for range 3 {
-				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch).Int64Slice()
+				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch, RebuildFrom, 0).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -293,6 +329,80 @@ func TestCompactCatchesUpWithoutTrims(t *testing.T) {
 		n, err := c.HGet(ctx, CompactKey(key), "n").Int64()
 		if err != nil || n != 45_000 {
 			t.Fatalf("buckets hold %d calls (%v), want 45000", n, err)
+		}
+	})
+}
+
+// A compaction that leaves at most a quarter of a set writes it anew, so
+// a set a burst grew takes a small set's memory and encoding again (on
+// redis-server; without the rewrite it keeps the burst's hashtable), and
+// keeps every member left at its score and its TTL. A set the compaction
+// empties keeps its TTL too.
+func TestCompactRebuildsShrunkSets(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, mr *miniredis.Miniredis) {
+		ctx := context.Background()
+		for _, rebuild := range []int64{RebuildFrom, 1 << 62} {
+			for _, young := range []int{20, 0} {
+				key := redistest.Key(t, fmt.Sprintf("rebuild-%d-%d", rebuild, young))
+				now := serverNow(t, c)
+				x := core.Window{Key: key, W: 10_000_000, Bucket: 10_000, Age: 1_000}
+				var zs []redis.Z
+				for i := range 10_000 {
+					zs = append(zs, redis.Z{Score: float64(now - 5_000_000 + int64(i)*100), Member: fmt.Sprint("old", i)})
+				}
+				left := map[string]float64{PauseMember: float64(MetaScore(now + 9_000_000))}
+				for i := range young {
+					left[fmt.Sprint("young", i)] = float64(now + 1_000_000 + int64(i))
+				}
+				for m, s := range left {
+					zs = append(zs, redis.Z{Score: s, Member: m})
+				}
+				if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.PExpire(ctx, key, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch, rebuild, 0).Int64Slice()
+				if err != nil || v[0] != 10_000 {
+					t.Fatalf("the run answered %v, %v; want 10000 calls moved", v, err)
+				}
+				got, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, z := range got {
+					m := z.Member.(string)
+					if m == BucketMember {
+						continue
+					}
+					if s, ok := left[m]; !ok || s != z.Score {
+						t.Fatalf("rebuild %d, young %d: %q at %v after the run; want only the members left, at their scores", rebuild, young, m, z.Score)
+					}
+					delete(left, m)
+				}
+				if len(left) > 0 {
+					t.Fatalf("rebuild %d, young %d: %d members lost: %v", rebuild, young, len(left), left)
+				}
+				if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+					t.Fatalf("rebuild %d, young %d: TTL %v after the run (%v), want the minute it had", rebuild, young, ttl, err)
+				}
+				if mr != nil {
+					continue // miniredis has no encodings
+				}
+				enc, err := c.ObjectEncoding(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				size, err := c.MemoryUsage(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				small := enc == "listpack" || enc == "ziplist"
+				if rebuilt := rebuild == RebuildFrom; small != rebuilt || (size < 8192) != rebuilt {
+					t.Fatalf("rebuild from %d: a set of %d members left is %s, %d B", rebuild, young+2, enc, size)
+				}
+			}
 		}
 	})
 }

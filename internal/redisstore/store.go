@@ -23,7 +23,12 @@ type Store struct {
 	compacted []atomic.Bool
 	// Per window: its last compaction moved a whole batch (CompactBatch),
 	// so the next round trip compacts again, trimming or not.
-	behind  []atomic.Bool
+	behind []atomic.Bool
+	// Per window: the calls this process added since its last compaction:
+	// from core.Window.Keep on, the next round trip compacts, so that a
+	// burst leaves at most about Keep members per process behind the
+	// newest Keep.
+	added   []atomic.Int64
 	probeIn int            // the index of the key the probe is looked up in
 	lease   *core.InFlight // WithInFlight's, or nil
 	self    string         // this Throttler's name in the line for places in flight
@@ -51,6 +56,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember},
 		compacted:   make([]atomic.Bool, len(wins)),
 		behind:      make([]atomic.Bool, len(wins)),
+		added:       make([]atomic.Int64, len(wins)),
 		ctxTimeouts: HonoursContext(c),
 		ioTimeout:   SocketTimeout(c),
 	}
@@ -67,10 +73,14 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	EVAL <LeaseScript> <lease keys> ...  (places in flight asked for)
 //	EVAL <WideScript> key <margin> ...   (a round that publishes a margin)
 //	ZREM key <given back>...             (when there are any)
+//	EVAL <GiveBackScript> key <buckets>  (calls written for sure given
+//	                                      back, on a compacted window: see
+//	                                      giveback.go; ZREM on the others)
 //	EVAL <CompactScript> key <buckets>   (when the attempt trims a
 //	                                      compacted window, or its last
-//	                                      compaction moved a whole batch:
-//	                                      see compact.go)
+//	                                      compaction moved a whole batch,
+//	                                      or this process added Keep calls
+//	                                      since: see compact.go)
 //	ZREMRANGEBYSCORE key 0 (<t-w-1s>     (when the attempt trims: t is the
 //	ZREMRANGEBYSCORE key (<now+1h> +inf   server's last TIME)
 //	ZADD LT key -<end> <pause>           (a heal: first key only, with the
@@ -240,7 +250,7 @@ func (c *attemptCmds) members() []redis.Z {
 }
 
 // queueWrites queues the writes to the key of window wi: the removal of
-// remove (when not nil), the compaction and the trim (when the attempt
+// remove (when not nil) and of the attempt's GiveBack, the compaction and the trim (when the attempt
 // trims), the pause and its news (first key only), and the add of zs (the
 // marker in the first key only).
 func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remove []any) {
@@ -248,9 +258,20 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	if remove != nil {
 		p.ZRem(ctx, x.Key, remove...)
 	}
+	if len(a.GiveBack) > 0 {
+		if c.s.compacted[wi].Load() {
+			giveBackCmd(ctx, p, x, a.GiveBack)
+		} else {
+			p.ZRem(ctx, x.Key, entryMembers(a.GiveBack)...)
+		}
+	}
 	trim := a.Trim.On && a.Trim.At > 0
-	if x.Bucket > 0 && (trim || c.s.behind[wi].Swap(false)) {
-		c.win[wi].compact = c.queueCompact(p, x)
+	if x.Bucket > 0 {
+		many := x.Keep > 0 && c.s.added[wi].Load() >= x.Keep
+		if c.s.behind[wi].Swap(false) || trim || many {
+			c.s.added[wi].Store(0)
+			c.win[wi].compact = c.queueCompact(p, x)
+		}
 	}
 	if trim {
 		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.Trim.At-x.W-core.TrimSlack))
@@ -268,6 +289,9 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	}
 	if len(add) > 0 {
 		p.ZAdd(ctx, x.Key, add...)
+		if x.Bucket > 0 {
+			c.s.added[wi].Add(int64(len(add)))
+		}
 	}
 }
 
@@ -277,7 +301,7 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) *redis.Cmd {
 	keep := x.W + core.TrimSlack + core.MaxSpread
 	ttl := keep/1000 + 1000 // ms
-	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch)
+	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch, RebuildFrom, x.Keep)
 }
 
 // queueReads queues the reads of the key of window wi, after its writes:
@@ -543,16 +567,28 @@ func (c *attemptCmds) flagged() []int {
 	return out
 }
 
-// Remove takes members out of every limit's key, in one round trip.
-func (s *Store) Remove(ctx context.Context, members []string) error {
+// Remove takes members out of every limit's key, in one round trip. at,
+// when positive, is the score all of them were admitted at, and says that
+// they were written for sure: in a compacted window, one a compaction
+// already moved then leaves its bucket too (see GiveBackScript). At 0,
+// such a one keeps counting until its bucket leaves the window.
+func (s *Store) Remove(ctx context.Context, members []string, at int64) error {
 	args := toAny(members)
-	return s.bounded(ctx, func(ctx context.Context) error {
-		if len(s.wins) == 1 {
-			return s.rdb.ZRem(ctx, s.wins[0].Key, args...).Err()
+	var calls []core.Entry
+	if at > 0 {
+		calls = make([]core.Entry, len(members))
+		for i, m := range members {
+			calls[i] = core.Entry{Score: at, Member: m}
 		}
+	}
+	return s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, x := range s.wins {
-				p.ZRem(ctx, x.Key, args...)
+			for wi, x := range s.wins {
+				if at > 0 && s.compacted[wi].Load() {
+					giveBackCmd(ctx, p, x, calls)
+				} else {
+					p.ZRem(ctx, x.Key, args...)
+				}
 			}
 			return nil
 		})
@@ -817,6 +853,15 @@ func toAny(members []string) []any {
 	args := make([]any, len(members))
 	for i, m := range members {
 		args[i] = m
+	}
+	return args
+}
+
+// entryMembers returns the members of es as ZREM's arguments.
+func entryMembers(es []core.Entry) []any {
+	args := make([]any, len(es))
+	for i, e := range es {
+		args[i] = e.Member
 	}
 	return args
 }

@@ -174,6 +174,9 @@ type Scenario struct {
 	// as a rollout across the threshold would.
 	CompactFrom []int
 	Buckets     int
+	// Keep is how many calls, the newest, a compaction leaves as members
+	// whatever their age (0: no such bound; see core.Window.Keep).
+	Keep int
 
 	Faults []Fault
 }
@@ -256,6 +259,9 @@ func (s Scenario) String() string {
 	}
 	if slices.ContainsFunc(s.CompactFrom, func(n int) bool { return n > 0 }) {
 		fmt.Fprintf(&b, ", compacted from %v in %d buckets", s.CompactFrom, s.Buckets)
+		if s.Keep > 0 {
+			fmt.Fprintf(&b, " keeping the newest %d", s.Keep)
+		}
 	}
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
@@ -412,6 +418,12 @@ func Generate(seed uint64) Scenario {
 			default:
 				s.CompactFrom = append(s.CompactFrom, []int{0, 1, s.MaxLimit()}[kr.IntN(3)])
 			}
+		}
+		// On half of those, a compaction also moves all but the newest
+		// few calls, young or not (a source of its own: the draws above
+		// stay as they were).
+		if nr := rand.New(rand.NewPCG(seed, 0x6b656570)); nr.IntN(2) == 0 {
+			s.Keep = 1 + nr.IntN(2*s.MaxLimit())
 		}
 	}
 	// And for the faults that try the clock estimate (round trips late on

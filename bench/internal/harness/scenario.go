@@ -131,12 +131,12 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "keys"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
 // minute or more for all its implementations, or measures one feature of
 // this library.
-var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "keys"}
+var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -147,14 +147,16 @@ func Scenarios(quick bool) []Scenario {
 		return full
 	}
 	// Every implementation but throttler-log, which only the scenarios
-	// where this library compacts (a limit of 5,000 or more) add.
-	all := slices.DeleteFunc(slices.Clone(impls.Names), func(n string) bool { return n == "throttler-log" })
+	// where this library compacts (a limit of 5,000 or more) add, and
+	// throttler-compact, which the saturating ones add where it does not.
+	all := slices.DeleteFunc(slices.Clone(impls.Names), func(n string) bool { return n == "throttler-log" || n == "throttler-compact" })
 	withLog := slices.Concat(all, []string{"throttler-log"})
+	withCompact := slices.Concat(all, []string{"throttler-compact"})
 	return []Scenario{
 		{Name: "saturate", Kind: KindAPI, Procs: 3, Goroutines: 50, Limit: 100, Interval: time.Second,
-			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all},
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: withCompact},
 		{Name: "herd", Kind: KindAPI, Procs: 3, Goroutines: 300, Limit: 50, Interval: time.Second,
-			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: all},
+			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: withCompact},
 		{Name: "latency", Kind: KindLatency, Procs: 1, Goroutines: 1, Limit: 1_000_000, Interval: time.Second,
 			Duration: pick(3*time.Second, 1500*time.Millisecond), Warmup: 250 * time.Millisecond, Impls: withLog},
 		{Name: "ceiling", Kind: KindCeiling, Procs: 2, Goroutines: 64, Limit: 1_000_000, Interval: time.Second,
@@ -189,6 +191,10 @@ func Scenarios(quick bool) []Scenario {
 		// A daily quota of a million in one key, a fifth of it used.
 		{Name: "memory-day", Kind: KindMemory, Goroutines: 32, Limit: 1_000_000, Interval: 24 * time.Hour,
 			Calls: pickN(quick, 200_000, 20_000), Rest: 95 * time.Second, Impls: []string{"throttler", "throttler-log"}, OptIn: true},
+		// Nearly the whole day's quota at once (99%: the calls after
+		// the rest must fit too).
+		{Name: "memory-day-full", Kind: KindMemory, Goroutines: 32, Limit: 1_000_000, Interval: 24 * time.Hour,
+			Calls: pickN(quick, 990_000, 20_000), Rest: 95 * time.Second, Impls: []string{"throttler", "throttler-log"}, OptIn: true},
 		// A quota per customer: many small keys.
 		{Name: "keys", Kind: KindKeys, Goroutines: 64, Limit: 10, Interval: time.Minute,
 			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate"}, OptIn: true},

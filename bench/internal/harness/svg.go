@@ -10,10 +10,11 @@ import (
 
 // implColors gives each implementation the same colour in every panel.
 var implColors = map[string]string{
-	"throttler":  "#1f77b4",
-	"seed":       "#d62728",
-	"redis_rate": "#2ca02c",
-	"xrate":      "#9467bd",
+	"throttler":         "#1f77b4",
+	"throttler-compact": "#17becf",
+	"seed":              "#d62728",
+	"redis_rate":        "#2ca02c",
+	"xrate":             "#9467bd",
 }
 
 // SVG draws, for each throttled scenario (saturate, herd), the number of API

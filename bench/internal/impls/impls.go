@@ -33,8 +33,10 @@ type Config struct {
 // the Redis timeout itself and each round trip runs in the caller's
 // goroutine. "throttler-log" is this library keeping a member per call
 // whatever the limit (WithCompactFrom(0)): the sliding-window log that a
-// limit of 5,000 or more would otherwise compact, to compare the two.
-var Names = []string{"throttler", "throttler-ctx", "throttler-log", "seed", "redis_rate", "xrate"}
+// limit of 5,000 or more would otherwise compact, to compare the two;
+// "throttler-compact" is it compacting whatever the limit
+// (WithCompactFrom(1)), to compare the two where the log is the default.
+var Names = []string{"throttler", "throttler-ctx", "throttler-log", "throttler-compact", "seed", "redis_rate", "xrate"}
 
 // ClientOptions adjusts the go-redis options an implementation's client is
 // built with.
@@ -54,6 +56,8 @@ func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
 		return newThrottler(rdb, cfg)
 	case "throttler-log":
 		return newThrottler(rdb, cfg, throttler.WithCompactFrom(0))
+	case "throttler-compact":
+		return newThrottler(rdb, cfg, throttler.WithCompactFrom(1))
 	case "seed":
 		return newSeed(rdb, cfg), nil
 	case "redis_rate":
