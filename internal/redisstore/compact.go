@@ -12,9 +12,8 @@ import (
 // call scored more than the window's age (core.Window.Age, µs) before the
 // server's clock, or behind the newest core.Window.Keep calls, is moved,
 // by CompactScript, from the sorted set into a count per bucket, whether
-// its bucket has ended or not: the buckets
-// cut the server's clock into spans of core.Window.Bucket µs, bucket k
-// being [k*b, (k+1)*b). The counts live in a hash beside the set
+// its bucket has ended or not: the buckets cut the server's clock into
+// spans of core.Window.Bucket µs, bucket k being [k*b, (k+1)*b). The counts live in a hash beside the set
 // (CompactKey), cumulative so that any run of buckets is counted with two
 // reads:
 //
@@ -76,9 +75,9 @@ const RebuildFrom = 128
 // width a new hash takes, ARGV[4] the hash's TTL (ms), which is also how
 // long the flag member ARGV[5] states the buckets may count. Every call
 // scored before the newest ARGV[8] (core.Window.Keep; 0: no such bound)
-// moves too, whatever its age. A run that moves at least ARGV[7] calls (RebuildFrom) and leaves at most a quarter
-// as many writes the set anew, so its memory shrinks with it; the set
-// keeps its TTL. It returns the number of calls moved, and 1 when the run
+// moves too, whatever its age. A run that moves at least ARGV[7] calls
+// (RebuildFrom) and leaves at most a quarter as many writes the set anew,
+// so its memory shrinks with it; the set keeps its TTL. It returns the number of calls moved, and 1 when the run
 // stopped at the batch (more may be left to move), else 0.
 //
 // A call that arrives scored before the cut (a late writer) is moved by the

@@ -250,20 +250,16 @@ func (c *attemptCmds) members() []redis.Z {
 }
 
 // queueWrites queues the writes to the key of window wi: the removal of
-// remove (when not nil) and of the attempt's GiveBack, the compaction and the trim (when the attempt
-// trims), the pause and its news (first key only), and the add of zs (the
-// marker in the first key only).
+// remove (when not nil) and of the attempt's GiveBack, the compaction and
+// the trim (when the attempt trims), the pause and its news (first key
+// only), and the add of zs (the marker in the first key only).
 func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remove []any) {
 	a, ctx, x := c.a, c.ctx, c.s.wins[wi]
 	if remove != nil {
 		p.ZRem(ctx, x.Key, remove...)
 	}
 	if len(a.GiveBack) > 0 {
-		if c.s.compacted[wi].Load() {
-			giveBackCmd(ctx, p, x, a.GiveBack)
-		} else {
-			p.ZRem(ctx, x.Key, entryMembers(a.GiveBack)...)
-		}
+		c.s.queueGiveBack(ctx, p, wi, a.GiveBack)
 	}
 	trim := a.Trim.On && a.Trim.At > 0
 	if x.Bucket > 0 {
@@ -584,8 +580,8 @@ func (s *Store) Remove(ctx context.Context, members []string, at int64) error {
 	return s.bounded(ctx, func(ctx context.Context) error {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for wi, x := range s.wins {
-				if at > 0 && s.compacted[wi].Load() {
-					giveBackCmd(ctx, p, x, calls)
+				if calls != nil {
+					s.queueGiveBack(ctx, p, wi, calls)
 				} else {
 					p.ZRem(ctx, x.Key, args...)
 				}
@@ -594,6 +590,18 @@ func (s *Store) Remove(ctx context.Context, members []string, at int64) error {
 		})
 		return err
 	})
+}
+
+// queueGiveBack queues the removal of calls, written for sure, from the
+// key of window wi: with GiveBackScript when the window is compacted (or
+// another process compacts it), so that one already moved leaves its
+// bucket; with ZREM otherwise.
+func (s *Store) queueGiveBack(ctx context.Context, p redis.Pipeliner, wi int, calls []core.Entry) {
+	if s.compacted[wi].Load() {
+		giveBackCmd(ctx, p, s.wins[wi], calls)
+	} else {
+		p.ZRem(ctx, s.wins[wi].Key, entryMembers(calls)...)
+	}
 }
 
 // Add puts members into every limit's key at their scores, counted as
