@@ -21,7 +21,16 @@ import (
 //     loss;
 //   - the probe: the newest of this process's calls that still counts (see
 //     journal) must still be in the key of the longest window. This catches
-//     a failover to a copy that kept the marker but not the latest calls.
+//     a failover to a copy that kept the marker but not the latest calls,
+//     and a flush whose marker a new process wrote again (it cannot tell
+//     the empty key from a new one). The first round trip to read the key
+//     after a loss probes a call written before it: the newest call of
+//     ours then came from a reply that arrived before the round trip was
+//     planned. A probe given back meanwhile (a settled surplus, a caller
+//     gone) cannot tell: the next probes, on calls written since, could
+//     all find theirs, so until a round trip's probes all find calls still
+//     held, each round trip also probes the newest call added before the
+//     first one that could not tell.
 //
 // A process that notices admits nothing from that round trip and heals: it
 // pauses every process on the key (a shared pause, the member PauseUntil
@@ -38,8 +47,20 @@ import (
 // Allow's alike.
 func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 	h.journal.Trim(serverNow)
-	p, _ := h.journal.Probe()
-	a.Loss.Probe, a.Loss.ProbeAt = p.Member, p.Score
+	h.planned = h.journal.Mark()
+	a.Loss.Probes[0], _ = h.journal.Probe()
+	if h.unsure > 0 {
+		older, ok := h.journal.ProbeBefore(h.unsure - 1)
+		switch {
+		case !ok:
+			// Every call written before the check that could not tell
+			// was given back or stopped counting: a loss of them
+			// costs nothing.
+			h.unsure = 0
+		case older != a.Loss.Probes[0]:
+			a.Loss.Probes[1] = older
+		}
+	}
 	a.Loss.Mark, o.mark = o.mark || h.lastSeen == 0, false
 	// The marker goes when one found missing, or a heal's, is owed; and
 	// until a reply vouches for the key, with every round trip, for a
@@ -69,7 +90,23 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	// A probe given back since the round trip was planned (a settled
 	// surplus, an abandoned call) was removed by this process itself: its
 	// absence proves nothing.
-	lost := r.Lost && h.journal.Holds(a.Loss.Probe)
+	lost, told := false, true
+	for i, p := range a.Loss.Probes {
+		if p.Member == "" || !r.Gone[i] {
+			continue
+		}
+		if h.journal.Holds(p.Member) {
+			lost = true
+		} else {
+			told = false
+		}
+	}
+	switch {
+	case !told && h.unsure == 0:
+		h.unsure = h.planned + 1 // probe, until told, a call added before this round trip
+	case told:
+		h.unsure = 0
+	}
 	return lost || missing && seenRecently
 }
 
@@ -101,7 +138,8 @@ func (t *Throttler) healLocked(serverNow int64) {
 	// Until the marker is back, a missing one says nothing new.
 	t.health.lastSeen = 0
 	// Our calls went with the window: none is left to probe for.
-	t.health.journal.Entries = t.health.journal.Entries[:0]
+	t.health.journal.Clear()
+	t.health.unsure = 0
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
 		slog.String("key", t.rules.Wins[0].Key), slog.Time("until", t.clock.Local(end)))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -166,4 +167,69 @@ func TestLostLongerLimitIsNoticed(t *testing.T) {
 		}
 		waitIdle(t, th)
 	})
+}
+
+// TestProbeGivenBackInFlight: a probe given back while its round trip was
+// in flight cannot tell a loss; the round trips after it, whose own calls
+// may have been written after the loss, also probe a call written before
+// it, and find the loss. (Seed 174 of the simulator: a flush whose marker
+// a new process wrote again, and a probe settled away in flight, let every
+// process admit a window's worth on an empty key.)
+func TestProbeGivenBackInFlight(t *testing.T) {
+	const ttl = int64(time.Hour / time.Microsecond)
+	h := health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}
+	var o owed
+	h.journal.Add(10, []string{"a", "b"}) // written before the loss
+	round := func(gone ...bool) (a core.Attempt, lost bool) {
+		h.lossChecks(&a, 20, &o)
+		var r core.Reply
+		copy(r.Gone[:], gone)
+		return a, h.noticeLoss(&a, r, 20, ttl, &o)
+	}
+
+	// The loss: b is gone, but was given back in flight.
+	var first core.Attempt
+	h.lossChecks(&first, 20, &o)
+	if first.Loss.Probes[0].Member != "b" || first.Loss.Probes[1].Member != "" {
+		t.Fatalf("first probes %+v, want b alone", first.Loss.Probes)
+	}
+	h.forget([]string{"b"}, &testHooks{})
+	if h.noticeLoss(&first, core.Reply{Gone: [2]bool{true}}, 20, ttl, &o) {
+		t.Fatal("a probe given back in flight counted as a loss")
+	}
+	h.journal.Add(15, []string{"c"}) // the round trip's own call: written after the loss
+
+	next, lost := round(false, true)
+	if next.Loss.Probes[0].Member != "c" || next.Loss.Probes[1].Member != "a" {
+		t.Fatalf("next probes %+v, want c and a (the newest added before the check that could not tell)", next.Loss.Probes)
+	}
+	if !lost {
+		t.Fatal("a gone and still held: the loss went unnoticed")
+	}
+
+	// Told (every probe found): back to the newest alone.
+	h = health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}
+	h.journal.Add(10, []string{"a", "b"})
+	h.lossChecks(&first, 20, &o)
+	h.forget([]string{"b"}, &testHooks{})
+	h.noticeLoss(&first, core.Reply{Gone: [2]bool{true}}, 20, ttl, &o)
+	h.journal.Add(15, []string{"c"})
+	if _, lost := round(false, false); lost {
+		t.Fatal("a loss reported with every probe found")
+	}
+	if after, _ := round(); after.Loss.Probes[1].Member != "" {
+		t.Fatalf("after a round trip that told: probes %+v, want the newest alone", after.Loss.Probes)
+	}
+
+	// Every call written before it given back: nothing left to lose.
+	h = health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}
+	h.journal.Add(10, []string{"b"})
+	first = core.Attempt{}
+	h.lossChecks(&first, 20, &o)
+	h.forget([]string{"b"}, &testHooks{})
+	h.noticeLoss(&first, core.Reply{Gone: [2]bool{true}}, 20, ttl, &o)
+	h.journal.Add(15, []string{"c"})
+	if after, _ := round(); after.Loss.Probes[1].Member != "" || h.unsure != 0 {
+		t.Fatalf("with nothing written before left: probes %+v, unsure %d", after.Loss.Probes, h.unsure)
+	}
 }

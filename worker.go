@@ -183,7 +183,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	t.rules.SetMargin(a, e, t.worker.slack(), t.shared.wideAt(serverNow-e))
 
 	in := core.PlanIn{Now: now, Runtime: time.Now(), Clock: view, Lims: a.Lims, PausedTill: t.shared.pausedTill, Known: t.known,
-		Probe: a.Loss.Probe != "", QuietDue: now.Sub(t.upkeep.round) >= t.rules.Quiet(), Widen: a.Margin.Widen, Hold: a.Margin.Hold}
+		Probe: a.Loss.Probes[0].Member != "", QuietDue: now.Sub(t.upkeep.round) >= t.rules.Quiet(), Widen: a.Margin.Widen, Hold: a.Margin.Hold}
 	if now.Before(t.fallback.shareUntil) && t.fallback.local != nil {
 		in.Sharing, in.ShareUntil = t.fallback.local.Clone(), t.fallback.shareUntil
 	}

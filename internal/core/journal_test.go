@@ -39,3 +39,34 @@ func members(j Journal) []string {
 	}
 	return out
 }
+
+func TestJournalProbeBefore(t *testing.T) {
+	j := Journal{Cap: 4, W: 100}
+	if _, ok := j.ProbeBefore(j.Mark()); ok {
+		t.Fatal("ProbeBefore of an empty journal reports a member")
+	}
+	j.Add(10, []string{"a", "b"})
+	mark := j.Mark()
+	j.Add(5, []string{"c"}) // added later, though scored earlier
+	if p, ok := j.ProbeBefore(mark); !ok || p.Member != "b" {
+		t.Fatalf("ProbeBefore(mark after b) = %+v, %v; want b", p, ok)
+	}
+	j.Forget([]string{"b"})
+	if p, ok := j.ProbeBefore(mark); !ok || p.Member != "a" {
+		t.Fatalf("after Forget(b): ProbeBefore = %+v, %v; want a", p, ok)
+	}
+	if p, _ := j.Probe(); p.Member != "c" {
+		t.Fatalf("Probe() = %+v, want c, the newest added", p)
+	}
+	j.Add(20, []string{"d", "e", "f"}) // Cap 4: a goes
+	if _, ok := j.ProbeBefore(mark); ok {
+		t.Fatalf("ProbeBefore(mark) after every entry before it went: %v", members(j))
+	}
+	if p, ok := j.ProbeBefore(j.Mark()); !ok || p.Member != "f" {
+		t.Fatalf("ProbeBefore(Mark()) = %+v, %v; want f", p, ok)
+	}
+	j.Clear()
+	if _, ok := j.Probe(); ok || len(j.seqs) != 0 {
+		t.Fatalf("after Clear: %v, %d seqs", members(j), len(j.seqs))
+	}
+}

@@ -9,7 +9,7 @@ import "time"
 // the upcoming free slots; on the first limit's key it also reads the
 // values kept beside the calls (the marker, a shared pause, a lowered
 // limit, the margin in force), and in the longest window's key it checks
-// that the store still holds the window (Loss.Probe). A store applies it in
+// that the store still holds the window (Loss.Probes). A store applies it in
 // one round trip; Reply is what it read.
 //
 // Adding before counting makes the decision safe without atomicity: two
@@ -72,10 +72,13 @@ type Expiry struct {
 // LossChecks let a reply show that Redis lost the window (see the
 // throttler's heal.go), and carry what a heal still writes.
 type LossChecks struct {
-	Probe   string // a member of ours that must still be in the longest window's key ("" = none)
-	ProbeAt int64  // its score: a compacted window may have moved it into its bucket
-	Mark    bool   // write the marker
-	Pause   int64  // server µs: write a shared pause until then (a heal; 0 = none)
+	// Members of ours that must still be in the longest window's key, at
+	// their scores (a compacted window may have moved one into its
+	// bucket); Member "" = none. The first is the newest; the second, when
+	// a check could not tell, an older one (see the throttler's heal.go).
+	Probes [2]Entry
+	Mark   bool  // write the marker
+	Pause  int64 // server µs: write a shared pause until then (a heal; 0 = none)
 }
 
 // Margin is a round's margin (see margin.go and Rules.SetMargin): its own
@@ -111,7 +114,7 @@ type Reply struct {
 	Tails [][]Entry // per window
 	// By level, per window: the tails read for the attempt's Learn.LowCaps.
 	LowTails [Levels][][]Entry
-	Lost     bool // the probe member is gone: Redis lost the window
+	Gone     [2]bool // per probe (Attempt.Loss.Probes): the member is gone
 	// The clock sample showed a clock step: the attempt's scores came
 	// from an estimate now known wrong, so its counts decide nothing.
 	Stepped bool

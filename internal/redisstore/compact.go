@@ -219,11 +219,11 @@ return {moved, full}
 // KEYS[1] its sorted set, KEYS[2] its buckets. ARGV[1] is the number of
 // ranges c, then per range its exclusive bounds x and y; then the number
 // of tails, per tail the ranks from the top it spans (the first and the
-// last, from 0: see tail); then a probe member and its score ("" when
-// none). It returns, per range, the calls in (x, y): members there and
-// every bucket overlapping it; then 1 when the probe is a member, or was
-// scored before the cut (it may have been compacted), else 0;
-// then per tail its length and its entries, ascending, a score and a
+// last, from 0: see tail); then the number of probes, per probe a member
+// and its score. It returns, per range, the calls in (x, y): members there
+// and every bucket overlapping it; then per probe 1 when it is a member, or
+// was scored before the cut (it may have been compacted), else 0; then per
+// tail its length and its entries, ascending, a score and a
 // member each, ranked among the members at their scores and the compacted
 // calls at their buckets' last microsecond with an empty member: that is
 // where the counts place a compacted call (a slot worked out from an
@@ -257,13 +257,14 @@ for i = 0, c - 1 do
 end
 local at = 2 + 2 * c
 local tails = tonumber(ARGV[at])
-local probe = ARGV[at + 1 + 2 * tails]
-if probe == '' then
-  out[#out + 1] = 0
-elseif redis.call('ZSCORE', KEYS[1], probe) or tonumber(ARGV[at + 2 + 2 * tails]) < cut then
-  out[#out + 1] = 1
-else
-  out[#out + 1] = 0
+local pat = at + 1 + 2 * tails
+for j = 1, tonumber(ARGV[pat]) do
+  local probe = ARGV[pat + 2 * j - 1]
+  if redis.call('ZSCORE', KEYS[1], probe) or tonumber(ARGV[pat + 2 * j]) < cut then
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
 end
 for j = 0, tails - 1 do
   local oldest, newest = tonumber(ARGV[at + 1 + 2 * j]), tonumber(ARGV[at + 2 + 2 * j])
@@ -327,15 +328,14 @@ type countRange struct{ x, y int64 }
 // spans, the oldest first.
 type tailSpan struct{ oldest, newest int }
 
-// countCmd queues CountScript on window x for ranges, tails and a probe
-// (member "" = none).
-func countCmd(ctx context.Context, p redis.Pipeliner, x core.Window, ranges []countRange, tails []tailSpan, probe core.Entry) *redis.Cmd {
-	return CountScript.Eval(ctx, p, []string{x.Key, CompactKey(x.Key)}, countArgs(ranges, tails, probe)...)
+// countCmd queues CountScript on window x for ranges, tails and probes.
+func countCmd(ctx context.Context, p redis.Pipeliner, x core.Window, ranges []countRange, tails []tailSpan, probes []core.Entry) *redis.Cmd {
+	return CountScript.Eval(ctx, p, []string{x.Key, CompactKey(x.Key)}, countArgs(ranges, tails, probes)...)
 }
 
-// countArgs are CountScript's arguments for ranges, tails and probe.
-func countArgs(ranges []countRange, tails []tailSpan, probe core.Entry) []any {
-	args := make([]any, 0, 4+2*len(ranges)+2*len(tails))
+// countArgs are CountScript's arguments for ranges, tails and probes.
+func countArgs(ranges []countRange, tails []tailSpan, probes []core.Entry) []any {
+	args := make([]any, 0, 3+2*len(ranges)+2*len(tails)+2*len(probes))
 	args = append(args, len(ranges))
 	for _, r := range ranges {
 		args = append(args, itoa(r.x), itoa(r.y))
@@ -344,26 +344,30 @@ func countArgs(ranges []countRange, tails []tailSpan, probe core.Entry) []any {
 	for _, s := range tails {
 		args = append(args, s.oldest, s.newest)
 	}
-	return append(args, probe.Member, itoa(probe.Score))
+	args = append(args, len(probes))
+	for _, e := range probes {
+		args = append(args, e.Member, itoa(e.Score))
+	}
+	return args
 }
 
 // countRead is what CountScript answered.
 type countRead struct {
 	counts []int64
-	probed bool // the probe is there, or may have been compacted
+	probed []bool // per probe: it is there, or may have been compacted
 	tails  [][]core.Entry
 }
 
-// readCount splits CountScript's answer for ranges and tails.
-func readCount(cmd *redis.Cmd, ranges, tails int) (countRead, error) {
+// readCount splits CountScript's answer for ranges, probes and tails.
+func readCount(cmd *redis.Cmd, ranges, probes, tails int) (countRead, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
 		return countRead{}, err
 	}
 	bad := func() (countRead, error) {
-		return countRead{}, fmt.Errorf("throttler: the count script answered %d values for %d ranges and %d tails", len(vals), ranges, tails)
+		return countRead{}, fmt.Errorf("throttler: the count script answered %d values for %d ranges, %d probes and %d tails", len(vals), ranges, probes, tails)
 	}
-	if len(vals) < ranges+1+tails {
+	if len(vals) < ranges+probes+tails {
 		return bad()
 	}
 	var r countRead
@@ -374,8 +378,10 @@ func readCount(cmd *redis.Cmd, ranges, tails int) (countRead, error) {
 		}
 		r.counts = append(r.counts, n)
 	}
-	r.probed = vals[ranges] == int64(1)
-	rest := vals[ranges+1:]
+	for _, v := range vals[ranges : ranges+probes] {
+		r.probed = append(r.probed, v == int64(1))
+	}
+	rest := vals[ranges+probes:]
 	for range tails {
 		if len(rest) == 0 {
 			return bad()

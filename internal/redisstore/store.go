@@ -100,8 +100,8 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	PEXPIRE key <ttl>                    (a second after the last, on a new
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
-//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probe>]
-//	ZMSCORE <longest key> <bucketed> [<probe>]
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>]
+//	ZMSCORE <longest key> <bucketed> [<probes>]
 //	                                     (the longest window not the first,
 //	                                      nor compacted: a compacted one's
 //	                                      CountScript reads the probe)
@@ -310,12 +310,12 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 	s, a, x, wc := c.s, c.a, c.s.wins[wi], &c.win[wi]
 	w := x.W + a.Margin.Widen
 	if s.compacted[wi].Load() {
-		var probe core.Entry
-		if wi == s.probeIn && a.Loss.Probe != "" {
-			probe = core.Entry{Member: a.Loss.Probe, Score: a.Loss.ProbeAt}
+		var probes []core.Entry
+		if wi == s.probeIn {
+			probes = c.probes()
 			c.probeCounted = true
 		}
-		wc.count = countCmd(c.ctx, p, x, c.ranges(w), c.spans(wi), probe)
+		wc.count = countCmd(c.ctx, p, x, c.ranges(w), c.spans(wi), probes)
 		return
 	}
 	if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
@@ -338,6 +338,17 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 		// counted wrote the flag before this reads it.
 		wc.flag = p.ZMScore(c.ctx, x.Key, BucketMember)
 	}
+}
+
+// probes returns the attempt's probes (see core.LossChecks).
+func (c *attemptCmds) probes() []core.Entry {
+	ps := c.a.Loss.Probes[:]
+	for i, e := range ps {
+		if e.Member == "" {
+			return ps[:i]
+		}
+	}
+	return ps
 }
 
 // ranges returns the neighbourhoods (g-w, g+w) of the attempt's checks.
@@ -380,19 +391,24 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	// not go unnoticed. Counts taken before it were true. ZMSCORE from
 	// arguments boxed once: one allocation here instead of one per
 	// argument.
-	args := make([]any, len(s.metaArgs), len(s.metaArgs)+1)
+	args := make([]any, len(s.metaArgs), len(s.metaArgs)+len(a.Loss.Probes))
 	copy(args, s.metaArgs)
-	probe := a.Loss.Probe != "" && !c.probeCounted
-	if probe && s.probeIn == 0 {
-		args = append(args, a.Loss.Probe)
+	var probes []core.Entry
+	if !c.probeCounted {
+		probes = c.probes()
+	}
+	if s.probeIn == 0 {
+		for _, e := range probes {
+			args = append(args, e.Member)
+		}
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
 	if s.probeIn > 0 && !s.compacted[s.probeIn].Load() {
 		// The probe's key: its flag, and the probe.
 		members := []string{BucketMember}
-		if probe {
-			members = append(members, a.Loss.Probe)
+		for _, e := range probes {
+			members = append(members, e.Member)
 		}
 		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, members...)
 	}
@@ -443,7 +459,7 @@ func (c *attemptCmds) reply() (core.Reply, error) {
 // metaReply returns a reply with the meta members and the probe read, and
 // a count per window to be filled in.
 func (c *attemptCmds) metaReply() core.Reply {
-	s, a := c.s, c.a
+	s := c.s
 	// ZMSCORE answers nil for a missing member, which go-redis reads as 0:
 	// no member of ours, nor the marker, ever scores exactly 0.
 	found := c.meta.Val()
@@ -461,12 +477,19 @@ func (c *attemptCmds) metaReply() core.Reply {
 		LimitEnd: MetaValue(score(3)),
 		Wide:     MetaValue(score(4)),
 		WideEnd:  MetaValue(score(5)),
-		// The probe, a call of ours (see metaArgs), scores its time.
-		Lost: a.Loss.Probe != "" && !c.probeCounted && s.probeIn == 0 && score(7) == 0,
 	}
-	if c.probe != nil && a.Loss.Probe != "" && !c.probeCounted {
-		v := c.probe.Val()
-		r.Lost = len(v) < 2 || v[1] == 0
+	if c.probeCounted {
+		return r // read by CountScript
+	}
+	// A probe, a call of ours (see metaArgs), scores its time.
+	for i := range c.probes() {
+		switch {
+		case s.probeIn == 0:
+			r.Gone[i] = score(7+i) == 0
+		case c.probe != nil:
+			v := c.probe.Val()
+			r.Gone[i] = len(v) < 2+i || v[1+i] == 0
+		}
 	}
 	return r
 }
@@ -475,13 +498,19 @@ func (c *attemptCmds) metaReply() core.Reply {
 func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
 	a, wc := c.a, &c.win[wi]
 	if wc.count != nil {
-		read, err := readCount(wc.count, len(a.Checks), len(c.spans(wi)))
+		probes := 0
+		if c.probeCounted && wi == c.s.probeIn {
+			probes = len(c.probes())
+		}
+		read, err := readCount(wc.count, len(a.Checks), probes, len(c.spans(wi)))
 		if err != nil {
 			return err
 		}
 		r.Counts[wi] = read.counts
 		if c.probeCounted && wi == c.s.probeIn {
-			r.Lost = !read.probed
+			for i, found := range read.probed {
+				r.Gone[i] = !found
+			}
 		}
 		if a.Learn.Slots > 0 {
 			r.Tails[wi] = read.tails[0]
@@ -726,7 +755,7 @@ func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) [
 				debt[i] = p.ZRangeByScore(ctx, x.Key, &redis.ZRangeBy{Min: exclusive(now - x.W), Max: itoa(now)})
 				if s.compacted[i].Load() {
 					ranges := []countRange{{now - x.W, now + 1}, {now, now + core.FutureBound + 1}}
-					count[i] = countCmd(ctx, p, x, ranges, []tailSpan{{u.Lims[i] - 1, u.Lims[i] - 1}}, core.Entry{})
+					count[i] = countCmd(ctx, p, x, ranges, []tailSpan{{u.Lims[i] - 1, u.Lims[i] - 1}}, nil)
 					continue
 				}
 				used[i] = p.ZCount(ctx, x.Key, exclusive(now-x.W), itoa(now))
@@ -750,7 +779,7 @@ func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) [
 		}
 		u.Debt = append(u.Debt, d)
 		if count[i] != nil {
-			read, err := readCount(count[i], 2, 1)
+			read, err := readCount(count[i], 2, 0, 1)
 			if err != nil {
 				return core.UsageRead{}, err
 			}

@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Every probe of an attempt is looked up, wherever the store reads it: with
+// the first key's meta members, in the longest key of its own, or by the
+// CountScript of a compacted longest key; and the reply says which are
+// gone, in the attempt's order.
+func TestProbesReadEveryWay(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		for _, layout := range []string{"first", "own key", "compacted"} {
+			t.Run(layout, func(t *testing.T) {
+				key := redistest.Key(t, "probes")
+				short := core.Window{Key: key + ":s", Limit: 10, Interval: time.Second, W: 1_000_000}
+				long := core.Window{Key: key + ":l", Limit: 100, Interval: time.Minute, W: 60_000_000}
+				wins, in := []core.Window{long}, 0
+				switch layout {
+				case "own key":
+					wins, in = []core.Window{short, long}, 1
+				case "compacted":
+					long.Bucket, long.Age = 60_000, 1_000_000
+					wins, in = []core.Window{short, long}, 1
+				}
+				s := NewStore(c, wins, in, nil, "self")
+				now := serverNow(t, c)
+				held := core.Entry{Member: "held", Score: now - 10}
+				if err := c.ZAdd(ctx, long.Key, redis.Z{Score: float64(held.Score), Member: held.Member}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				gone := core.Entry{Member: "gone", Score: now - 5}
+				for _, tc := range []struct {
+					probes [2]core.Entry
+					want   [2]bool
+				}{
+					{[2]core.Entry{held}, [2]bool{false, false}},
+					{[2]core.Entry{gone}, [2]bool{true, false}},
+					{[2]core.Entry{held, gone}, [2]bool{false, true}},
+					{[2]core.Entry{gone, held}, [2]bool{true, false}},
+				} {
+					a := &core.Attempt{Lims: make([]int, len(wins))}
+					for i, x := range wins {
+						a.Lims[i] = x.Limit
+					}
+					a.Loss.Probes = tc.probes
+					r, err := s.Reserve(ctx, a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Gone != tc.want {
+						t.Errorf("probes %s, %s: gone %v, want %v", tc.probes[0].Member, tc.probes[1].Member, r.Gone, tc.want)
+					}
+				}
+			})
+		}
+	})
+}
