@@ -216,6 +216,30 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 			t.Fatalf("%s: count in (%d, %d) = %d, want %d (b %d, buckets %d..%d)", at, r.x, r.y, read.counts[i], want, b, lo, hi)
 		}
 	}
+	// The same counts read without the script (see buckets.go): the
+	// members with ZCOUNT, the buckets with one HMGET named from the width.
+	p := c.Pipeline()
+	var zc []*redis.IntCmd
+	for _, r := range ranges {
+		zc = append(zc, p.ZCount(ctx, key, exclusive(r.x), exclusive(r.y)))
+	}
+	same := queueBuckets(ctx, p, key, b, ranges)
+	other := queueBuckets(ctx, p, key, b+1, ranges)
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	br := readBuckets(same, b, ranges)
+	if !br.ok || br.width != b || br.cut != cut {
+		t.Fatalf("%s: buckets read without the script: ok %v, width %d, cut %d; want ok, %d, %d", at, br.ok, br.width, br.cut, b, cut)
+	}
+	for i, r := range ranges {
+		if got := zc[i].Val() + br.counts[i]; got != read.counts[i] {
+			t.Fatalf("%s: count in (%d, %d) without the script = %d, with it %d", at, r.x, r.y, got, read.counts[i])
+		}
+	}
+	if br := readBuckets(other, b+1, ranges); br.ok || br.width != b {
+		t.Fatalf("%s: a read named from width %d of a hash of width %d: ok %v, width %d", at, b+1, b, br.ok, br.width)
+	}
 	// The ranks, newest first: the members at their scores and the moved
 	// calls at their buckets' last microsecond, together.
 	ranked := slices.Clone(loose)

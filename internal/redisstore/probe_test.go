@@ -33,11 +33,26 @@ func TestProbesReadEveryWay(t *testing.T) {
 				}
 				s := NewStore(c, wins, in, nil, "self")
 				now := serverNow(t, c)
-				held := core.Entry{Member: "held", Score: now - 10}
+				held := core.Entry{Member: "held", Score: now - 5_000_000} // older than long.Age
 				if err := c.ZAdd(ctx, long.Key, redis.Z{Score: float64(held.Score), Member: held.Member}).Err(); err != nil {
 					t.Fatal(err)
 				}
 				gone := core.Entry{Member: "gone", Score: now - 5}
+				check := func(probes [2]core.Entry, want [2]bool) {
+					t.Helper()
+					a := &core.Attempt{Lims: make([]int, len(wins))}
+					for i, x := range wins {
+						a.Lims[i] = x.Limit
+					}
+					a.Loss.Probes = probes
+					r, err := s.Reserve(ctx, a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Gone != want {
+						t.Errorf("probes %s, %s: gone %v, want %v", probes[0].Member, probes[1].Member, r.Gone, want)
+					}
+				}
 				for _, tc := range []struct {
 					probes [2]core.Entry
 					want   [2]bool
@@ -47,19 +62,22 @@ func TestProbesReadEveryWay(t *testing.T) {
 					{[2]core.Entry{held, gone}, [2]bool{false, true}},
 					{[2]core.Entry{gone, held}, [2]bool{true, false}},
 				} {
-					a := &core.Attempt{Lims: make([]int, len(wins))}
-					for i, x := range wins {
-						a.Lims[i] = x.Limit
-					}
-					a.Loss.Probes = tc.probes
-					r, err := s.Reserve(ctx, a)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Gone != tc.want {
-						t.Errorf("probes %s, %s: gone %v, want %v", tc.probes[0].Member, tc.probes[1].Member, r.Gone, tc.want)
-					}
+					check(tc.probes, tc.want)
 				}
+				if layout != "compacted" {
+					return
+				}
+				// Moved into its bucket, a probe is no member, and not gone.
+				if err := CompactScript.Run(ctx, c, []string{long.Key, CompactKey(long.Key)}, long.Bucket, long.Age, long.W+2_000_000, 120_000, BucketMember, CompactBatch, RebuildFrom, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.ZScore(ctx, long.Key, held.Member).Err(); err != redis.Nil {
+					t.Fatalf("held is still a member after the compaction (%v)", err)
+				}
+				young := core.Entry{Member: "young", Score: now + 60_000_000} // after any cut
+				check([2]core.Entry{held}, [2]bool{false, false})
+				check([2]core.Entry{held, young}, [2]bool{false, true})
+				check([2]core.Entry{young, held}, [2]bool{true, false})
 			})
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,9 +19,12 @@ type Store struct {
 	rdb      redis.UniversalClient
 	wins     []core.Window
 	metaArgs []any // ZMSCORE key marker pause limit limit-end wide wide-end bucketed, boxed once
-	// Per window: its counts are read with CountScript, for it compacts
+	// Per window: it counts its buckets too, for it compacts
 	// (core.Window.Bucket) or its flag (BucketMember) was seen.
 	compacted []atomic.Bool
+	// Per window: the bucket width its hash was last found with (at
+	// first, its own; 0: read it with CountScript), see buckets.go.
+	width []atomic.Int64
 	// Per window: its last compaction moved a whole batch (CompactBatch),
 	// so the next round trip compacts again, trimming or not.
 	behind []atomic.Bool
@@ -55,6 +59,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 		lease:       lease,
 		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember},
 		compacted:   make([]atomic.Bool, len(wins)),
+		width:       make([]atomic.Int64, len(wins)),
 		behind:      make([]atomic.Bool, len(wins)),
 		added:       make([]atomic.Int64, len(wins)),
 		ctxTimeouts: HonoursContext(c),
@@ -62,6 +67,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 	}
 	for i, x := range wins {
 		s.compacted[i].Store(x.Bucket > 0)
+		s.width[i].Store(x.Bucket)
 	}
 	return s
 }
@@ -92,19 +98,26 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	ZRANGE key -(limit+adds) -(limit-k+1) WITHSCORES
 //	                                     (rounds that learn k slots: once
 //	                                      more per capped priority's cap)
-//	EVAL <CountScript> key <buckets> ... (a compacted window, or one whose
-//	                                      flag was seen: in place of the
+//	HMGET <buckets> b lo hi n base cut <k>...
+//	                                     (a compacted window, after its
+//	                                      ZCOUNTs, in rounds that learn no
+//	                                      slots: see buckets.go)
+//	EVAL <CountScript> key <buckets> ... (a compacted window in rounds that
+//	                                      learn slots, or one whose flag
+//	                                      was seen, or whose hash has
+//	                                      another width: in place of the
 //	                                      ZCOUNTs, the peaks and the tails)
 //	ZMSCORE key <bucketed>               (keys after the first that are
-//	                                      read without CountScript)
+//	                                      read as a log, not compacted)
 //	PEXPIRE key <ttl>                    (a second after the last, on a new
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>]
 //	ZMSCORE <longest key> <bucketed> [<probes>]
 //	                                     (the longest window not the first,
-//	                                      nor compacted: a compacted one's
-//	                                      CountScript reads the probe)
+//	                                      unless compacted and without
+//	                                      probes, or read by CountScript,
+//	                                      which reads the probes)
 //	TIME                                 (250ms after the last; on every
 //	                                      round trip while the estimate
 //	                                      is unsampled or loose, or the
@@ -119,9 +132,11 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 // progress: the count sees exactly the state its own insert produced, so
 // of two callers racing for the last slot exactly one wins, and the free
 // slots read (for waiters to reserve without polling) agree with that
-// count. A reply that shows the flag of a key read without CountScript
-// (another process compacts it) costs a second round trip, which reads
-// that key again with it (see recount).
+// count. A reply that shows the flag of a key read as a log (another
+// process compacts it) costs a second round trip, which reads that key
+// again with CountScript (see recount); so does a compacted key read
+// without it whose hash has another bucket width, or a probe missing
+// from its set but not before its cut (see bucketReply).
 func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	cmds := &attemptCmds{s: s, a: a}
 	err := s.bounded(ctx, func(ctx context.Context) error {
@@ -141,19 +156,25 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 	if err != nil {
 		return core.Reply{}, err
 	}
-	if late := cmds.flagged(); len(late) > 0 {
+	late := cmds.flagged()
+	for _, wi := range cmds.again {
+		if !slices.Contains(late, wi) {
+			late = append(late, wi)
+		}
+	}
+	if len(late) > 0 {
 		err = s.recount(ctx, a, late, &r)
 	}
 	return r, err
 }
 
 // recount reads again, with CountScript, the windows of attempt a that its
-// round trip found compacted by another process (their flag set), and puts
-// their counts, tails and probe into r; from now on they are always read
-// so. The attempt's members were added before, so the recount, like every
+// round trip found compacted by another process (their flag set), or could
+// not read without the script (see bucketReply), and puts their counts,
+// tails and probes into r; from now on they are read as compacted. The attempt's members were added before, so the recount, like every
 // count, sees whatever any process admitted that could not see them.
 func (s *Store) recount(ctx context.Context, a *core.Attempt, late []int, r *core.Reply) error {
-	c := &attemptCmds{s: s, a: a, win: make([]winCmds, len(s.wins))}
+	c := &attemptCmds{s: s, a: a, win: make([]winCmds, len(s.wins)), recounting: true}
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		c.ctx = ctx
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -186,6 +207,8 @@ type attemptCmds struct {
 	// The probe is read by the CountScript of its window (compacted), not
 	// with the meta members.
 	probeCounted bool
+	recounting   bool  // every compacted window is read with CountScript
+	again        []int // compacted windows read without it, to read with it (see buckets.go)
 	clock        *redis.TimeCmd
 	meta         *redis.FloatSliceCmd
 	probe        *redis.FloatSliceCmd // ZMSCORE <probe key> bucketed [probe], when not in meta
@@ -199,7 +222,12 @@ type winCmds struct {
 	counts []*redis.IntCmd
 	peak   *redis.Cmd
 	count  *redis.Cmd // CountScript's
-	tails  *redis.ZSliceCmd
+	// A compacted window's buckets, when read without CountScript, and the
+	// width their fields were named from (see buckets.go).
+	buckets  *redis.SliceCmd
+	width    int64
+	bucketed bool // read as a compacted window: with its buckets
+	tails    *redis.ZSliceCmd
 	// By level: the tail for the attempt's Learn.LowCaps.
 	lowTails [core.Levels]*redis.ZSliceCmd
 	flag     *redis.FloatSliceCmd // ZMSCORE key bucketed (windows after the first, not compacted, not the probe's)
@@ -304,12 +332,25 @@ func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) *redis.Cmd 
 // per checked score g, the members in (g-w, g+w) with w the window widened
 // by a.Widen (the peak script instead, for exact attempts with several
 // limits), then, when the attempt asks for slots, the tails under the
-// limit in force and under each priority's cap. A compacted window reads
-// all of that with one CountScript, which counts its buckets too.
+// limit in force and under each priority's cap. A compacted window counts
+// its buckets too: without tails, with one HMGET after the ZCOUNTs (see
+// buckets.go), else all of it with one CountScript.
 func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 	s, a, x, wc := c.s, c.a, c.s.wins[wi], &c.win[wi]
 	w := x.W + a.Margin.Widen
 	if s.compacted[wi].Load() {
+		wc.bucketed = true
+		if b := s.width[wi].Load(); b > 0 && !c.recounting && a.Learn.Slots == 0 {
+			// Without tails, no script: see buckets.go. The probe is
+			// looked up with the others (queueMeta).
+			for _, g := range a.Checks {
+				wc.counts = append(wc.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
+			}
+			if len(a.Checks) > 0 || (wi == s.probeIn && len(c.probes()) > 0) {
+				wc.buckets, wc.width = queueBuckets(c.ctx, p, x.Key, b, c.ranges(w)), b
+			}
+			return
+		}
 		var probes []core.Entry
 		if wi == s.probeIn {
 			probes = c.probes()
@@ -404,7 +445,7 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
-	if s.probeIn > 0 && !s.compacted[s.probeIn].Load() {
+	if s.probeIn > 0 && !c.probeCounted && (!s.compacted[s.probeIn].Load() || len(probes) > 0) {
 		// The probe's key: its flag, and the probe.
 		members := []string{BucketMember}
 		for _, e := range probes {
@@ -527,6 +568,10 @@ func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
 		}
 		return nil
 	}
+	if wc.buckets != nil {
+		c.bucketReply(r, wi)
+		return nil
+	}
 	if wc.peak != nil {
 		counts, peaks, err := readPeaks(wc.peak, len(a.Checks))
 		if err != nil {
@@ -554,6 +599,42 @@ func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
 	return nil
 }
 
+// bucketReply reads into r window wi's counts, read without CountScript
+// (see buckets.go): its members' and its buckets'. A window whose hash has
+// another width, or lacks a total, and a probe found neither in the set
+// nor before the cut (moved after the cut was read, or lost), go to
+// c.again, to be read with CountScript.
+func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
+	a, wc := c.a, &c.win[wi]
+	r.Counts[wi] = make([]int64, len(wc.counts))
+	for i, cmd := range wc.counts {
+		r.Counts[wi][i] = cmd.Val()
+	}
+	if a.Exact && len(a.Checks) > 0 && len(c.s.wins) > 1 {
+		c.noPeaks(r, wi)
+	}
+	read := readBuckets(wc.buckets, wc.width, c.ranges(c.s.wins[wi].W+a.Margin.Widen))
+	if read.width > 0 && read.width != wc.width {
+		c.s.width[wi].Store(read.width)
+	}
+	if !read.ok {
+		c.again = append(c.again, wi)
+		return
+	}
+	for i, n := range read.counts {
+		r.Counts[wi][i] += n
+	}
+	if wi == c.s.probeIn {
+		for i, e := range c.probes() {
+			if r.Gone[i] && e.Score < read.cut {
+				r.Gone[i] = false // compacted
+			} else if r.Gone[i] {
+				c.again = append(c.again, wi)
+			}
+		}
+	}
+}
+
 // noPeaks sets window wi's peaks to -1 (the count decides): a compacted
 // window reads none.
 func (c *attemptCmds) noPeaks(r *core.Reply, wi int) {
@@ -566,15 +647,15 @@ func (c *attemptCmds) noPeaks(r *core.Reply, wi int) {
 	}
 }
 
-// flagged returns the windows read without CountScript whose flag was
-// set: another process compacts them, and their counts missed its buckets.
+// flagged returns the windows read as a log whose flag was set: another
+// process compacts them, and their counts missed its buckets.
 func (c *attemptCmds) flagged() []int {
 	var out []int
 	set := func(v []float64, i int) bool { return i < len(v) && MetaValue(v[i]) > 0 }
 	for wi := range c.win {
 		wc := &c.win[wi]
-		if wc.count != nil {
-			continue
+		if wc.bucketed {
+			continue // read with its buckets
 		}
 		var seen bool
 		switch {
