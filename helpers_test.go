@@ -162,7 +162,7 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 func calls(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
 	t.Helper()
 	m := keyMembers(t, c, key)
-	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember} {
+	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember, redisstore.EpochMember} {
 		delete(m, meta)
 	}
 	return m

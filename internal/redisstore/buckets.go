@@ -1,26 +1,169 @@
 package redisstore
 
 import (
-	"context"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // A compacted window whose round trip wants no tails is read without
-// CountScript: ZCOUNT per range for its members, as any window, then one
-// HMGET of its hash's header (b, lo, hi, n, base, cut) and, per range, the
-// two running totals the range's buckets take, named from the width this
-// process last found in the hash (Store.width). A compaction between the
-// two reads only moves calls from the set into their buckets, counted
-// then twice, never in neither: the count stays an upper bound, and the
-// check that admits with it stays exact. A hash found with another width
-// (a process with another window or limit set it first) is read again
-// with CountScript, and its width is the one used from then on.
+// CountScript, from a copy of part of its hash this process keeps
+// (Store.copies): ZCOUNT per range for its members, as any window, and
+// the buckets from the copy. The copy stands while the window's epoch
+// (EpochMember, which every compaction changes) is the one read before it
+// was taken: every round trip reads the epoch after its counts, so a copy
+// whose epoch it finds unchanged holds every call moved out of the set by
+// then (a give-back or a bucket dropped since only makes the copy count
+// more). A round trip that finds another epoch, or ranges the copy does
+// not reach, reads the window again with CountScript (a compaction may
+// have moved calls after its ZCOUNT). A copy is taken (the epoch, then
+// one HMGET, at the end of the pipeline) when there is none, by the round
+// trip that compacts, and by the one that found it stale: the hash's
+// header and the running totals of CopySpan buckets from where the round
+// trip's earliest range starts, named from the width last found in the
+// hash (Store.width). So a compacted window costs a round trip the
+// commands of the log, ZADD, ZCOUNT and the first key's ZMSCORE, and a
+// ZMSCORE and an HMGET per compaction.
 
-// bucketHeader is the fields of a compacted window's hash that every read
-// of it takes first (see CompactKey).
+// EpochMember, in a compacted window's sorted set, changes with every
+// compaction: its score is minus the server's clock (µs) when the last one
+// ran, or minus one more than the one before when that is later.
+const EpochMember = "\x00epoch"
+
+// CopySpan is how many buckets' running totals a copy of a compacted
+// window's hash holds, from the bucket before the one where the earliest
+// range of the round trip that took it starts: the ranges of the round
+// trips after it start later, by what time passes until the next
+// compaction, which runs at least every half age (an eighth of the window
+// at most: 128 buckets).
+const CopySpan = 160
+
+// bucketCopy is a copy of part of a compacted window's hash (see
+// CompactKey), taken after its epoch was read.
+type bucketCopy struct {
+	epoch                   float64 // EpochMember's score read before it (0: none)
+	b, lo, hi, n, base, cut int64
+	from                    int64   // cum holds the running totals of buckets from, from+1, ...
+	cum                     []int64 // where lo <= k < hi
+}
+
+// bucketHeader is the fields of a compacted window's hash a copy takes
+// first (see CompactKey).
 var bucketHeader = []string{"b", "lo", "hi", "n", "base", "cut"}
+
+// copyFields are the fields an HMGET takes a copy with: the header, then
+// the running totals of CopySpan buckets of width b from bucket from.
+func copyFields(b, from int64) []string {
+	f := make([]string, len(bucketHeader), len(bucketHeader)+CopySpan)
+	copy(f, bucketHeader)
+	if b > 0 {
+		for k := from; k < from+CopySpan; k++ {
+			f = append(f, strconv.FormatInt(k, 10))
+		}
+	}
+	return f
+}
+
+// newBucketCopy reads a copy from the answer vals to copyFields(b, from),
+// taken after the epoch read. A hash of another width gives a copy of its
+// header only (none of its totals can be told); no hash, a copy without
+// buckets. It reports false when a field it needs is missing or malformed.
+func newBucketCopy(epoch float64, b, from int64, vals []any) (*bucketCopy, bool) {
+	c := &bucketCopy{epoch: epoch, from: from}
+	if len(vals) < len(bucketHeader) {
+		return nil, false
+	}
+	if vals[0] == nil {
+		return c, true // nothing compacted (or lost): no bucket counts
+	}
+	num := func(i int) (int64, bool) {
+		s, ok := vals[i].(string)
+		if !ok {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		return v, err == nil
+	}
+	var head [6]int64
+	for i := range head {
+		v, ok := num(i)
+		if !ok {
+			return nil, false
+		}
+		head[i] = v
+	}
+	c.b, c.lo, c.hi, c.n, c.base, c.cut = head[0], head[1], head[2], head[3], head[4], head[5]
+	if c.b <= 0 {
+		return nil, false
+	}
+	if c.b != b {
+		return c, true
+	}
+	c.cum = make([]int64, len(vals)-len(bucketHeader))
+	for i := range c.cum {
+		if k := from + int64(i); k >= c.lo && k < c.hi {
+			v, ok := num(len(bucketHeader) + i)
+			if !ok {
+				return nil, false
+			}
+			c.cum[i] = v
+		}
+	}
+	return c, true
+}
+
+// upTo is the calls in every bucket up to k, when the copy can tell.
+func (c *bucketCopy) upTo(k int64) (int64, bool) {
+	switch {
+	case k < c.lo:
+		return c.base, true
+	case k >= c.hi:
+		return c.n, true
+	case k >= c.from && k-c.from < int64(len(c.cum)):
+		return c.cum[k-c.from], true
+	}
+	return 0, false
+}
+
+// count is the calls in every bucket overlapping (x, y), as CountScript
+// counts them, when the copy can tell.
+func (c *bucketCopy) count(x, y int64) (int64, bool) {
+	if c.b == 0 {
+		return 0, true // no buckets
+	}
+	k0, k1 := bucketSpan(x, y, c.b)
+	k0, k1 = max(k0, c.lo), min(k1, c.hi)
+	if k0 > k1 {
+		return 0, true
+	}
+	upper, ok1 := c.upTo(k1)
+	lower, ok2 := c.upTo(k0 - 1)
+	return upper - lower, ok1 && ok2
+}
+
+// copyFrom is the first bucket a copy taken for ranges holds, in width b:
+// the one before the earliest range's first.
+func copyFrom(ranges []countRange, b int64) int64 {
+	if b <= 0 || len(ranges) == 0 {
+		return 0
+	}
+	from := ranges[0].x
+	for _, r := range ranges[1:] {
+		from = min(from, r.x)
+	}
+	k0, _ := bucketSpan(from, from+1, b)
+	return k0 - 1
+}
+
+// first is v's first value, or 0 (ZMSCORE's answer for one member: 0 when
+// it is missing).
+func first(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[0]
+}
 
 // bucketIndex is the bucket of width b that score s falls in.
 func bucketIndex(s, b int64) int64 {
@@ -41,86 +184,29 @@ func bucketSpan(x, y, b int64) (k0, k1 int64) {
 	return k0, k1
 }
 
-// queueBuckets queues the HMGET of the buckets ranges overlap in the hash
-// of the compacted window at key, bucket width b.
-func queueBuckets(ctx context.Context, p redis.Pipeliner, key string, b int64, ranges []countRange) *redis.SliceCmd {
-	fields := make([]string, len(bucketHeader), len(bucketHeader)+2*len(ranges))
-	copy(fields, bucketHeader)
-	for _, r := range ranges {
-		k0, k1 := bucketSpan(r.x, r.y, b)
-		fields = append(fields, itoa(k0-1), itoa(k1))
-	}
-	return p.HMGet(ctx, CompactKey(key), fields...)
+// copyCmds are the reads that take a copy: the epoch, then the fields.
+type copyCmds struct {
+	epoch   *redis.FloatSliceCmd // ZMSCORE: a missing member is no error
+	fields  *redis.SliceCmd
+	b, from int64 // the width the fields were named from, and the first bucket
 }
 
-// bucketRead is what queueBuckets's HMGET answered.
-type bucketRead struct {
-	ok     bool    // the answer is whole: every total a range wants was there
-	counts []int64 // per range: the calls its buckets hold (0 without a hash)
-	cut    int64   // every call scored before it may have been compacted
-	width  int64   // the hash's bucket width (0: no hash)
-}
-
-// readBuckets reads cmd, queued by queueBuckets with width b for ranges.
-// An answer with another width, or without a total a range needs, is not
-// ok: CountScript reads the window instead.
-func readBuckets(cmd *redis.SliceCmd, b int64, ranges []countRange) bucketRead {
-	vals, err := cmd.Result()
-	if err != nil || len(vals) != len(bucketHeader)+2*len(ranges) {
-		return bucketRead{}
+// taken returns the copy they read, or nil; w learns the hash's width.
+func (r copyCmds) taken(w *atomic.Int64) *bucketCopy {
+	epoch, err := r.epoch.Result()
+	if err != nil {
+		return nil
 	}
-	num := func(i int) (int64, bool) {
-		s, ok := vals[i].(string)
-		if !ok {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		return n, err == nil
+	vals, err := r.fields.Result()
+	if err != nil {
+		return nil
 	}
-	r := bucketRead{counts: make([]int64, len(ranges))}
-	width, found := num(0)
-	if !found {
-		r.ok = vals[0] == nil // no hash: no compacted call
-		return r
+	c, ok := newBucketCopy(first(epoch), r.b, r.from, vals)
+	if !ok {
+		return nil
 	}
-	r.width = width
-	var head [5]int64
-	for i := range head {
-		v, ok := num(1 + i)
-		if !ok {
-			return r
-		}
-		head[i] = v
+	if c.b > 0 && c.b != r.b {
+		w.Store(c.b)
 	}
-	lo, hi, n, base, cut := head[0], head[1], head[2], head[3], head[4]
-	r.cut = cut
-	if width != b {
-		return r
-	}
-	// The running total up to bucket k, whose field is at i when kept.
-	cum := func(k int64, i int) (int64, bool) {
-		switch {
-		case k < lo:
-			return base, true
-		case k >= hi:
-			return n, true
-		}
-		return num(i)
-	}
-	for j, rg := range ranges {
-		k0, k1 := bucketSpan(rg.x, rg.y, b)
-		at := len(bucketHeader) + 2*j // the totals up to k0-1 and k1
-		k0 = max(k0, lo)              // cum(lo-1) is base: no field read
-		if k0 > min(k1, hi) {
-			continue
-		}
-		upper, ok1 := cum(k1, at+1)
-		lower, ok2 := cum(k0-1, at)
-		if !ok1 || !ok2 {
-			return r
-		}
-		r.counts[j] = upper - lower
-	}
-	r.ok = true
-	return r
+	return c
 }

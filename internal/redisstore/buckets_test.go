@@ -12,32 +12,47 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A compacted window whose hash another process made with another bucket
-// width counts what CountScript counts: the round trip that finds the
-// width reads the window again with the script, and the next ones name
-// their fields from the width found.
-func TestCompactedReadLearnsTheWidth(t *testing.T) {
+// A compacted window read without CountScript counts what the script
+// counts: from a copy of its buckets taken when it has none (in the width
+// the hash has, here another process's), reused while the epoch stands,
+// and read again with the script, and taken anew, once another compaction
+// moved calls out of the set, or a range starts past the totals it holds.
+func TestCompactedReadFromACopy(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
 		ctx := context.Background()
-		key := redistest.Key(t, "width")
+		key := redistest.Key(t, "copy")
 		x := core.Window{Key: key, Limit: 100_000, Interval: 10 * time.Second, W: 10_000_000, Bucket: 10_000, Age: 1_000}
 		s := NewStore(c, []core.Window{x}, 0, nil, "self")
 		now := serverNow(t, c)
-		var zs []redis.Z
-		for i := range 60 {
-			zs = append(zs, redis.Z{Score: float64(now - 9_000_000 + int64(i)*37_000), Member: fmt.Sprint("c", i)})
-		}
-		if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
-			t.Fatal(err)
+		add := func(name string, from int64) {
+			var zs []redis.Z
+			for i := range 60 {
+				zs = append(zs, redis.Z{Score: float64(from + int64(i)*37_000), Member: fmt.Sprint(name, i)})
+			}
+			if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		const other = 7_000 // the width of the process that compacted first
-		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, other, x.Age, x.W+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, 0).Err(); err != nil {
-			t.Fatal(err)
+		compact := func() {
+			if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, other, x.Age, x.W+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
+		add("c", now-9_000_000)
+		compact()
 		// A check whose window starts among the buckets: the count takes
 		// some of them, and which depends on the width.
 		g := now + 1_000_000 - 10
-		for round := range 3 {
+		var last *bucketCopy
+		for round, step := range []string{"no copy", "the copy", "another epoch", "the new copy", "a later range"} {
+			switch step {
+			case "another epoch":
+				add("d", now-8_000_000) // members, moved by the compaction
+				compact()
+			case "a later range":
+				g += (CopySpan + 10) * other // past the totals the copy holds
+			}
 			a := &core.Attempt{Lims: []int{x.Limit}, Checks: []int64{g},
 				Adds: []core.Entry{{Score: g, Member: fmt.Sprint("own", round)}}}
 			r, err := s.Reserve(ctx, a)
@@ -49,11 +64,20 @@ func TestCompactedReadLearnsTheWidth(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got := r.Counts[0][0]; got != want.counts[0] {
-				t.Fatalf("round %d: count %d, CountScript counts %d", round, got, want.counts[0])
+				t.Fatalf("%s: count %d, CountScript counts %d", step, got, want.counts[0])
 			}
-			if w := s.width[0].Load(); w != other {
-				t.Fatalf("round %d: width %d in use, the hash's is %d", round, w, other)
+			cp := s.copies[0].Load()
+			epoch, err := c.ZScore(ctx, key, EpochMember).Result()
+			if err != nil {
+				t.Fatal(err)
 			}
+			switch {
+			case cp == nil || cp.b != other || cp.epoch != epoch:
+				t.Fatalf("%s: copy %+v, want one of width %d at epoch %v", step, cp, other, epoch)
+			case (step == "the copy" || step == "the new copy") != (cp == last):
+				t.Fatalf("%s: the copy was taken again: %v", step, cp != last)
+			}
+			last = cp
 		}
 	})
 }

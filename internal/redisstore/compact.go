@@ -77,8 +77,10 @@ const RebuildFrom = 128
 // scored before the newest ARGV[8] (core.Window.Keep; 0: no such bound)
 // moves too, whatever its age. A run that moves at least ARGV[7] calls
 // (RebuildFrom) and leaves at most a quarter as many writes the set anew,
-// so its memory shrinks with it; the set keeps its TTL. It returns the number of calls moved, and 1 when the run
-// stopped at the batch (more may be left to move), else 0.
+// so its memory shrinks with it; the set keeps its TTL. Every run writes
+// a new epoch into the member ARGV[9] (see EpochMember). It returns the
+// number of calls moved, and 1 when the run stopped at the batch (more may
+// be left to move), else 0.
 //
 // A call that arrives scored before the cut (a late writer) is moved by the
 // next run: added to its bucket's count and every later one, the counts
@@ -206,6 +208,9 @@ end
 redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base), 'cut', f(math.max(was or 0, cut)))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('ZADD', KEYS[1], 'LT', f(-(now + tonumber(ARGV[4]) * 1000)), ARGV[5])
+-- A new epoch: copies of the buckets taken before no longer stand.
+local epoch = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[9]) or '0')
+redis.call('ZADD', KEYS[1], f(-math.max(now, 1 - epoch)), ARGV[9])
 -- The set keeps its TTL, though it was emptied or written anew; one the
 -- flag made lives as long as the buckets.
 if redis.call('PTTL', KEYS[1]) == -1 then

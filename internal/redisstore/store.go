@@ -22,8 +22,11 @@ type Store struct {
 	// Per window: it counts its buckets too, for it compacts
 	// (core.Window.Bucket) or its flag (BucketMember) was seen.
 	compacted []atomic.Bool
+	// Per compacted window: the copy of its buckets this process counts
+	// with (nil: none yet, or it went stale), see buckets.go.
+	copies []atomic.Pointer[bucketCopy]
 	// Per window: the bucket width its hash was last found with (at
-	// first, its own; 0: read it with CountScript), see buckets.go.
+	// first, its own), which names the fields a copy takes.
 	width []atomic.Int64
 	// Per window: its last compaction moved a whole batch (CompactBatch),
 	// so the next round trip compacts again, trimming or not.
@@ -59,6 +62,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 		lease:       lease,
 		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember},
 		compacted:   make([]atomic.Bool, len(wins)),
+		copies:      make([]atomic.Pointer[bucketCopy], len(wins)),
 		width:       make([]atomic.Int64, len(wins)),
 		behind:      make([]atomic.Bool, len(wins)),
 		added:       make([]atomic.Int64, len(wins)),
@@ -98,26 +102,29 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	ZRANGE key -(limit+adds) -(limit-k+1) WITHSCORES
 //	                                     (rounds that learn k slots: once
 //	                                      more per capped priority's cap)
-//	HMGET <buckets> b lo hi n base cut <k>...
-//	                                     (a compacted window, after its
-//	                                      ZCOUNTs, in rounds that learn no
+//	ZMSCORE key <epoch>                  (a compacted window after the
+//	                                      first, in rounds that learn no
 //	                                      slots: see buckets.go)
 //	EVAL <CountScript> key <buckets> ... (a compacted window in rounds that
 //	                                      learn slots, or one whose flag
-//	                                      was seen, or whose hash has
-//	                                      another width: in place of the
+//	                                      was seen: in place of the
 //	                                      ZCOUNTs, the peaks and the tails)
 //	ZMSCORE key <bucketed>               (keys after the first that are
 //	                                      read as a log, not compacted)
 //	PEXPIRE key <ttl>                    (a second after the last, on a new
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
-//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>]
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>] [<epoch>]
 //	ZMSCORE <longest key> <bucketed> [<probes>]
 //	                                     (the longest window not the first,
 //	                                      unless compacted and without
 //	                                      probes, or read by CountScript,
 //	                                      which reads the probes)
+//	ZMSCORE key <epoch>                  (a compacted window read without
+//	HMGET <buckets> b lo hi n base cut <k>...
+//	                                      CountScript that has no copy of
+//	                                      its buckets, or compacts: see
+//	                                      buckets.go)
 //	TIME                                 (250ms after the last; on every
 //	                                      round trip while the estimate
 //	                                      is unsampled or loose, or the
@@ -135,7 +142,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 // count. A reply that shows the flag of a key read as a log (another
 // process compacts it) costs a second round trip, which reads that key
 // again with CountScript (see recount); so does a compacted key read
-// without it whose hash has another bucket width, or a probe missing
+// without it whose copy of its buckets went stale, or a probe missing
 // from its set but not before its cut (see bucketReply).
 func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	cmds := &attemptCmds{s: s, a: a}
@@ -182,6 +189,7 @@ func (s *Store) recount(ctx context.Context, a *core.Attempt, late []int, r *cor
 				s.compacted[wi].Store(true)
 				c.queueReads(p, wi)
 			}
+			c.queueCopies(p)
 			return nil
 		})
 		return err
@@ -192,6 +200,9 @@ func (s *Store) recount(ctx context.Context, a *core.Attempt, late []int, r *cor
 	for _, wi := range late {
 		if err := c.winReply(r, wi); err != nil {
 			return err
+		}
+		if cp := c.win[wi].take; cp.epoch != nil {
+			s.copies[wi].Store(cp.taken(&s.width[wi])) // nil when it could not be taken
 		}
 	}
 	return nil
@@ -208,6 +219,7 @@ type attemptCmds struct {
 	// with the meta members.
 	probeCounted bool
 	recounting   bool  // every compacted window is read with CountScript
+	epochAt      int   // where the meta members' answer holds the first window's epoch
 	again        []int // compacted windows read without it, to read with it (see buckets.go)
 	clock        *redis.TimeCmd
 	meta         *redis.FloatSliceCmd
@@ -222,11 +234,15 @@ type winCmds struct {
 	counts []*redis.IntCmd
 	peak   *redis.Cmd
 	count  *redis.Cmd // CountScript's
-	// A compacted window's buckets, when read without CountScript, and the
-	// width their fields were named from (see buckets.go).
-	buckets  *redis.SliceCmd
-	width    int64
+	// A compacted window read without CountScript (see buckets.go): the
+	// copy of its buckets it counts with (nil: the one taken in this round
+	// trip), the epoch read after its counts (in the first key's ZMSCORE
+	// for the first window), and the reads of a new copy.
+	copied   *bucketCopy
+	epoch    *redis.FloatSliceCmd
+	take     copyCmds
 	bucketed bool // read as a compacted window: with its buckets
+	plain    bool // read without CountScript
 	tails    *redis.ZSliceCmd
 	// By level: the tail for the attempt's Learn.LowCaps.
 	lowTails [core.Levels]*redis.ZSliceCmd
@@ -325,7 +341,7 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) *redis.Cmd {
 	keep := x.W + core.TrimSlack + core.MaxSpread
 	ttl := keep/1000 + 1000 // ms
-	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch, RebuildFrom, x.Keep)
+	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch, RebuildFrom, x.Keep, EpochMember)
 }
 
 // queueReads queues the reads of the key of window wi, after its writes:
@@ -340,14 +356,21 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 	w := x.W + a.Margin.Widen
 	if s.compacted[wi].Load() {
 		wc.bucketed = true
-		if b := s.width[wi].Load(); b > 0 && !c.recounting && a.Learn.Slots == 0 {
+		if !c.recounting && a.Learn.Slots == 0 {
 			// Without tails, no script: see buckets.go. The probe is
 			// looked up with the others (queueMeta).
 			for _, g := range a.Checks {
 				wc.counts = append(wc.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 			}
-			if len(a.Checks) > 0 || (wi == s.probeIn && len(c.probes()) > 0) {
-				wc.buckets, wc.width = queueBuckets(c.ctx, p, x.Key, b, c.ranges(w)), b
+			if len(a.Checks) == 0 && (wi != s.probeIn || len(c.probes()) == 0) {
+				return // nothing to count
+			}
+			wc.plain = true
+			if wc.compact == nil {
+				wc.copied = s.copies[wi].Load()
+			}
+			if wc.copied != nil && wi > 0 {
+				wc.epoch = p.ZMScore(c.ctx, x.Key, EpochMember)
 			}
 			return
 		}
@@ -432,7 +455,7 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	// not go unnoticed. Counts taken before it were true. ZMSCORE from
 	// arguments boxed once: one allocation here instead of one per
 	// argument.
-	args := make([]any, len(s.metaArgs), len(s.metaArgs)+len(a.Loss.Probes))
+	args := make([]any, len(s.metaArgs), len(s.metaArgs)+len(a.Loss.Probes)+1)
 	copy(args, s.metaArgs)
 	var probes []core.Entry
 	if !c.probeCounted {
@@ -442,6 +465,10 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 		for _, e := range probes {
 			args = append(args, e.Member)
 		}
+	}
+	if c.win[0].copied != nil {
+		c.epochAt = len(args) - 2 // the first window's (see buckets.go)
+		args = append(args, EpochMember)
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
@@ -455,6 +482,29 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	}
 	if a.Clock {
 		c.clock = p.Time(ctx)
+	}
+	c.queueCopies(p)
+}
+
+// queueCopies queues, at the end of the pipeline, the reads that take a
+// new copy of the buckets of each compacted window read without
+// CountScript that has none (see buckets.go): the epoch, then the hash.
+func (c *attemptCmds) queueCopies(p redis.Pipeliner) {
+	for wi := range c.win {
+		if wc := &c.win[wi]; wc.plain && wc.copied == nil || c.recounting && wc.bucketed {
+			x, b := c.s.wins[wi], c.s.width[wi].Load()
+			ranges := c.ranges(x.W + c.a.Margin.Widen)
+			if len(ranges) == 0 {
+				// A round trip that only probes: the copy starts where
+				// the probe's window would.
+				for _, e := range c.probes() {
+					ranges = append(ranges, countRange{e.Score - x.W, e.Score + x.W})
+				}
+			}
+			from := copyFrom(ranges, b)
+			wc.take = copyCmds{epoch: p.ZMScore(c.ctx, x.Key, EpochMember),
+				fields: p.HMGet(c.ctx, CompactKey(x.Key), copyFields(b, from)...), b: b, from: from}
+		}
 	}
 }
 
@@ -568,7 +618,7 @@ func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
 		}
 		return nil
 	}
-	if wc.buckets != nil {
+	if wc.plain {
 		c.bucketReply(r, wi)
 		return nil
 	}
@@ -600,10 +650,10 @@ func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
 }
 
 // bucketReply reads into r window wi's counts, read without CountScript
-// (see buckets.go): its members' and its buckets'. A window whose hash has
-// another width, or lacks a total, and a probe found neither in the set
-// nor before the cut (moved after the cut was read, or lost), go to
-// c.again, to be read with CountScript.
+// (see buckets.go): its members' and its buckets', from its copy. A
+// window whose copy went stale (another epoch), or could not be taken,
+// and a probe found neither in the set nor before the copy's cut (moved
+// after it was taken, or lost), go to c.again, to be read with CountScript.
 func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
 	a, wc := c.a, &c.win[wi]
 	r.Counts[wi] = make([]int64, len(wc.counts))
@@ -613,26 +663,50 @@ func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
 	if a.Exact && len(a.Checks) > 0 && len(c.s.wins) > 1 {
 		c.noPeaks(r, wi)
 	}
-	read := readBuckets(wc.buckets, wc.width, c.ranges(c.s.wins[wi].W+a.Margin.Widen))
-	if read.width > 0 && read.width != wc.width {
-		c.s.width[wi].Store(read.width)
-	}
-	if !read.ok {
+	cp := wc.copied
+	switch {
+	case cp == nil:
+		if cp = wc.take.taken(&c.s.width[wi]); cp == nil {
+			c.again = append(c.again, wi)
+			return
+		}
+		c.s.copies[wi].Store(cp)
+	case c.epochRead(wi) != cp.epoch:
+		c.s.copies[wi].CompareAndSwap(cp, nil)
 		c.again = append(c.again, wi)
 		return
 	}
-	for i, n := range read.counts {
+	for i, rg := range c.ranges(c.s.wins[wi].W + a.Margin.Widen) {
+		n, ok := cp.count(rg.x, rg.y)
+		if !ok {
+			// Beyond what the copy holds: the recount takes another.
+			c.s.copies[wi].CompareAndSwap(cp, nil)
+			c.again = append(c.again, wi)
+			return
+		}
 		r.Counts[wi][i] += n
 	}
 	if wi == c.s.probeIn {
 		for i, e := range c.probes() {
-			if r.Gone[i] && e.Score < read.cut {
+			if r.Gone[i] && e.Score < cp.cut {
 				r.Gone[i] = false // compacted
 			} else if r.Gone[i] {
 				c.again = append(c.again, wi)
 			}
 		}
 	}
+}
+
+// epochRead is the epoch of compacted window wi this round trip read after
+// its counts (0: none).
+func (c *attemptCmds) epochRead(wi int) float64 {
+	if wi > 0 {
+		return first(c.win[wi].epoch.Val())
+	}
+	if v := c.meta.Val(); c.epochAt < len(v) {
+		return v[c.epochAt]
+	}
+	return 0
 }
 
 // noPeaks sets window wi's peaks to -1 (the count decides): a compacted
