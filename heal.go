@@ -28,9 +28,10 @@ import (
 //     ours then came from a reply that arrived before the round trip was
 //     planned. A probe given back meanwhile (a settled surplus, a caller
 //     gone) cannot tell: the next probes, on calls written since, could
-//     all find theirs, so until a round trip's probes all find calls still
-//     held, each round trip also probes the newest call added before the
-//     first one that could not tell.
+//     all find theirs. Such a round trip is owed a check: in turn, each
+//     round trip also probes the newest call added before the oldest owed
+//     one, until it finds one (the calls a round trip wrote went in one
+//     command, so one found tells for them all) or none is left.
 //
 // A process that notices admits nothing from that round trip and heals: it
 // pauses every process on the key (a shared pause, the member PauseUntil
@@ -49,17 +50,22 @@ func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 	h.journal.Trim(serverNow)
 	h.planned = h.journal.Mark()
 	a.Loss.Probes[0], _ = h.journal.Probe()
-	if h.unsure > 0 {
-		older, ok := h.journal.ProbeBefore(h.unsure - 1)
-		switch {
-		case !ok:
+	h.olderIsNewest = false
+	for len(h.unsure) > 0 {
+		older, ok := h.journal.ProbeBefore(h.unsure[0])
+		if !ok {
 			// Every call written before the check that could not tell
-			// was given back or stopped counting: a loss of them
-			// costs nothing.
-			h.unsure = 0
-		case older != a.Loss.Probes[0]:
+			// was given back or left the journal: none is left to ask
+			// about.
+			h.unsure = h.unsure[1:]
+			continue
+		}
+		if older == a.Loss.Probes[0] {
+			h.olderIsNewest = true
+		} else {
 			a.Loss.Probes[1] = older
 		}
+		break
 	}
 	a.Loss.Mark, o.mark = o.mark || h.lastSeen == 0, false
 	// The marker goes when one found missing, or a heal's, is owed; and
@@ -90,22 +96,37 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	// A probe given back since the round trip was planned (a settled
 	// surplus, an abandoned call) was removed by this process itself: its
 	// absence proves nothing.
-	lost, told := false, true
-	for i, p := range a.Loss.Probes {
-		if p.Member == "" || !r.Gone[i] {
-			continue
+	const (
+		none = iota
+		found
+		untold
+		gone
+	)
+	state := func(i int) int {
+		switch p := a.Loss.Probes[i]; {
+		case p.Member == "":
+			return none
+		case !r.Gone[i]:
+			return found
+		case h.journal.Holds(p.Member):
+			return gone
 		}
-		if h.journal.Holds(p.Member) {
-			lost = true
-		} else {
-			told = false
-		}
+		return untold
 	}
-	switch {
-	case !told && h.unsure == 0:
-		h.unsure = h.planned + 1 // probe, until told, a call added before this round trip
-	case told:
-		h.unsure = 0
+	newest, older := state(0), state(1)
+	if h.olderIsNewest {
+		older = newest
+	}
+	lost := newest == gone || older == gone
+	// The calls each round trip wrote went in one command: a probe found
+	// tells for every call of its round trip. The newest call's tells for
+	// the round trip before this one; the older probe's, for the round
+	// trip before the first check still owed.
+	if len(h.unsure) > 0 && older == found {
+		h.unsure = h.unsure[1:]
+	}
+	if newest == untold && (len(h.unsure) == 0 || h.unsure[len(h.unsure)-1] < h.planned) {
+		h.unsure = append(h.unsure, h.planned) // ask, in turn, about a call added before this round trip
 	}
 	return lost || missing && seenRecently
 }
@@ -139,7 +160,7 @@ func (t *Throttler) healLocked(serverNow int64) {
 	t.health.lastSeen = 0
 	// Our calls went with the window: none is left to probe for.
 	t.health.journal.Clear()
-	t.health.unsure = 0
+	t.health.unsure = t.health.unsure[:0]
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
 		slog.String("key", t.rules.Wins[0].Key), slog.Time("until", t.clock.Local(end)))

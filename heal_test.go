@@ -169,67 +169,122 @@ func TestLostLongerLimitIsNoticed(t *testing.T) {
 	})
 }
 
+// probeWorld drives a process's loss checks (health) against a model of
+// the key's members, round trip by round trip.
+type probeWorld struct {
+	t     *testing.T
+	h     health
+	o     owed
+	redis map[string]bool // the members the key holds
+}
+
+func newProbeWorld(t *testing.T) *probeWorld {
+	const ttl = int64(time.Hour / time.Microsecond)
+	return &probeWorld{t: t, h: health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}, redis: map[string]bool{}}
+}
+
+// round makes one round trip: its probes are planned, the members
+// givenBack are given back while it is in flight, the key answers, and the
+// calls it writes are journaled (unless it saw a loss). It returns the
+// probes it sent and whether it saw a loss.
+func (w *probeWorld) round(givenBack []string, writes ...string) ([2]string, bool) {
+	const ttl = int64(time.Hour / time.Microsecond)
+	var a core.Attempt
+	w.h.lossChecks(&a, 20, &w.o)
+	for _, m := range givenBack {
+		w.h.forget([]string{m}, &testHooks{})
+		delete(w.redis, m)
+	}
+	var r core.Reply
+	for i, p := range a.Loss.Probes {
+		r.Gone[i] = p.Member != "" && !w.redis[p.Member]
+	}
+	lost := w.h.noticeLoss(&a, r, 20, ttl, &w.o)
+	if !lost {
+		for _, m := range writes {
+			w.redis[m] = true
+		}
+		w.h.journal.Add(15, writes)
+	}
+	return [2]string{a.Loss.Probes[0].Member, a.Loss.Probes[1].Member}, lost
+}
+
+// lose makes the key lose members (a flush, or a failover to a copy
+// without them).
+func (w *probeWorld) lose(members ...string) {
+	for _, m := range members {
+		delete(w.redis, m)
+	}
+}
+
+func (w *probeWorld) want(step string, got [2]string, lost bool, probes [2]string, wantLost bool) {
+	w.t.Helper()
+	if got != probes || lost != wantLost {
+		w.t.Fatalf("%s: probes %q, loss seen %v; want %q, %v", step, got, lost, probes, wantLost)
+	}
+}
+
 // TestProbeGivenBackInFlight: a probe given back while its round trip was
 // in flight cannot tell a loss; the round trips after it, whose own calls
-// may have been written after the loss, also probe a call written before
-// it, and find the loss. (Seed 174 of the simulator: a flush whose marker
-// a new process wrote again, and a probe settled away in flight, let every
-// process admit a window's worth on an empty key.)
+// may have been written after the loss, also probe, in turn, a call
+// written before each round trip that could not tell, and find the loss.
+// (Seed 174 of the simulator: a flush whose marker a new process wrote
+// again, and a probe settled away in flight, let every process admit a
+// window's worth on an empty key.)
 func TestProbeGivenBackInFlight(t *testing.T) {
-	const ttl = int64(time.Hour / time.Microsecond)
-	h := health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}
-	var o owed
-	h.journal.Add(10, []string{"a", "b"}) // written before the loss
-	round := func(gone ...bool) (a core.Attempt, lost bool) {
-		h.lossChecks(&a, 20, &o)
-		var r core.Reply
-		copy(r.Gone[:], gone)
-		return a, h.noticeLoss(&a, r, 20, ttl, &o)
-	}
-
-	// The loss: b is gone, but was given back in flight.
-	var first core.Attempt
-	h.lossChecks(&first, 20, &o)
-	if first.Loss.Probes[0].Member != "b" || first.Loss.Probes[1].Member != "" {
-		t.Fatalf("first probes %+v, want b alone", first.Loss.Probes)
-	}
-	h.forget([]string{"b"}, &testHooks{})
-	if h.noticeLoss(&first, core.Reply{Gone: [2]bool{true}}, 20, ttl, &o) {
-		t.Fatal("a probe given back in flight counted as a loss")
-	}
-	h.journal.Add(15, []string{"c"}) // the round trip's own call: written after the loss
-
-	next, lost := round(false, true)
-	if next.Loss.Probes[0].Member != "c" || next.Loss.Probes[1].Member != "a" {
-		t.Fatalf("next probes %+v, want c and a (the newest added before the check that could not tell)", next.Loss.Probes)
-	}
-	if !lost {
-		t.Fatal("a gone and still held: the loss went unnoticed")
-	}
-
-	// Told (every probe found): back to the newest alone.
-	h = health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}
-	h.journal.Add(10, []string{"a", "b"})
-	h.lossChecks(&first, 20, &o)
-	h.forget([]string{"b"}, &testHooks{})
-	h.noticeLoss(&first, core.Reply{Gone: [2]bool{true}}, 20, ttl, &o)
-	h.journal.Add(15, []string{"c"})
-	if _, lost := round(false, false); lost {
-		t.Fatal("a loss reported with every probe found")
-	}
-	if after, _ := round(); after.Loss.Probes[1].Member != "" {
-		t.Fatalf("after a round trip that told: probes %+v, want the newest alone", after.Loss.Probes)
-	}
-
-	// Every call written before it given back: nothing left to lose.
-	h = health{lastSeen: 1, journal: core.Journal{Cap: 100, W: ttl}}
-	h.journal.Add(10, []string{"b"})
-	first = core.Attempt{}
-	h.lossChecks(&first, 20, &o)
-	h.forget([]string{"b"}, &testHooks{})
-	h.noticeLoss(&first, core.Reply{Gone: [2]bool{true}}, 20, ttl, &o)
-	h.journal.Add(15, []string{"c"})
-	if after, _ := round(); after.Loss.Probes[1].Member != "" || h.unsure != 0 {
-		t.Fatalf("with nothing written before left: probes %+v, unsure %d", after.Loss.Probes, h.unsure)
-	}
+	t.Run("flush", func(t *testing.T) {
+		w := newProbeWorld(t)
+		w.round(nil, "a", "b")
+		w.lose("a", "b")
+		probes, lost := w.round([]string{"b"}, "c") // c: written after the loss
+		w.want("b given back in flight", probes, lost, [2]string{"b", ""}, false)
+		probes, lost = w.round(nil)
+		w.want("next", probes, lost, [2]string{"c", "a"}, true)
+	})
+	t.Run("told", func(t *testing.T) {
+		w := newProbeWorld(t)
+		w.round(nil, "a", "b")
+		w.round([]string{"b"}, "c")
+		probes, lost := w.round(nil)
+		w.want("after it", probes, lost, [2]string{"c", "a"}, false)
+		probes, lost = w.round(nil)
+		w.want("once told", probes, lost, [2]string{"c", ""}, false)
+	})
+	t.Run("nothing left", func(t *testing.T) {
+		w := newProbeWorld(t)
+		w.round(nil, "b")
+		w.round([]string{"b"}, "c")
+		probes, lost := w.round(nil)
+		w.want("every call before it given back", probes, lost, [2]string{"c", ""}, false)
+		if len(w.h.unsure) != 0 {
+			t.Fatalf("checks owed: %v", w.h.unsure)
+		}
+	})
+	// The round trip after one that could not tell cannot tell either;
+	// its older probe is found: the calls of the round trip between are
+	// still owed a check.
+	t.Run("two in a row", func(t *testing.T) {
+		w := newProbeWorld(t)
+		w.round(nil, "e1", "e2")
+		w.round([]string{"e2"}, "f1", "f2")
+		w.lose("f1", "f2") // a failover to a copy with e1, without f
+		probes, lost := w.round([]string{"f2"}, "g")
+		w.want("f2 given back in flight", probes, lost, [2]string{"f2", "e1"}, false)
+		probes, lost = w.round(nil)
+		w.want("next", probes, lost, [2]string{"g", "f1"}, true)
+	})
+	// Both probes of the round trip after the loss are given back in
+	// flight: each round trip owed a check gets one, in turn.
+	t.Run("both untold", func(t *testing.T) {
+		w := newProbeWorld(t)
+		w.round(nil, "a1", "a2", "a3")
+		w.round([]string{"a3"}, "b1", "b2", "b3")
+		w.lose("b1", "b2", "b3") // a failover to a copy with a, without b
+		probes, lost := w.round([]string{"b3", "a2"}, "c")
+		w.want("b3 and a2 given back in flight", probes, lost, [2]string{"b3", "a2"}, false)
+		probes, lost = w.round(nil, "d")
+		w.want("a1, before the first owed", probes, lost, [2]string{"c", "a1"}, false)
+		probes, lost = w.round(nil)
+		w.want("b2, before the second", probes, lost, [2]string{"d", "b2"}, true)
+	})
 }

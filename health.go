@@ -13,10 +13,12 @@ type health struct {
 	lastSeen int64        // server µs: the last round trip that found (or wrote) the marker (0 = none)
 	journal  core.Journal // our admissions that still count: the probe for a lost window
 	planned  uint64       // the journal's Mark when the round trip in flight was planned
-	// Not 0: a round trip's probe could not tell (see heal.go), and each
-	// round trip also probes the newest call journaled before Mark
-	// unsure-1, until one is told.
-	unsure uint64
+	// The Marks of the round trips whose newest probe could not tell (see
+	// heal.go), oldest first: each round trip also probes the newest call
+	// journaled before the first, until one is found.
+	unsure []uint64
+	// The older probe of the round trip in flight is its newest too.
+	olderIsNewest bool
 }
 
 // fallback is how a process serves its calls while Redis fails, as its

@@ -35,7 +35,7 @@ type PlanIn struct {
 	// The runtime's clock (time.Now) at Now: the local share keeps its
 	// log on it (see LocalWindow), not on the local clock, which may step.
 	Runtime  time.Time
-	Probe    bool // the round trip carries a probe (Attempt.Loss.Probe)
+	Probe    bool // the round trip carries a probe (Attempt.Loss.Probes)
 	QuietDue bool // no round trip reached Redis for Rules.Quiet
 	// How much wider than its windows the round counts each claim's
 	// neighbourhood, each way (µs), and whether it must claim nothing

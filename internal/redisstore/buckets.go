@@ -13,7 +13,8 @@ import (
 // the buckets from the copy. The copy stands while the window's epoch
 // (EpochMember, which every compaction changes) is the one read before it
 // was taken: every round trip reads the epoch after its counts, so a copy
-// whose epoch it finds unchanged holds every call moved out of the set by
+// whose epoch it finds unchanged (and the flag, BucketMember, whose score
+// a compaction changes too) holds every call moved out of the set by
 // then (a give-back or a bucket dropped since only makes the copy count
 // more). A round trip that finds another epoch, or ranges the copy does
 // not reach, reads the window again with CountScript (a compaction may
@@ -22,8 +23,11 @@ import (
 // trip that compacts, and by the one that found it stale: the hash's
 // header and the running totals of CopySpan buckets from where the round
 // trip's earliest range starts, named from the width last found in the
-// hash (Store.width). So a compacted window costs a round trip the
-// commands of the log, ZADD, ZCOUNT and the first key's ZMSCORE, and a
+// hash (Store.width). The first window reads its epoch in the first key's
+// ZMSCORE, the probes' window in the ZMSCORE of its probes (after them:
+// a probe missing from the set is told compacted by the copy's cut), any
+// other in one ZMSCORE of its own, as a log reads its flag. So a
+// compacted window costs a round trip the commands of the log, and a
 // ZMSCORE and an HMGET per compaction.
 
 // EpochMember, in a compacted window's sorted set, changes with every
@@ -42,7 +46,11 @@ const CopySpan = 160
 // bucketCopy is a copy of part of a compacted window's hash (see
 // CompactKey), taken after its epoch was read.
 type bucketCopy struct {
-	epoch                   float64 // EpochMember's score read before it (0: none)
+	// EpochMember's and BucketMember's scores read before it (0: none):
+	// the flag's changes too with a compaction (unless the server's clock
+	// went back), which a process running a CompactScript without the
+	// epoch makes.
+	stamp                   [2]float64
 	b, lo, hi, n, base, cut int64
 	from                    int64   // cum holds the running totals of buckets from, from+1, ...
 	cum                     []int64 // where lo <= k < hi
@@ -69,8 +77,8 @@ func copyFields(b, from int64) []string {
 // taken after the epoch read. A hash of another width gives a copy of its
 // header only (none of its totals can be told); no hash, a copy without
 // buckets. It reports false when a field it needs is missing or malformed.
-func newBucketCopy(epoch float64, b, from int64, vals []any) (*bucketCopy, bool) {
-	c := &bucketCopy{epoch: epoch, from: from}
+func newBucketCopy(stamp [2]float64, b, from int64, vals []any) (*bucketCopy, bool) {
+	c := &bucketCopy{stamp: stamp, from: from}
 	if len(vals) < len(bucketHeader) {
 		return nil, false
 	}
@@ -156,15 +164,6 @@ func copyFrom(ranges []countRange, b int64) int64 {
 	return k0 - 1
 }
 
-// first is v's first value, or 0 (ZMSCORE's answer for one member: 0 when
-// it is missing).
-func first(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	return v[0]
-}
-
 // bucketIndex is the bucket of width b that score s falls in.
 func bucketIndex(s, b int64) int64 {
 	k := s / b
@@ -186,22 +185,22 @@ func bucketSpan(x, y, b int64) (k0, k1 int64) {
 
 // copyCmds are the reads that take a copy: the epoch, then the fields.
 type copyCmds struct {
-	epoch   *redis.FloatSliceCmd // ZMSCORE: a missing member is no error
+	epoch   *redis.FloatSliceCmd // ZMSCORE key epoch bucketed: a missing member is no error
 	fields  *redis.SliceCmd
 	b, from int64 // the width the fields were named from, and the first bucket
 }
 
 // taken returns the copy they read, or nil; w learns the hash's width.
 func (r copyCmds) taken(w *atomic.Int64) *bucketCopy {
-	epoch, err := r.epoch.Result()
-	if err != nil {
+	stamp, err := r.epoch.Result()
+	if err != nil || len(stamp) != 2 {
 		return nil
 	}
 	vals, err := r.fields.Result()
 	if err != nil {
 		return nil
 	}
-	c, ok := newBucketCopy(first(epoch), r.b, r.from, vals)
+	c, ok := newBucketCopy([2]float64{stamp[0], stamp[1]}, r.b, r.from, vals)
 	if !ok {
 		return nil
 	}

@@ -228,7 +228,7 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 				vals = append(vals, nil)
 			}
 		}
-		cp, ok := newBucketCopy(-1, b, from, vals)
+		cp, ok := newBucketCopy([2]float64{-1, -1}, b, from, vals)
 		if !ok || cp.b != b || cp.cut != cut {
 			t.Fatalf("%s: a copy of the buckets: ok %v, %+v; want ok, width %d, cut %d", at, ok, cp, b, cut)
 		}
@@ -245,7 +245,7 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 		}
 		// Fields named from another width: only the header is taken,
 		// which tells what needs no bucket's total, and that truly.
-		other, taken := newBucketCopy(-1, b+1, from, vals)
+		other, taken := newBucketCopy([2]float64{-1, -1}, b+1, from, vals)
 		if n2, told := other.count(r.x, r.y); !taken || len(other.cum) > 0 || told && ok && n2 != n {
 			t.Fatalf("%s: a copy named from width %d of a hash of width %d: taken %v, %d totals, counted %d (told %v) in (%d, %d), want %d", at, b+1, b, taken, len(other.cum), n2, told, r.x, r.y, n)
 		}

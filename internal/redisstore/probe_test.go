@@ -18,7 +18,7 @@ import (
 func TestProbesReadEveryWay(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
 		ctx := context.Background()
-		for _, layout := range []string{"first", "own key", "compacted"} {
+		for _, layout := range []string{"first", "own key", "compacted", "compacted first"} {
 			t.Run(layout, func(t *testing.T) {
 				key := redistest.Key(t, "probes")
 				short := core.Window{Key: key + ":s", Limit: 10, Interval: time.Second, W: 1_000_000}
@@ -30,6 +30,9 @@ func TestProbesReadEveryWay(t *testing.T) {
 				case "compacted":
 					long.Bucket, long.Age = 60_000, 1_000_000
 					wins, in = []core.Window{short, long}, 1
+				case "compacted first":
+					long.Bucket, long.Age = 60_000, 1_000_000
+					wins = []core.Window{long}
 				}
 				s := NewStore(c, wins, in, nil, "self")
 				now := serverNow(t, c)
@@ -64,7 +67,7 @@ func TestProbesReadEveryWay(t *testing.T) {
 				} {
 					check(tc.probes, tc.want)
 				}
-				if layout != "compacted" {
+				if long.Bucket == 0 {
 					return
 				}
 				// Moved into its bucket, a probe is no member, and not gone.
@@ -76,6 +79,13 @@ func TestProbesReadEveryWay(t *testing.T) {
 				}
 				young := core.Entry{Member: "young", Score: now + 60_000_000} // after any cut
 				check([2]core.Entry{held}, [2]bool{false, false})
+				// Told from the copy taken then, behind its cut, with no
+				// second round trip (which would take a copy again).
+				cp := s.copies[in].Load()
+				check([2]core.Entry{held}, [2]bool{false, false})
+				if cp == nil || s.copies[in].Load() != cp {
+					t.Fatalf("a probe behind the copy's cut read again with CountScript (copy %p, then %p)", cp, s.copies[in].Load())
+				}
 				check([2]core.Entry{held, young}, [2]bool{false, true})
 				check([2]core.Entry{young, held}, [2]bool{true, false})
 			})

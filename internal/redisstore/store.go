@@ -102,9 +102,11 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	ZRANGE key -(limit+adds) -(limit-k+1) WITHSCORES
 //	                                     (rounds that learn k slots: once
 //	                                      more per capped priority's cap)
-//	ZMSCORE key <epoch>                  (a compacted window after the
-//	                                      first, in rounds that learn no
-//	                                      slots: see buckets.go)
+//	ZMSCORE key <epoch> <bucketed>       (a compacted window after the
+//	                                      first, not the probes', with a
+//	                                      copy of its buckets, in rounds
+//	                                      that learn no slots: see
+//	                                      buckets.go)
 //	EVAL <CountScript> key <buckets> ... (a compacted window in rounds that
 //	                                      learn slots, or one whose flag
 //	                                      was seen: in place of the
@@ -115,20 +117,24 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>] [<epoch>]
-//	ZMSCORE <longest key> <bucketed> [<probes>]
+//	                                     (the epoch when the first window
+//	                                      counts from a copy)
+//	ZMSCORE <longest key> <bucketed> [<probes>] [<epoch>]
 //	                                     (the longest window not the first,
-//	                                      unless compacted and without
-//	                                      probes, or read by CountScript,
-//	                                      which reads the probes)
-//	ZMSCORE key <epoch>                  (a compacted window read without
-//	HMGET <buckets> b lo hi n base cut <k>...
-//	                                      CountScript that has no copy of
-//	                                      its buckets, or compacts: see
-//	                                      buckets.go)
+//	                                      unless compacted with neither
+//	                                      probes nor a copy, or read by
+//	                                      CountScript, which reads the
+//	                                      probes)
 //	TIME                                 (250ms after the last; on every
 //	                                      round trip while the estimate
 //	                                      is unsampled or loose, or the
 //	                                      local clock not monotonic)
+//	ZMSCORE key <epoch> <bucketed>       (per compacted window read
+//	HMGET <buckets> b lo hi n base cut <k>...
+//	                                      without CountScript that has no
+//	                                      copy of its buckets, or compacts;
+//	                                      and with a recount: see
+//	                                      buckets.go)
 //	EXEC                                 (exact attempts only)
 //
 // Adding before counting makes the decision safe without atomicity: two
@@ -220,6 +226,7 @@ type attemptCmds struct {
 	probeCounted bool
 	recounting   bool  // every compacted window is read with CountScript
 	epochAt      int   // where the meta members' answer holds the first window's epoch
+	probeEpochAt int   // where the probes' ZMSCORE holds their window's epoch (0: not there)
 	again        []int // compacted windows read without it, to read with it (see buckets.go)
 	clock        *redis.TimeCmd
 	meta         *redis.FloatSliceCmd
@@ -369,8 +376,10 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 			if wc.compact == nil {
 				wc.copied = s.copies[wi].Load()
 			}
-			if wc.copied != nil && wi > 0 {
-				wc.epoch = p.ZMScore(c.ctx, x.Key, EpochMember)
+			if wc.copied != nil && wi > 0 && wi != s.probeIn {
+				// The probes' window reads its stamp with its probes
+				// (queueMeta): after them.
+				wc.epoch = p.ZMScore(c.ctx, x.Key, EpochMember, BucketMember)
 			}
 			return
 		}
@@ -472,11 +481,16 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	}
 	c.meta = redis.NewFloatSliceCmd(ctx, args...)
 	p.Process(ctx, c.meta)
-	if s.probeIn > 0 && !c.probeCounted && (!s.compacted[s.probeIn].Load() || len(probes) > 0) {
-		// The probe's key: its flag, and the probe.
+	if pw := &c.win[s.probeIn]; s.probeIn > 0 && !c.probeCounted && (!pw.bucketed || len(probes) > 0 || pw.copied != nil) {
+		// The probes' key: its flag, the probes, and its epoch when it
+		// counts from a copy, read after the probes (see bucketReply).
 		members := []string{BucketMember}
 		for _, e := range probes {
 			members = append(members, e.Member)
+		}
+		if pw.copied != nil {
+			c.probeEpochAt = len(members)
+			members = append(members, EpochMember)
 		}
 		c.probe = p.ZMScore(ctx, s.wins[s.probeIn].Key, members...)
 	}
@@ -502,7 +516,7 @@ func (c *attemptCmds) queueCopies(p redis.Pipeliner) {
 				}
 			}
 			from := copyFrom(ranges, b)
-			wc.take = copyCmds{epoch: p.ZMScore(c.ctx, x.Key, EpochMember),
+			wc.take = copyCmds{epoch: p.ZMScore(c.ctx, x.Key, EpochMember, BucketMember),
 				fields: p.HMGet(c.ctx, CompactKey(x.Key), copyFields(b, from)...), b: b, from: from}
 		}
 	}
@@ -671,7 +685,7 @@ func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
 			return
 		}
 		c.s.copies[wi].Store(cp)
-	case c.epochRead(wi) != cp.epoch:
+	case c.stampRead(wi) != cp.stamp:
 		c.s.copies[wi].CompareAndSwap(cp, nil)
 		c.again = append(c.again, wi)
 		return
@@ -697,16 +711,25 @@ func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
 	}
 }
 
-// epochRead is the epoch of compacted window wi this round trip read after
-// its counts (0: none).
-func (c *attemptCmds) epochRead(wi int) float64 {
-	if wi > 0 {
-		return first(c.win[wi].epoch.Val())
+// stampRead is the epoch and the flag of compacted window wi this round
+// trip read after its counts and its probes (0: missing).
+func (c *attemptCmds) stampRead(wi int) [2]float64 {
+	at := func(v []float64, i int) float64 {
+		if i < len(v) {
+			return v[i]
+		}
+		return 0
 	}
-	if v := c.meta.Val(); c.epochAt < len(v) {
-		return v[c.epochAt]
+	switch {
+	case wi == 0:
+		v := c.meta.Val()
+		return [2]float64{at(v, c.epochAt), at(v, 6)}
+	case wi == c.s.probeIn && c.probeEpochAt > 0:
+		v := c.probe.Val()
+		return [2]float64{at(v, c.probeEpochAt), at(v, 0)}
 	}
-	return 0
+	v := c.win[wi].epoch.Val()
+	return [2]float64{at(v, 0), at(v, 1)}
 }
 
 // noPeaks sets window wi's peaks to -1 (the count decides): a compacted
