@@ -249,6 +249,22 @@ local function cum(k)
   if k >= hi then return n end
   return tonumber(redis.call('HGET', KEYS[2], f(k)))
 end
+-- The tails walk the totals bucket by bucket: they read them 128 at a
+-- time, each run once (an HGET per bucket cost hundreds of commands).
+local chunks = {}
+local function walk(k)
+  if k < lo then return base end
+  if k >= hi then return n end
+  local i = math.floor((k - lo) / 128)
+  local got = chunks[i + 1]
+  if not got then
+    local fs = {}
+    for j = lo + i * 128, math.min(lo + i * 128 + 127, hi - 1) do fs[#fs + 1] = f(j) end
+    got = redis.call('HMGET', KEYS[2], unpack(fs))
+    chunks[i + 1] = got
+  end
+  return tonumber(got[k - lo - i * 128 + 1])
+end
 local out = {}
 local c = tonumber(ARGV[1])
 for i = 0, c - 1 do
@@ -289,13 +305,13 @@ for j = 0, tails - 1 do
     local l, u = lo, hi
     while l < u do
       local mid = math.floor((l + u) / 2)
-      if cum(mid) >= q then u = mid else l = mid + 1 end
+      if walk(mid) >= q then u = mid else l = mid + 1 end
     end
-    local c = cum(l)
+    local c = walk(l)
     for p = q, n do
       while c < p do
         l = l + 1
-        c = cum(l)
+        c = walk(l)
       end
       comp[#comp + 1] = (l + 1) * b - 1
     end
