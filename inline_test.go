@@ -138,13 +138,15 @@ func TestRoundTripsInline(t *testing.T) {
 
 // A ring built with ContextTimeoutEnabled passes it to its shards' clients:
 // its round trips run in the caller's goroutine too. Without it, in a
-// helper goroutine, whatever its timeouts.
+// helper goroutine, whatever its timeouts: even socket timeouts no longer
+// than the Redis timeout (a *redis.Client with those runs inline).
 func TestRingRoundTripsInline(t *testing.T) {
 	mr := miniredis.RunT(t)
 	for _, ctxTimeouts := range []bool{true, false} {
 		ring := redis.NewRing(&redis.RingOptions{
 			Addrs:                 map[string]string{"a": mr.Addr()},
-			ReadTimeout:           100 * time.Millisecond,
+			ReadTimeout:           time.Second, // WithRedisTimeout's default
+			WriteTimeout:          time.Second,
 			ContextTimeoutEnabled: ctxTimeouts,
 		})
 		t.Cleanup(func() { ring.Close() })
