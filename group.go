@@ -2,7 +2,7 @@ package throttler
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -28,9 +28,11 @@ import (
 // limit of calls admitted for the key, across every replica.
 //
 // A key never leaves the process in clear. Its Redis keys are named by the
-// first 16 bytes of its SHA-256 digest, prefix + "{" + 32 hex digits + "}"
-// (the digest in braces: every key of one credential lies in one Redis
-// Cluster slot, and credentials spread over the slots), and so are its
+// first 12 bytes of its SHA-256 digest, prefix + "{" + 16 characters of
+// URL-safe base64 + "}" (the digest in braces: every key of one credential
+// lies in one Redis Cluster slot, and credentials spread over the slots;
+// two credentials share a digest with probability 2^-96, and would then
+// share one quota, never exceed it), and so are its
 // Throttler's Key, errors and logs; the Group holds the digest, not the
 // key, and Stats name no key. Only the limits function sees the key, and
 // an error it returns is passed on as it is: it should not quote a secret
@@ -177,19 +179,22 @@ func NewGroup(client redis.UniversalClient, prefix string, limits func(key strin
 	return g, nil
 }
 
-// keyID is what the Group knows of a key: the first 16 bytes of its
-// SHA-256 digest. Two keys share one with probability 2^-128.
-type keyID [16]byte
+// keyID is what the Group knows of a key: the first 12 bytes of its
+// SHA-256 digest. Two keys share one with probability 2^-96: among ten
+// million keys, some two do with probability under 10^-15.
+type keyID [12]byte
 
 func idOf(key string) keyID {
 	sum := sha256.Sum256([]byte(key))
-	return keyID(sum[:16])
+	return keyID(sum[:12])
 }
 
 // redisKey is the Redis key of id's first limit; its other keys add a
-// suffix to it.
+// suffix to it. Its 16 characters of base64 take 16 bytes fewer than 32
+// hex digits would, in each of the credential's Redis keys (see
+// docs/recipes.md, "What a key costs Redis").
 func (g *Group) redisKey(id keyID) string {
-	return g.prefix + "{" + hex.EncodeToString(id[:]) + "}"
+	return g.prefix + "{" + base64.RawURLEncoding.EncodeToString(id[:]) + "}"
 }
 
 // groupEntry is one key the Group holds.

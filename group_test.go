@@ -134,9 +134,9 @@ func TestGroupForSameUntilEvicted(t *testing.T) {
 		if again := mustFor(t, g, "alice"); again != alice {
 			t.Fatal("For gave a key a second Throttler before evicting the first")
 		}
-		named := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `\{[0-9a-f]{32}\}$`)
+		named := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `\{[0-9A-Za-z_-]{16}\}$`)
 		if !named.MatchString(alice.Key()) || strings.Contains(alice.Key(), "alice") {
-			t.Fatalf("Key() = %q, want %s{32 hex digits}", alice.Key(), prefix)
+			t.Fatalf("Key() = %q, want %s{16 base64 characters}", alice.Key(), prefix)
 		}
 		if g.Len() != 2 {
 			t.Fatalf("Len = %d, want 2", g.Len())

@@ -156,7 +156,7 @@ func (h redisTrace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 var metaNames = map[string]string{
-	"\x00pause": "pause", "\x00limit": "limit", "\x00limit-end": "limit-end", "\x00throttler": "marker",
+	"\x00pause": "pause", "\x00limit": "limit", "\x00limit-end": "limit-end", "\x00m": "marker",
 	"\x00backoff": "backoff", "\x00backoff-end": "backoff-end",
 }
 

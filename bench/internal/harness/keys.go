@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -39,7 +41,9 @@ const keysPrefix = "bench:keys:"
 type keyWaiter func(ctx context.Context, key string) error
 
 // keysImpl returns impl's waiter for the keys scenario: this library's
-// Group, or redis_rate's GCRA with one state per key.
+// Group, redis_rate's GCRA with one state per key, or the floor: a byte
+// under each key, with a TTL, named as the Group names its keys (see
+// impls.Names).
 func keysImpl(rdb *redis.Client, sc Scenario, impl string) (keyWaiter, error) {
 	switch impl {
 	case "throttler":
@@ -65,6 +69,12 @@ func keysImpl(rdb *redis.Client, sc Scenario, impl string) (keyWaiter, error) {
 				err = fmt.Errorf("redis_rate refused a call on %s within its burst", key)
 			}
 			return err
+		}, nil
+	case "floor":
+		return func(ctx context.Context, key string) error {
+			sum := sha256.Sum256([]byte(key))
+			name := keysPrefix + "{" + base64.RawURLEncoding.EncodeToString(sum[:12]) + "}"
+			return rdb.Set(ctx, name, "x", sc.Interval).Err()
 		}, nil
 	}
 	return nil, fmt.Errorf("keys scenario: no such implementation %q", impl)

@@ -197,7 +197,7 @@ func Scenarios(quick bool) []Scenario {
 			Calls: pickN(quick, 990_000, 20_000), Rest: 95 * time.Second, Impls: []string{"throttler", "throttler-log"}, OptIn: true},
 		// A quota per customer: many small keys.
 		{Name: "keys", Kind: KindKeys, Goroutines: 64, Limit: 10, Interval: time.Minute,
-			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate"}, OptIn: true},
+			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate", "floor"}, OptIn: true},
 	}
 }
 

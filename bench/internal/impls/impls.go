@@ -5,6 +5,7 @@ package impls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,7 +37,11 @@ type Config struct {
 // limit of 5,000 or more would otherwise compact, to compare the two;
 // "throttler-compact" is it compacting whatever the limit
 // (WithCompactFrom(1)), to compare the two where the log is the default.
-var Names = []string{"throttler", "throttler-ctx", "throttler-log", "throttler-compact", "seed", "redis_rate", "xrate"}
+// "floor" is no limiter, and runs only in the keys scenario: a byte with
+// a TTL under each key, named as a Group names its keys, what Redis
+// charges a key of its own with a TTL before it holds anything: no layout
+// that keeps a key per credential costs less.
+var Names = []string{"throttler", "throttler-ctx", "throttler-log", "throttler-compact", "seed", "redis_rate", "xrate", "floor"}
 
 // ClientOptions adjusts the go-redis options an implementation's client is
 // built with.
@@ -64,6 +69,8 @@ func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
 		return newRedisRate(rdb, cfg), nil
 	case "xrate":
 		return newXRate(cfg), nil
+	case "floor":
+		return nil, errors.New("impls: floor is no limiter; it runs in the keys scenario only")
 	}
 	return nil, fmt.Errorf("impls: unknown implementation %q (have %v)", name, Names)
 }
