@@ -145,11 +145,13 @@ type Observer struct {
 	Settled func(estimate, actual int)
 	// InFlight is called with this process's calls in flight (see
 	// WithInFlight) each time the number changes: a call took a place, or
-	// gave it back. Its calls are serialized, in the order of the changes:
-	// each n is one more or one less than the one before, so that the
-	// differences between the numbers reported add up to the number in
-	// flight (the first call a newly added Observer sees reports the number
-	// then, whatever changes came before it).
+	// gave it back. Its calls are serialized, in the order of the changes
+	// they report, so that each n is the number in flight at its change,
+	// and the differences between the numbers an Observer is given add up
+	// to the last one (its first call reports the number then, whatever
+	// changes came before it). Once the changes under way when it was
+	// added have ended, each n is one more or one less than the one
+	// before.
 	InFlight func(n int)
 	// PlaceWait is called each time a call finds every place in flight
 	// taken and waits for one.
