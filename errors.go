@@ -94,9 +94,17 @@ func rejectf(reason Rejection, sentinel error, format string, args ...any) error
 	return &rejectedError{reason: reason, err: fmt.Errorf(format+": %w", append(args, sentinel)...)}
 }
 
-// rejectionOf says why err turned a call away, if it did: a call that
-// waited until its maximum wait had passed counts as RejectedMaxWait too.
-func rejectionOf(err error) (Rejection, bool) {
+// RejectionOf reports why err, an error a wait (see Stats) returned, turned
+// the call away without its slot, and ok true when it did: its earliest
+// slot lay past its context's deadline (RejectedDeadline) or past its
+// maximum wait (RejectedMaxWait, which a call that waited until its
+// maximum wait had passed gets too), WithMaxQueue's bound was reached
+// (RejectedQueueFull), or a call of a higher priority shed it
+// (RejectedShed). It reports ok false for nil and for every other error,
+// among them a context that ended while the call waited, a Redis failure
+// (ErrRedis) and bad input (ErrInvalidArgument). Waits counted in
+// Stats.Rejected are exactly those whose error it reports ok for.
+func RejectionOf(err error) (why Rejection, ok bool) {
 	var r *rejectedError
 	if errors.As(err, &r) {
 		return r.reason, true

@@ -79,6 +79,8 @@ type Group struct {
 	ring []*groupEntry // every entry, in the order the hand visits them
 	hand int           // the index in ring of the next entry to visit
 	peak int           // the most entries held since byID was last rebuilt (see shrinkLocked)
+	// AddObserver's, for every Throttler For hands out.
+	observers []func(*Throttler) Observer
 
 	// onMake, when set (tests), sees each Throttler For makes, before it
 	// is handed out.
@@ -262,6 +264,7 @@ func (g *Group) For(key string) (*Throttler, error) {
 	if e != nil {
 		g.removeLocked(e) // outgrown: replaced, it serves the calls it has
 	}
+	g.observeLocked(t)
 	e = &groupEntry{id: id, t: t, used: true, at: len(g.ring)}
 	if old != nil {
 		e.outgrew = old.outgrew

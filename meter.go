@@ -1,18 +1,25 @@
 package throttler
 
 import (
+	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// meter counts what Stats reports, passes each event to the Observer
-// (WithObserver), and logs Redis's failures: a Throttler's one place for
-// what it reports.
+// meter counts what Stats reports, passes each event to the Observers
+// (WithObserver, AddObserver), and logs Redis's failures: a Throttler's one
+// place for what it reports.
 type meter struct {
 	statCounters
 	rejected [numRejections]atomic.Uint64
-	obs      Observer
+	// obs holds the Observers given, joined into one (see
+	// Throttler.AddObserver); nil when none was given.
+	obs atomic.Pointer[Observer]
+	// inFlightMu orders the reports of InFlight (see Observer.InFlight);
+	// taken only while an Observer has InFlight set.
+	inFlightMu sync.Mutex
 
 	logger   *slog.Logger
 	logAttrs []any     // the Throttler's key and failure policy
@@ -44,90 +51,102 @@ type statCounters struct {
 // placeWait counts a call that found every place in flight taken.
 func (m *meter) placeWait() {
 	m.placeWaits.Add(1)
-	if o := m.obs.PlaceWait; o != nil {
-		o()
+	if o := m.obs.Load(); o != nil && o.PlaceWait != nil {
+		o.PlaceWait()
 	}
 }
 
-// inFlightBy counts a place taken (+1) or given back (-1).
+// inFlightBy counts a place taken (+1) or given back (-1). While an
+// Observer has InFlight set, the count changes and is reported under
+// inFlightMu, so that the reports come in the order of the changes.
 func (m *meter) inFlightBy(delta int64) {
-	n := m.inFlight.Add(delta)
-	if o := m.obs.InFlight; o != nil {
-		o(int(n))
+	o := m.obs.Load()
+	if o == nil || o.InFlight == nil {
+		m.inFlight.Add(delta)
+		return
 	}
+	m.inFlightMu.Lock()
+	defer m.inFlightMu.Unlock()
+	o.InFlight(int(m.inFlight.Add(delta)))
 }
 
 // redisError counts a Redis call that failed or timed out.
 func (m *meter) redisError(err error) {
 	m.redisErrors.Add(1)
-	if o := m.obs.RedisError; o != nil {
-		o(err)
+	if o := m.obs.Load(); o != nil && o.RedisError != nil {
+		o.RedisError(err)
 	}
 }
 
-// wait counts the outcome of a wait for n units (any face) that took
-// waited.
-func (m *meter) wait(n int, waited time.Duration, err error) {
+// wait counts the outcome of a wait for n units (any face) that the caller
+// began at start with ctx and that returned err at end (both on the
+// Throttler's clock), and reports it to the Observers.
+func (m *meter) wait(ctx context.Context, n int, start, end time.Time, err error) {
+	o := m.obs.Load()
+	waited := end.Sub(start)
 	switch {
 	case err == nil:
 		m.admitted.Add(uint64(n))
 		m.waits.Add(1)
 		m.waited.Add(int64(waited))
-		if o := m.obs.Admitted; o != nil {
-			o(n, waited)
+		if o != nil && o.Admitted != nil {
+			o.Admitted(n, waited)
 		}
 	case isRedis(err):
 		m.failed.Add(1)
 	case isInvalid(err):
 	default:
-		why, ok := rejectionOf(err)
+		why, ok := RejectionOf(err)
 		if !ok || why == RejectedDeadline {
 			m.abandoned.Add(1)
 		}
 		if ok {
 			m.rejected[why].Add(1)
-			if o := m.obs.Rejected; o != nil {
-				o(why)
+			if o != nil && o.Rejected != nil {
+				o.Rejected(why)
 			}
 		}
+	}
+	if o != nil && o.Waited != nil {
+		o.Waited(ctx, WaitInfo{N: n, Start: start, End: end, Err: err})
 	}
 }
 
 // allowed counts n calls AllowN admitted.
 func (m *meter) allowed(n int) {
 	m.admitted.Add(uint64(n))
-	if o := m.obs.Admitted; o != nil {
-		o(n, 0)
+	if o := m.obs.Load(); o != nil && o.Admitted != nil {
+		o.Admitted(n, 0)
 	}
 }
 
 // paused counts a shared pause set or learned of, until the local time end.
 func (m *meter) paused(end time.Time) {
 	m.pauses.Add(1)
-	if o := m.obs.Paused; o != nil {
-		o(end)
+	if o := m.obs.Load(); o != nil && o.Paused != nil {
+		o.Paused(end)
 	}
 }
 
 // limitChanged tells the observer the first limit in force is now n.
 func (m *meter) limitChanged(n int) {
-	if o := m.obs.LimitChanged; o != nil {
-		o(n)
+	if o := m.obs.Load(); o != nil && o.LimitChanged != nil {
+		o.LimitChanged(n)
 	}
 }
 
 // degraded tells the observer calls began (true) or stopped (false)
 // following the failure policy.
 func (m *meter) degraded(on bool) {
-	if o := m.obs.Degraded; o != nil {
-		o(on)
+	if o := m.obs.Load(); o != nil && o.Degraded != nil {
+		o.Degraded(on)
 	}
 }
 
 // settle counts a permit settled with its estimate and actual use.
 func (m *meter) settle(estimate, actual int) {
 	m.settled.Add(1)
-	if o := m.obs.Settled; o != nil {
-		o(estimate, actual)
+	if o := m.obs.Load(); o != nil && o.Settled != nil {
+		o.Settled(estimate, actual)
 	}
 }

@@ -20,8 +20,8 @@ type options struct {
 	ahead        time.Duration
 	aheadSet     bool
 	maxBatch     int
-	extra        []core.Window // WithLimit
-	observer     Observer
+	extra        []core.Window    // WithLimit
+	observer     *Observer        // WithObserver, nil = none
 	inflight     *core.InFlight   // WithInFlight
 	maxWait      time.Duration    // WithMaxWait, 0 = none
 	maxQueue     int              // WithMaxQueue, 0 = none

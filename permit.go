@@ -49,7 +49,7 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 // It counts one wait in Stats, however many times it waited.
 func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *Permit, err error) {
 	start := t.now()
-	defer func() { t.stats.wait(n, t.now().Sub(start), err) }()
+	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
 	for {
 		res, lease, err := t.waitSlot(ctx, where, n, true)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -155,7 +156,8 @@ type Transport struct {
 	// response: see Cost.
 	Cost *Cost
 
-	followers sync.Map // *Throttler -> *follower, for Counters
+	followers sync.Map                          // *Throttler -> *follower, for Counters
+	obs       atomic.Pointer[TransportObserver] // AddObserver's, joined; nil when none
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -190,21 +192,37 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			endOnRead(req, resp, permit, tr.Cost)
 		}
 		verdict := tr.learn(t, req, resp, body, sent, permit.score)
-		if try >= tr.Retries || verdict == Proceed || !replayable(req) {
+		if verdict == Proceed {
 			return resp, nil
 		}
-		if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(try)) {
+		next := tr.retry(req, verdict, try)
+		tr.refused(req, Refusal{Throttler: t, StatusCode: resp.StatusCode, Verdict: verdict, Attempt: try, Retry: next != nil})
+		if next == nil {
 			return resp, nil
-		}
-		// The fresh body only once the request is sure to go again: one
-		// made and dropped might hold a file open.
-		next, err := retryRequest(req)
-		if err != nil {
-			return resp, nil // no fresh body: the caller gets the refusal itself
 		}
 		drain(resp)
 		send = next
 	}
+}
+
+// retry returns the request to send again after the try-th send of req
+// was refused with verdict, once a RetryCall's delay has passed; nil when
+// it is not to go again: Retries are spent, its body cannot be made
+// afresh, or its context ended during the delay.
+func (tr *Transport) retry(req *http.Request, verdict Verdict, try int) *http.Request {
+	if try >= tr.Retries || !replayable(req) {
+		return nil
+	}
+	if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(try)) {
+		return nil
+	}
+	// The fresh body only once the request is sure to go again: one
+	// made and dropped might hold a file open.
+	next, err := retryRequest(req)
+	if err != nil {
+		return nil // no fresh body: the caller gets the refusal itself
+	}
+	return next
 }
 
 func (tr *Transport) base() http.RoundTripper {

@@ -1,6 +1,7 @@
 package throttler
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -119,9 +120,12 @@ func (t *Throttler) Stats() Stats {
 
 // Observer receives a Throttler's events as they happen. Set the fields
 // you need; nil fields cost nothing. The functions are called synchronously,
-// sometimes while the Throttler holds its internal lock: they must return
-// quickly and must not call the Throttler's methods. Counting, recording a
-// histogram sample or logging is fine.
+// on the goroutine where the event happens (a caller's, or one of the
+// Throttler's own), sometimes while the Throttler holds its internal lock:
+// they must return quickly and must not call the Throttler's methods.
+// Counting, recording a histogram sample or logging is fine. Give one with
+// WithObserver, or add any number to a Throttler in use with
+// Throttler.AddObserver (and to a Group's with Group.AddObserver).
 type Observer struct {
 	// Admitted is called when a wait (see Stats) or an AllowN call admits
 	// n calls, with how long the caller waited (zero for AllowN).
@@ -141,7 +145,13 @@ type Observer struct {
 	Settled func(estimate, actual int)
 	// InFlight is called with this process's calls in flight (see
 	// WithInFlight) each time the number changes: a call took a place, or
-	// gave it back.
+	// gave it back. Its calls are serialized, in the order of the changes
+	// they report, so that each n is the number in flight at its change,
+	// and the differences between the numbers an Observer is given add up
+	// to the last one (its first call reports the number then, whatever
+	// changes came before it). Once the changes under way when it was
+	// added have ended, each n is one more or one less than the one
+	// before.
 	InFlight func(n int)
 	// PlaceWait is called each time a call finds every place in flight
 	// taken and waits for one.
@@ -151,14 +161,27 @@ type Observer struct {
 	Rejected func(why Rejection)
 	// Degraded is called with true when Redis fails and calls start to
 	// follow the FailOpen or FallbackLocal policy, and with false once
-	// Redis answers again.
+	// Redis answers again. Its calls are serialized and alternate, but for
+	// an Observer added while calls were degraded, whose first call is
+	// false.
 	Degraded func(on bool)
+	// Waited is called once for each wait (see Stats) as it returns,
+	// whatever its outcome: admitted, turned away (see RejectionOf),
+	// abandoned, failed, or refused as bad input. It is called on the
+	// caller's goroutine, once the wait has done all it does and without
+	// the Throttler's lock, with the context the caller gave the wait
+	// (the request's for a Transport), so that it may record the wait on
+	// the caller's trace. For an admitted wait it comes after Admitted;
+	// for a wait turned away, after Rejected.
+	Waited func(ctx context.Context, w WaitInfo)
 }
 
-// WithObserver sets the functions that receive t's events. Default none.
+// WithObserver sets the functions that receive t's events, in place of
+// those an earlier WithObserver set. Default none. Throttler.AddObserver
+// adds more to a Throttler in use.
 func WithObserver(o Observer) Option {
 	return func(opts *options) error {
-		opts.observer = o
+		opts.observer = &o
 		return nil
 	}
 }

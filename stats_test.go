@@ -106,3 +106,23 @@ func TestUsage(t *testing.T) {
 		waitIdle(t, th)
 	})
 }
+
+// A Redis that fails the first sample of its clock counts as a Redis error,
+// as every failed Redis call does.
+func TestStatsCountFirstSampleError(t *testing.T) {
+	mr, c := miniClient(t)
+	var seen int
+	var mu sync.Mutex
+	th := mustNew(t, c, "k", 10, time.Minute, WithRedisTimeout(100*time.Millisecond),
+		WithObserver(Observer{RedisError: func(error) { mu.Lock(); seen++; mu.Unlock() }}))
+	mr.Close()
+	if err := th.Wait(context.Background()); !errors.Is(err, ErrRedis) {
+		t.Fatalf("Wait with Redis down: %v, want ErrRedis", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := th.Stats().RedisErrors; got < 1 || uint64(seen) != got {
+		t.Errorf("Stats.RedisErrors = %d and Observer.RedisError called %d times after a failed Wait; want the same, at least 1", got, seen)
+	}
+	waitIdle(t, th)
+}

@@ -89,7 +89,9 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		known: core.Known{Near: true},
 		clock: o.clockSync(),
 	}
-	t.stats.obs = o.observer
+	if o.observer != nil {
+		t.stats.obs.Store(o.observer)
+	}
 	t.stats.logger, t.stats.logAttrs = o.logger, []any{slog.String("key", key), slog.String("policy", o.policy.String())}
 	t.worker.spawn = func(sleep time.Duration) { go runWorker(t, sleep) }
 	t.fallback.t = t

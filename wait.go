@@ -78,7 +78,7 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 // place in flight, whose lease it returns.
 func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
 	start := t.now()
-	defer func() { t.stats.wait(n, t.now().Sub(start), err) }()
+	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
 	return t.waitSlot(ctx, where, n, place)
 }
 

@@ -88,6 +88,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 
 	if !t.clock.Synced() {
 		if err := t.sampleClock(context.Background(), firstSamples); err != nil {
+			t.stats.redisError(err)
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			return t.fallback.failLocked(nil, err), true

@@ -1,0 +1,151 @@
+// Package throttlerotel records what a throttler.Throttler, a
+// throttler.Group and a throttler.Transport do as OpenTelemetry metrics,
+// and each wait on the caller's trace: one call instruments each.
+//
+//	t, err := throttler.New(rdb, "github-api", 5000, time.Hour)
+//	...
+//	if err := throttlerotel.InstrumentThrottler(t); err != nil { ... }
+//
+// It is a module of its own, so that the throttler's users who do not
+// import it never download OpenTelemetry.
+//
+// There is no semantic convention for rate limiters, so the instruments
+// are named in a throttler namespace, after the conventions' general
+// rules: durations in seconds in a histogram, counts with units such as
+// {call}, error.type on waits that fail. The events of every Throttler,
+// a Group's included, feed synchronous instruments:
+//
+//   - throttler.wait.duration (histogram, s): each wait, from the call to
+//     its return, with throttler.outcome (admitted, deadline, max_wait,
+//     queue_full, shed, abandoned, redis_error, invalid_argument) and
+//     error.type (the same, on every wait not admitted): its count by
+//     outcome is the waits admitted, and turned away by cause;
+//   - throttler.admitted ({call}): calls admitted, by waits and AllowN;
+//   - throttler.pauses ({pause}), throttler.redis.errors ({error}),
+//     throttler.in_flight.waits ({wait}), throttler.settled ({permit}),
+//     throttler.settle.surplus and throttler.settle.excess ({unit}): the
+//     units settled permits cost below and above their estimate;
+//   - throttler.in_flight ({call}) and throttler.degraded ({throttler}),
+//     up-down counters: calls holding a place in flight, Throttlers
+//     following their failure policy because Redis failed.
+//
+// A Throttler given to InstrumentThrottler also has what only its Stats
+// know read at each collection, by asynchronous instruments:
+// throttler.redis.round_trips ({round_trip}), throttler.refused ({call},
+// AllowN's refusals), throttler.late_wakes ({wake}), throttler.heals
+// ({heal}), and the gauges throttler.limit ({call}, the first limit in
+// force) and throttler.pause.remaining (s). A Group's Throttlers come and
+// go, so their Stats cannot be summed into counters that only grow: a
+// Group has the event-fed instruments only.
+//
+// A Transport given to InstrumentTransport counts the refusals it reads in
+// throttler.transport.refusals ({response}), with http.response.status_code,
+// throttler.verdict (pause or retry_call) and throttler.retry; the waits
+// of its requests are their Throttlers' (instrument those too).
+//
+// Measurements carry WithAttributes' attributes, and throttler.key where
+// WithKeyAttribute says so (by default, for InstrumentThrottler only).
+package throttlerotel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/go-throttler/throttler"
+)
+
+// InstrumentThrottler records t's events in the instruments (see the
+// package's documentation) of the MeterProvider (WithMeterProvider), with
+// throttler.key unless WithKeyAttribute(false) says otherwise, and each of
+// its waits on the caller's trace as WithTracing says. It also registers
+// the asynchronous instruments that read t's Stats at each collection; they
+// hold t weakly, so that an instrumented Throttler that is no longer used
+// can be collected, and then report nothing more.
+//
+// Call it once per Throttler: a second call records every event twice. It
+// may be called while t is in use (see throttler.Throttler.AddObserver).
+// It returns an error wrapping ErrInvalidArgument for a nil t or a bad
+// Option, and the MeterProvider's error when it cannot make an instrument.
+func InstrumentThrottler(t *throttler.Throttler, opts ...Option) error {
+	in, err := setup("InstrumentThrottler", t == nil, "Throttler", true, opts)
+	if err != nil {
+		return err
+	}
+	a := in.attrsFor(t)
+	if err := in.observeStats(t, a); err != nil {
+		return err
+	}
+	t.AddObserver(in.observer(a))
+	return nil
+}
+
+// InstrumentGroup records the events of every Throttler g holds and makes
+// from now on (see throttler.Group.AddObserver) in the instruments fed by
+// events (see the package's documentation), summed over the keys unless
+// WithKeyAttribute(true) asks for a throttler.key per key, and each of
+// their waits on the caller's trace as WithTracing says. A Group's
+// Throttler's key is its Redis key, named by a digest of the key given to
+// For, never the key itself.
+//
+// Call it once per Group. It returns an error wrapping ErrInvalidArgument
+// for a nil g or a bad Option, and the MeterProvider's error when it
+// cannot make an instrument.
+func InstrumentGroup(g *throttler.Group, opts ...Option) error {
+	in, err := setup("InstrumentGroup", g == nil, "Group", false, opts)
+	if err != nil {
+		return err
+	}
+	g.AddObserver(func(t *throttler.Throttler) throttler.Observer {
+		return in.observer(in.attrsFor(t))
+	})
+	return nil
+}
+
+// InstrumentTransport counts the refusals tr reads (see
+// throttler.TransportObserver) in throttler.transport.refusals, with
+// throttler.key when WithKeyAttribute(true) asks for it, and records each
+// as an event named throttler.refused on the request's span unless
+// WithTracing(TraceOff). The waits of tr's requests are recorded by their
+// Throttlers, when instrumented (InstrumentThrottler, InstrumentGroup).
+//
+// Call it once per Transport. It returns an error wrapping
+// ErrInvalidArgument for a nil tr or a bad Option, and the MeterProvider's
+// error when it cannot make an instrument.
+func InstrumentTransport(tr *throttler.Transport, opts ...Option) error {
+	in, err := setup("InstrumentTransport", tr == nil, "Transport", false, opts)
+	if err != nil {
+		return err
+	}
+	tr.AddObserver(throttler.TransportObserver{Refused: in.refused})
+	return nil
+}
+
+// setup checks the arguments of the Instrument function where, whose
+// argument of kind what is nil when isNil, and makes its instruments;
+// keyDefault is WithKeyAttribute's default.
+func setup(where string, isNil bool, what string, keyDefault bool, opts []Option) (*instruments, error) {
+	if isNil {
+		return nil, invalidf("%s: nil %s", where, what)
+	}
+	c, err := newConfig(where, keyDefault, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newInstruments(c)
+}
+
+// refused records r, a refusal a Transport read for a request with ctx.
+func (in *instruments) refused(ctx context.Context, r throttler.Refusal) {
+	kv := in.attrs[:len(in.attrs):len(in.attrs)]
+	if in.keyAttr {
+		kv = append(kv, KeyAttribute.String(r.Throttler.Key()))
+	}
+	kv = append(kv,
+		semconv.HTTPResponseStatusCodeKey.Int(r.StatusCode),
+		VerdictAttribute.String(verdictName(r.Verdict)),
+		RetryAttribute.Bool(r.Retry))
+	in.refusals.Add(ctx, 1, metric.WithAttributes(kv...))
+	in.traceRefusal(ctx, r, in.attrs)
+}

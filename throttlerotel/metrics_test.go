@@ -1,0 +1,266 @@
+package throttlerotel
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/go-throttler/throttler"
+)
+
+// A Throttler's waits, admissions, refusals, round trips, limit and pause
+// read exactly what happened.
+func TestThrottlerMetrics(t *testing.T) {
+	s := newSink(t)
+	rdb, _ := newRedis(t)
+	th := instrumented(t, s, rdb, "api", 3, time.Minute, nil)
+	ctx := context.Background()
+	for range 2 {
+		if err := th.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := th.Allow(ctx); err != nil || !res.Allowed {
+		t.Fatalf("Allow: (%+v, %v)", res, err)
+	}
+	if res, err := th.Allow(ctx); err != nil || res.Allowed {
+		t.Fatalf("Allow over the limit: (%+v, %v), want refused", res, err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := th.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait over the limit: %v, want it turned away for its deadline", err)
+	}
+	if err := th.PauseUntil(ctx, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	got := s.collect(t)
+	key := KeyAttribute.String("api")
+	checkSum := func(name string, want float64, attrs ...attribute.KeyValue) {
+		t.Helper()
+		if v, n := got.sum(t, name, append(attrs, key)...); n != 1 || v != want {
+			t.Errorf("%s = %v in %d points, want %v in 1", name, v, n, want)
+		}
+	}
+	checkSum("throttler.admitted", 3)
+	checkSum("throttler.refused", 1)
+	checkSum("throttler.pauses", 1)
+	checkSum("throttler.limit", 3)
+	if n, _ := got.sum(t, "throttler.redis.errors"); n != 0 {
+		t.Errorf("throttler.redis.errors recorded without an error")
+	}
+	if v, _ := got.sum(t, "throttler.redis.round_trips", key); v < 3 || v != float64(th.Stats().RoundTrips) {
+		t.Errorf("throttler.redis.round_trips = %v, want Stats' %d (at least 3)", v, th.Stats().RoundTrips)
+	}
+	if v, _ := got.sum(t, "throttler.pause.remaining", key); v <= 50 || v > 60 {
+		t.Errorf("throttler.pause.remaining = %vs, want about a minute", v)
+	}
+	ok := OutcomeAttribute.String("admitted")
+	if n, _ := got.count(t, "throttler.wait.duration", key, ok, absent(semconv.ErrorTypeKey)); n != 2 {
+		t.Errorf("throttler.wait.duration holds %d admitted waits without error.type, want 2", n)
+	}
+	late := []attribute.KeyValue{key, OutcomeAttribute.String("deadline"), semconv.ErrorTypeKey.String("deadline")}
+	if n, sum := got.count(t, "throttler.wait.duration", late...); n != 1 || sum >= 1 {
+		t.Errorf("throttler.wait.duration holds %d waits turned away for their deadline, taking %vs; want 1, at once", n, sum)
+	}
+	if n, _ := got.count(t, "throttler.wait.duration"); n != 3 {
+		t.Errorf("throttler.wait.duration holds %d waits, want 3", n)
+	}
+}
+
+// Each way a wait ends has its outcome, as the attribute names it.
+func TestWaitOutcomes(t *testing.T) {
+	s := newSink(t)
+	rdb, mr := newRedis(t)
+	ctx := context.Background()
+	th := instrumented(t, s, rdb, "full", 1, time.Minute, []throttler.Option{throttler.WithMaxWait(time.Second)})
+	if err := th.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := th.Wait(ctx); !errors.Is(err, throttler.ErrMaxWait) {
+		t.Fatalf("Wait past the maximum wait: %v", err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := th.Wait(canceled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait on a canceled context: %v", err)
+	}
+	if err := th.WaitN(ctx, 0); !errors.Is(err, throttler.ErrInvalidArgument) {
+		t.Fatalf("WaitN(0): %v", err)
+	}
+	down := instrumented(t, s, rdb, "down", 10, time.Minute, []throttler.Option{throttler.WithRedisTimeout(100 * time.Millisecond)})
+	mr.Close()
+	if err := down.Wait(ctx); !errors.Is(err, throttler.ErrRedis) {
+		t.Fatalf("Wait with Redis down: %v", err)
+	}
+
+	got := s.collect(t)
+	for _, w := range []struct {
+		key, outcome string
+	}{{"full", "admitted"}, {"full", "max_wait"}, {"full", "abandoned"}, {"full", "invalid_argument"}, {"down", "redis_error"}} {
+		attrs := []attribute.KeyValue{KeyAttribute.String(w.key), OutcomeAttribute.String(w.outcome)}
+		if w.outcome != "admitted" {
+			attrs = append(attrs, semconv.ErrorTypeKey.String(w.outcome))
+		}
+		if n, _ := got.count(t, "throttler.wait.duration", attrs...); n != 1 {
+			t.Errorf("%s: %d waits with outcome %s, want 1", w.key, n, w.outcome)
+		}
+	}
+	if v, _ := got.sum(t, "throttler.redis.errors", KeyAttribute.String("down")); v < 1 {
+		t.Errorf("throttler.redis.errors = %v with Redis down, want at least 1", v)
+	}
+}
+
+// A Group's Throttlers, made before and after InstrumentGroup, add up in
+// points without a key by default; with WithKeyAttribute(true), each key
+// has its own, named by its digest. Places in flight are counted while
+// held.
+func TestGroupMetrics(t *testing.T) {
+	rdb, _ := newRedis(t)
+	q := throttler.KeyQuota{Limit: 10, Interval: time.Minute, InFlight: 2}
+	newGroup := func(prefix string) *throttler.Group {
+		g, err := throttler.NewGroup(rdb, prefix, func(string) (throttler.KeyQuota, error) { return q, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, perKey := range []bool{false, true} {
+		s := newSink(t)
+		prefix := "plain:"
+		if perKey {
+			prefix = "keyed:"
+		}
+		g := newGroup(prefix)
+		early, err := g.For("customer-early")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := s.providers(WithAttributes(attribute.String("throttler.group", prefix)))
+		if perKey {
+			opts = append(opts, WithKeyAttribute(true))
+		}
+		if err := InstrumentGroup(g, opts...); err != nil {
+			t.Fatal(err)
+		}
+		late, err := g.For("customer-late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var inside collected
+		if err := early.Do(ctx, func(context.Context) error { inside = s.collect(t); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := late.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := s.collect(t)
+		group := attribute.String("throttler.group", prefix)
+		if v, _ := inside.sum(t, "throttler.in_flight", group); v != 1 {
+			t.Errorf("perKey %t: throttler.in_flight = %v during Do, want 1", perKey, v)
+		}
+		if v, _ := got.sum(t, "throttler.in_flight", group); v != 0 {
+			t.Errorf("perKey %t: throttler.in_flight = %v after Do, want 0", perKey, v)
+		}
+		if _, n := got.sum(t, "throttler.redis.round_trips"); n != 0 {
+			t.Errorf("perKey %t: a Group reports throttler.redis.round_trips, read from Stats", perKey)
+		}
+		if !perKey {
+			if v, n := got.sum(t, "throttler.admitted", group, absent(KeyAttribute)); n != 1 || v != 3 {
+				t.Errorf("throttler.admitted = %v in %d points, want 3 in one without a key", v, n)
+			}
+			continue
+		}
+		for _, w := range []struct {
+			th   *throttler.Throttler
+			want float64
+		}{{early, 1}, {late, 2}} {
+			if strings.Contains(w.th.Key(), "customer") {
+				t.Fatalf("a Group's Throttler's key %q names the key", w.th.Key())
+			}
+			if v, n := got.sum(t, "throttler.admitted", group, KeyAttribute.String(w.th.Key())); n != 1 || v != w.want {
+				t.Errorf("throttler.admitted{key=%s} = %v in %d points, want %v in 1", w.th.Key(), v, n, w.want)
+			}
+			if n, _ := got.count(t, "throttler.wait.duration", KeyAttribute.String(w.th.Key())); n != uint64(w.want) {
+				t.Errorf("throttler.wait.duration{key=%s} holds %d waits, want %v", w.th.Key(), n, w.want)
+			}
+		}
+	}
+}
+
+// Settled permits count, with what they gave back and added.
+func TestSettleMetrics(t *testing.T) {
+	s := newSink(t)
+	rdb, _ := newRedis(t)
+	th := instrumented(t, s, rdb, "tokens", 1000, time.Minute, nil)
+	ctx := context.Background()
+	for _, actual := range []int{70, 130, 100} {
+		p, err := th.Reserve(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Settle(ctx, actual); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := s.collect(t)
+	for name, want := range map[string]float64{"throttler.settled": 3, "throttler.settle.surplus": 30, "throttler.settle.excess": 30, "throttler.admitted": 300} {
+		if v, _ := got.sum(t, name); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	if n, _ := got.count(t, "throttler.wait.duration", OutcomeAttribute.String("admitted")); n != 3 {
+		t.Errorf("throttler.wait.duration holds %d admitted waits, want 3 (one per Reserve)", n)
+	}
+}
+
+// The instrumentation does not keep a Throttler alive.
+func TestThrottlerCollected(t *testing.T) {
+	s := newSink(t)
+	rdb, _ := newRedis(t)
+	func() {
+		instrumented(t, s, rdb, "gone", 3, time.Minute, nil)
+		if _, n := s.collect(t).sum(t, "throttler.limit"); n != 1 {
+			t.Fatalf("throttler.limit has %d points while the Throttler lives, want 1", n)
+		}
+	}()
+	runtime.GC()
+	if _, n := s.collect(t).sum(t, "throttler.limit"); n != 0 {
+		t.Errorf("throttler.limit has %d points once the Throttler is gone, want 0", n)
+	}
+}
+
+// Bad input is an error wrapping ErrInvalidArgument, never a panic.
+func TestInstrumentRejectsBadInput(t *testing.T) {
+	rdb, _ := newRedis(t)
+	th, err := throttler.New(rdb, "k", 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"nil Throttler":       InstrumentThrottler(nil),
+		"nil Group":           InstrumentGroup(nil),
+		"nil Transport":       InstrumentTransport(nil),
+		"nil Option":          InstrumentThrottler(th, nil),
+		"nil MeterProvider":   InstrumentThrottler(th, WithMeterProvider(nil)),
+		"nil TracerProvider":  InstrumentThrottler(th, WithTracerProvider(nil)),
+		"unknown Tracing":     InstrumentThrottler(th, WithTracing(TraceOff+1)),
+		"no buckets":          InstrumentThrottler(th, WithWaitBuckets()),
+		"decreasing buckets":  InstrumentThrottler(th, WithWaitBuckets(1, 0.5)),
+		"repeated boundaries": InstrumentThrottler(th, WithWaitBuckets(1, 1)),
+	} {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want an error wrapping ErrInvalidArgument", name, err)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package throttlerotel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/go-throttler/throttler"
+)
+
+// Names of what this package records on traces.
+const (
+	// WaitName names the event, or the span, of a wait.
+	WaitName = "throttler.wait"
+	// RefusedName names the event of a refusal a Transport read.
+	RefusedName = "throttler.refused"
+	// WaitDurationAttribute is a wait's length in seconds, on its event
+	// (whose time is the wait's end).
+	WaitDurationAttribute = attribute.Key("throttler.wait.duration")
+)
+
+// traceWait records w, which ended with o, on ctx's trace as in.tracing
+// says, with attrs (the Throttler's) and those of the wait.
+func (in *instruments) traceWait(ctx context.Context, w throttler.WaitInfo, o outcome, attrs []attribute.KeyValue) {
+	switch in.tracing {
+	case TraceEvents:
+		span := trace.SpanFromContext(ctx)
+		if !span.IsRecording() {
+			return
+		}
+		kv := waitAttrs(attrs, w, o, WaitDurationAttribute.Float64(w.End.Sub(w.Start).Seconds()))
+		span.AddEvent(WaitName, trace.WithTimestamp(w.End), trace.WithAttributes(kv...))
+	case TraceSpans:
+		if !in.rootSpans && !trace.SpanContextFromContext(ctx).IsValid() {
+			return
+		}
+		_, span := in.tracer.Start(ctx, WaitName,
+			trace.WithTimestamp(w.Start),
+			trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(waitAttrs(attrs, w, o)...))
+		if w.Err != nil {
+			span.SetStatus(codes.Error, w.Err.Error())
+		}
+		span.End(trace.WithTimestamp(w.End))
+	}
+}
+
+// waitAttrs returns attrs with those of w, which ended with o, and more.
+func waitAttrs(attrs []attribute.KeyValue, w throttler.WaitInfo, o outcome, more ...attribute.KeyValue) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, len(attrs)+4+len(more))
+	kv = append(kv, attrs...)
+	kv = append(kv, UnitsAttribute.Int(w.N), OutcomeAttribute.String(o.String()))
+	if o != admitted {
+		kv = append(kv, semconv.ErrorTypeKey.String(o.String()))
+	}
+	return append(kv, more...)
+}
+
+// traceRefusal records r as an event on the request's span, unless
+// in.tracing is TraceOff; attrs are the Transport's.
+func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, attrs []attribute.KeyValue) {
+	if in.tracing == TraceOff {
+		return
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	kv := make([]attribute.KeyValue, 0, len(attrs)+5)
+	kv = append(kv, attrs...)
+	kv = append(kv,
+		KeyAttribute.String(r.Throttler.Key()),
+		semconv.HTTPResponseStatusCodeKey.Int(r.StatusCode),
+		VerdictAttribute.String(verdictName(r.Verdict)),
+		AttemptAttribute.Int(r.Attempt),
+		RetryAttribute.Bool(r.Retry))
+	span.AddEvent(RefusedName, trace.WithAttributes(kv...))
+}
+
+// verdictName is v as the attribute throttler.verdict names it.
+func verdictName(v throttler.Verdict) string {
+	switch v {
+	case throttler.Pause:
+		return "pause"
+	case throttler.RetryCall:
+		return "retry_call"
+	}
+	return "proceed"
+}
