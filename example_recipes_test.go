@@ -285,13 +285,18 @@ func ExampleGroup_openAI() {
 	client := &http.Client{Transport: &throttler.Transport{
 		Route: tokens.Route(byKey),
 		Cost:  &throttler.Cost{Estimate: estimateTokens, Actual: usageTokens},
+		// OpenAI's refusals pause each key's tokens too (a Cost
+		// Transport follows no counter: it holds estimates until they
+		// settle), and a refused call is retried here, on the outer
+		// Transport only (see Transport.Retries).
+		Counters: throttler.OpenAI(),
+		Retries:  2,
 		Base: &throttler.Transport{
 			Route: requests.Route(byKey),
 			Base:  toServer(api),
 			// Follow each key's own request counter
 			// (x-ratelimit-remaining-requests, -reset-requests) for
-			// every replica. Token counters are not followed: a Cost
-			// holds estimates until they settle (see Transport.Counters).
+			// every replica.
 			Counters: throttler.OpenAI(),
 		},
 	}}
@@ -326,8 +331,9 @@ func ExampleGroup_openAI() {
 	// customer B: 0 tokens, 0 requests
 }
 
-// estimateTokens prices a chat completion before it is sent: its prompt
-// at about 4 characters a token, plus the most it may write.
+// estimateTokens prices a chat completion before it is sent as OpenAI
+// counts it when it arrives: its prompt at about 4 characters a token,
+// plus max_tokens, the most it may write.
 func estimateTokens(req *http.Request) int {
 	var asked struct {
 		MaxTokens int `json:"max_tokens"`
@@ -348,7 +354,8 @@ func estimateTokens(req *http.Request) int {
 	return max(1, n)
 }
 
-// usageTokens reads what a chat completion cost from its usage.
+// usageTokens reads what a chat completion cost from its usage (a 429
+// never reaches it: the Transport settles a refusal at 0).
 func usageTokens(resp *http.Response, tail []byte) (int, bool) {
 	var done struct {
 		Usage struct {
