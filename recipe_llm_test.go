@@ -292,6 +292,7 @@ func TestOpenAIRecipeEstimates(t *testing.T) {
 		var clients []*http.Client
 		for range 3 {
 			rc := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+			defer rc.Close()
 			tokens, err := throttler.New(rc, "{openai}:tpm", 10000/unit, minute, throttler.WithBuffer(200*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -399,6 +400,7 @@ func TestAnthropicRecipeEstimates(t *testing.T) {
 		var clients []*http.Client
 		for range 3 {
 			rc := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+			defer rc.Close()
 			var th [3]*throttler.Throttler
 			for i, q := range []struct {
 				key   string
