@@ -59,7 +59,10 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if tr.Cost == nil {
 		return t.reserveToSend(req.Context(), "Transport", 1)
 	}
-	n, ok := 0, false
+	var (
+		n  int
+		ok bool
+	)
 	if tr.Cost.Estimate != nil {
 		n, ok = tr.Cost.Estimate(req), true
 	} else {
@@ -96,8 +99,8 @@ func CostFromContext(ctx context.Context) (int, bool) {
 }
 
 // endOnRead makes resp's body end p's call once the caller has read it to
-// the end or closed it: settled with c.Actual's cost, when c gives one,
-// and its place in flight given back.
+// the end or closed it: with c, settled at 0 for a 429, else with
+// c.Actual's cost when it gives one; and its place in flight given back.
 func endOnRead(req *http.Request, resp *http.Response, p *Permit, c *Cost) {
 	refused := resp.StatusCode == http.StatusTooManyRequests
 	settle := func(tail []byte) {
