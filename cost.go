@@ -8,11 +8,17 @@ import (
 )
 
 // Cost prices a Transport's requests when a call's cost is known only from
-// its response, as an LLM API's tokens are. Each request reserves
-// Estimate(req) units (see Throttler.Reserve); once the caller has read the
-// response body to its end, or closed it, Actual reads what the call cost
-// and the permit is settled (see Permit.Settle): a surplus goes back to
-// every replica at once, an excess counts as debt.
+// its response, as an LLM API's tokens are. Each request reserves its
+// estimate (see Estimate) in units of the Throttler (see Throttler.Reserve);
+// once the caller has read the response body to its end, or closed it, the
+// permit is settled (see Permit.Settle) with what the call cost: a surplus
+// goes back to every replica at once, an excess counts as debt.
+//
+// What a call cost comes from Actual, but for a refusal: a 429 (Too Many
+// Requests) is settled at 0 without asking Actual, since the API refused
+// the call before doing its work. So a refused call holds nothing once its
+// body is closed, and a retry (see Transport.Retries) reserves its
+// estimate anew, at its own time, instead of counting twice.
 //
 // The body is not buffered and what the caller reads is unchanged: Actual
 // sees the last TailBytes bytes the caller read, where a JSON body's usage
@@ -21,16 +27,25 @@ import (
 // Permit.Settle), and with WithInFlight one more to give the place back
 // (see Permit.Done), each bounded by the Redis timeout. A request whose
 // round trip fails keeps its estimate: it may have reached the API.
+//
+// With nested Transports (a Transport with Cost whose Base is another
+// Transport, such as one of requests), set Retries on the outer one only:
+// see Transport.Retries.
 type Cost struct {
 	// Estimate returns the units to reserve for req: at least 1 and at
 	// most the smallest limit in force times the share of the request's
 	// priority, rounded down, or 1 if that is less (see Throttler.AllowN);
 	// otherwise the request fails with an error wrapping
-	// ErrInvalidArgument. Required.
+	// ErrInvalidArgument. Nil: each request reserves the cost its context
+	// carries (see ContextWithCost), and a request whose context carries
+	// none fails with an error wrapping ErrInvalidArgument. An Estimate
+	// that should honour a cost the caller put on the context reads it
+	// with CostFromContext.
 	Estimate func(req *http.Request) int
 	// Actual returns what the call cost, from the response and the last
 	// bytes of its body as the caller read them, and false when it cannot
-	// tell: the estimate then stands. Nil: every call keeps its estimate.
+	// tell: the estimate then stands. It is not asked of a 429, which
+	// settles at 0. Nil: every call but a refused one keeps its estimate.
 	Actual func(resp *http.Response, tail []byte) (cost int, ok bool)
 	// TailBytes is how many of the body's last bytes Actual sees. Default
 	// 64KiB.
@@ -44,33 +59,75 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if tr.Cost == nil {
 		return t.reserveToSend(req.Context(), "Transport", 1)
 	}
-	if tr.Cost.Estimate == nil {
-		return nil, invalidf("Transport.Cost: Estimate must be set")
+	var (
+		n  int
+		ok bool
+	)
+	if tr.Cost.Estimate != nil {
+		n, ok = tr.Cost.Estimate(req), true
+	} else {
+		n, ok = CostFromContext(req.Context())
 	}
-	return t.reserveToSend(req.Context(), "Transport", tr.Cost.Estimate(req))
+	if !ok {
+		return nil, invalidf("Transport.Cost: Estimate is nil and the request's context carries no cost (see ContextWithCost)")
+	}
+	return t.reserveToSend(req.Context(), "Transport", n)
+}
+
+type costKey struct{}
+
+// ContextWithCost returns a copy of ctx that carries n, the cost of the
+// call a request made with it stands for, in the units of the Throttler
+// that prices it: a Transport whose Cost has no Estimate reserves n units
+// for such a request (see Cost.Estimate). It is for a caller that knows
+// what its call may cost (an LLM call's prompt tokens plus its max_tokens,
+// a GraphQL query's requested cost) where the request alone does not say
+// it plainly. n is checked when the request is sent, as an estimate is: a
+// request carrying n below 1, or above what its Throttler can admit at
+// once, fails with an error wrapping ErrInvalidArgument. Every Transport
+// whose Cost has no Estimate reads the same n: with nested Transports of
+// different units, give each but one an Estimate.
+func ContextWithCost(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, costKey{}, n)
+}
+
+// CostFromContext returns the cost ctx carries (see ContextWithCost), and
+// false when it carries none.
+func CostFromContext(ctx context.Context) (int, bool) {
+	n, ok := ctx.Value(costKey{}).(int)
+	return n, ok
 }
 
 // endOnRead makes resp's body end p's call once the caller has read it to
-// the end or closed it: settled with c.Actual's cost, when c gives one,
-// and its place in flight given back.
+// the end or closed it: with c, settled at 0 for a 429, else with
+// c.Actual's cost when it gives one; and its place in flight given back.
 func endOnRead(req *http.Request, resp *http.Response, p *Permit, c *Cost) {
+	refused := resp.StatusCode == http.StatusTooManyRequests
 	settle := func(tail []byte) {
 		defer p.Done()
-		if c == nil || c.Actual == nil {
+		if c == nil {
+			return
+		}
+		// The caller's context may have ended with the read: the cost is
+		// for every replica.
+		ctx := context.WithoutCancel(req.Context())
+		if refused {
+			p.Settle(ctx, 0) // the API did none of the call's work
+			return
+		}
+		if c.Actual == nil {
 			return
 		}
 		if n, ok := c.Actual(resp, tail); ok {
-			// The caller's context may have ended with the read: the cost
-			// is for every replica.
-			p.Settle(context.WithoutCancel(req.Context()), max(0, n))
+			p.Settle(ctx, max(0, n))
 		}
 	}
 	if resp.Body == nil {
 		settle(nil)
 		return
 	}
-	max := 0 // without Actual, nothing of the body is kept
-	if c != nil && c.Actual != nil {
+	max := 0 // without Actual, or for a refusal, nothing of the body is kept
+	if c != nil && c.Actual != nil && !refused {
 		max = c.TailBytes
 		if max <= 0 {
 			max = 64 << 10

@@ -102,8 +102,9 @@ func TestTransportSettlesCost(t *testing.T) {
 	})
 }
 
-// A Cost without Estimate is a configuration error, reported for each
-// request rather than a panic.
+// A Cost without Estimate, for a request whose context carries no cost
+// (ContextWithCost), is an error reported for the request rather than a
+// panic.
 func TestTransportCostNeedsEstimate(t *testing.T) {
 	th := miniThrottler(t, 5, time.Second)
 	tr := &Transport{Route: th.Route(), Cost: &Cost{}}

@@ -58,7 +58,7 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 			t.PauseUntil(ctx, minTime(q.Until, now.Add(tr.maxPause()))) // a failure is logged; the response stands
 		}
 	}
-	if tr.Counters != nil && !q.Reset.IsZero() { // it states a counter
+	if tr.Counters != nil && tr.Cost == nil && !q.Reset.IsZero() { // it states a counter, and the window counts calls
 		tr.follow(ctx, req.Context(), t, reading{q: q, sent: sent, recv: now, scored: scored})
 	}
 	tr.followLimitHeader(ctx, t, resp)

@@ -11,22 +11,24 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/internal/fakeshopify"
 )
 
 // Recipes: a quota per credential for three APIs that meter each of an
 // app's customers apart. Each runs against a stand-in for the API on this
 // machine (see toServer).
 
-// Shopify's REST Admin API meters each app on each store apart, with a
-// leaky bucket: a store's bucket holds 40 requests and leaks 2 a second on
-// the Standard plan, 4 on Advanced and 20 on Plus (Shopify's figures for
-// the leak; the bucket's size other than 40 is not stated for every plan,
-// and each response says it in X-Shopify-Shop-Api-Call-Limit, such as
-// "32/40"). A request that finds the bucket full gets a 429.
+// Shopify's REST Admin API (legacy since October 2024: new apps use the
+// GraphQL Admin API, see ExampleGroup_shopifyGraphQL) meters each app on
+// each store apart, with a leaky bucket: a store's bucket holds 40
+// requests and leaks 2 a second on the Standard plan, 4 on Advanced and 20
+// on Plus (Shopify's figures for the leak; the bucket's size other than 40
+// is not stated for every plan, and each response says it in
+// X-Shopify-Shop-Api-Call-Limit, such as "32/40"). A request that finds
+// the bucket full gets a 429.
 //
 // A sliding window of B requests per B/r seconds never overfills a bucket
 // of B leaking r a second: a span of any length d is covered by
@@ -51,7 +53,9 @@ func ExampleGroup_shopify() {
 		"plus-store.myshopify.com":     "plus",
 	}
 	api := newFakeShopify(plans)
-	defer api.Close()
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
 
 	g, err := throttler.NewGroup(rdb, "shopify-admin:", func(store string) (throttler.KeyQuota, error) {
 		return shopifyQuota(plans[store]), nil
@@ -60,7 +64,7 @@ func ExampleGroup_shopify() {
 		panic(err)
 	}
 	client := &http.Client{Transport: &throttler.Transport{
-		Base: toServer(api.Server), // in production: nil, the default transport
+		Base: toServer(srv), // in production: nil, the default transport
 		Route: g.Route(func(req *http.Request) (string, bool) {
 			return req.URL.Host, true // the store
 		}),
@@ -92,7 +96,7 @@ func ExampleGroup_shopify() {
 	start = time.Now()
 	err = get("plus-store.myshopify.com", 10*time.Second)
 	fmt.Println("plus, 41st after about 2s:", err, time.Since(start) > time.Second)
-	fmt.Println("429s:", api.refused())
+	fmt.Println("429s:", api.Total().Refused)
 	// Output:
 	// standard-store.myshopify.com: 40 requests at once: true
 	// plus-store.myshopify.com: 40 requests at once: true
@@ -116,42 +120,15 @@ func shopifyQuota(plan string) throttler.KeyQuota {
 	return throttler.KeyQuota{Limit: bucket, Interval: time.Duration(bucket / leak * float64(time.Second))}
 }
 
-// fakeShopify answers like the REST Admin API's buckets: one per store
-// (the request's host), 40 deep, leaking as the store's plan says; a
-// request that finds it full gets a 429.
-type fakeShopify struct {
-	*httptest.Server
-	mu     sync.Mutex
-	level  map[string]float64
-	last   map[string]time.Time
-	plans  map[string]string
-	refuse int
-}
-
-func newFakeShopify(plans map[string]string) *fakeShopify {
-	f := &fakeShopify{level: map[string]float64{}, last: map[string]time.Time{}, plans: plans}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		now, store := time.Now(), r.Host
-		level := max(0, f.level[store]-now.Sub(f.last[store]).Seconds()*shopifyLeak[f.plans[store]])
-		f.last[store] = now
-		if level+1 > 40 {
-			f.level[store] = level
-			f.refuse++
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		f.level[store] = level + 1
-		w.Header().Set("X-Shopify-Shop-Api-Call-Limit", fmt.Sprintf("%d/40", int(level+1)))
-	}))
-	return f
-}
-
-func (f *fakeShopify) refused() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.refuse
+// newFakeShopify returns a stand-in for the REST Admin API whose stores
+// have the plans given, by host: a bucket of 40 requests each, leaking as
+// the plan says.
+func newFakeShopify(plans map[string]string) *fakeshopify.API {
+	cfg := fakeshopify.Config{Plans: map[string]fakeshopify.Plan{}}
+	for store, plan := range plans {
+		cfg.Plans[store] = fakeshopify.Plan{Requests: 40, Leak: shopifyLeak[plan]}
+	}
+	return fakeshopify.New(cfg)
 }
 
 // toServer returns a transport that sends every request to srv, keeping
@@ -285,13 +262,18 @@ func ExampleGroup_openAI() {
 	client := &http.Client{Transport: &throttler.Transport{
 		Route: tokens.Route(byKey),
 		Cost:  &throttler.Cost{Estimate: estimateTokens, Actual: usageTokens},
+		// OpenAI's refusals pause each key's tokens too (a Cost
+		// Transport follows no counter: it holds estimates until they
+		// settle), and a refused call is retried here, on the outer
+		// Transport only (see Transport.Retries).
+		Counters: throttler.OpenAI(),
+		Retries:  2,
 		Base: &throttler.Transport{
 			Route: requests.Route(byKey),
 			Base:  toServer(api),
 			// Follow each key's own request counter
 			// (x-ratelimit-remaining-requests, -reset-requests) for
-			// every replica. Token counters are not followed: a Cost
-			// holds estimates until they settle (see Transport.Counters).
+			// every replica.
 			Counters: throttler.OpenAI(),
 		},
 	}}
@@ -326,8 +308,9 @@ func ExampleGroup_openAI() {
 	// customer B: 0 tokens, 0 requests
 }
 
-// estimateTokens prices a chat completion before it is sent: its prompt
-// at about 4 characters a token, plus the most it may write.
+// estimateTokens prices a chat completion before it is sent as OpenAI
+// counts it when it arrives: its prompt at about 4 characters a token,
+// plus max_tokens, the most it may write.
 func estimateTokens(req *http.Request) int {
 	var asked struct {
 		MaxTokens int `json:"max_tokens"`
@@ -348,7 +331,8 @@ func estimateTokens(req *http.Request) int {
 	return max(1, n)
 }
 
-// usageTokens reads what a chat completion cost from its usage.
+// usageTokens reads what a chat completion cost from its usage (a 429
+// never reaches it: the Transport settles a refusal at 0).
 func usageTokens(resp *http.Response, tail []byte) (int, bool) {
 	var done struct {
 		Usage struct {

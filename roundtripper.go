@@ -50,7 +50,8 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 //     Retry-After header, in seconds or as an HTTP date, pauses the
 //     Throttler for every replica until then (see Throttler.PauseUntil);
 //   - with Counters set, what the API says of its own quota on every
-//     response is followed instead, for every replica (see Counters);
+//     response is followed instead, for every replica (see Counters; a
+//     Transport with Cost takes its refusals only);
 //   - with LimitHeader set, a response stating a lower limit than the
 //     Throttler's lowers it for every replica (see Throttler.SetLimit).
 //
@@ -85,6 +86,18 @@ type Transport struct {
 	// admitted again. Only requests without a body, or whose GetBody can
 	// make a fresh one, are retried; the others get the refusal. Default
 	// 0: the response is returned as it came.
+	//
+	// With nested Transports (one whose Base is another Transport, such
+	// as tokens with Cost over requests), set Retries on the outer one
+	// only, the one a request meets first, and give both Counters that
+	// read the API's refusals (the same preset), so that both pause on
+	// them. A retry there is admitted anew on every Transport below, at
+	// its own time: the refused attempt gives its estimate back (a 429
+	// settles at 0, see Cost) and each send counts once on every limit.
+	// On the inner one, a retry would go out under the outer permit's
+	// first admission, a pause or more after it, when the outer window no
+	// longer holds the call where the API counts it; on both, the sends
+	// multiply: each outer attempt makes up to Retries+1 inner ones.
 	Retries int
 
 	// MaxPause caps how long one refusal may pause the Throttler, and a
@@ -131,8 +144,15 @@ type Transport struct {
 	// counted it: the limit is then too high by such calls until a later
 	// response lowers it. Nothing can foresee what another consumer spends
 	// beyond what the responses showed. Use Counters or LimitHeader, not
-	// both: both set the shared limit. Nil (the default): only Retry-After
-	// is read, as described above.
+	// both: both set the shared limit.
+	//
+	// A Transport with Cost takes only the verdicts of what Counters reads
+	// (pauses, back-offs, RetryCall) and follows no counter: its window
+	// holds estimates until they settle, so what it holds is not what the
+	// API's counter counts, and the presets' counters are of requests.
+	// Give it the preset of the request Transport below it, so that a
+	// refusal pauses both. Nil (the default): only Retry-After is read, as
+	// described above.
 	Counters Counters
 
 	// Backoff is how long a refusal that does not say until when pauses

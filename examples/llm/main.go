@@ -20,7 +20,7 @@
 // Three modes run one after the other (or the one -mode picks):
 //
 //	a  estimate prompt + max_tokens, settle with the actual usage
-//	b  the same estimate, never settled (Cost.Actual nil)
+//	b  the same estimate, never settled but for a 429 (Cost.Actual nil)
 //	c  estimate the prompt tokens only, settle with the actual usage
 //
 // Tokens go first, then the request: a call counts at its admission and
@@ -229,7 +229,7 @@ func runMode(ctx context.Context, c config, m mode, newClient func() *redis.Clie
 	if m.settle {
 		cost.Actual = func(resp *http.Response, tail []byte) (int, bool) {
 			if resp.StatusCode != http.StatusOK {
-				return 0, true // refused (429) or rejected (400): no tokens used
+				return 0, true // rejected (400): no tokens used (a 429 settles at 0 without Actual)
 			}
 			u, ok := fakellm.ParseUsage(tail)
 			return units(u.TotalTokens), ok

@@ -1,16 +1,49 @@
 // Package fakellm is a fake LLM API, in the shape of OpenAI's chat
-// completions, that enforces a tokens-per-window and a requests-per-window
-// limit on the tokens each call actually used, as the real thing does. The
-// examples and the bench harness call it through the throttler.
+// completions (or Anthropic's messages), that enforces a tokens-per-window
+// and a requests-per-window limit, counting a call's tokens as its
+// Accounting says. The examples, the recipes' tests and the bench harness
+// call it through the throttler.
 //
-// POST /v1/chat/completions takes {"prompt": "...", "max_tokens": N,
-// "stream": bool}. A call's prompt tokens are PromptTokens(prompt): its
-// words. On arrival the API draws the completion's length at random in
-// [1, max_tokens] (from a seeded generator) and accepts the call only if its
-// prompt plus completion tokens fit the token limit, and the call itself the
-// request limit, in the sliding window of length Window ending at its
-// arrival. Otherwise it answers 429 with Retry-After, and the call costs
-// nothing. An accepted call's tokens count at its arrival time.
+// POST Path (or MessagesPath) takes {"prompt": "...", "messages":
+// [{"role": "user", "content": "..."}], "max_tokens": N, "stream": bool}.
+// A call's prompt tokens are PromptTokens of its prompt and of each
+// message's content: their words. On arrival the API draws the
+// completion's length at random in [1, max_tokens] (from a seeded
+// generator), and accepts the call only if it fits every limit in the
+// sliding window of length Window ending at its arrival, counting it and
+// the calls before it as the Accounting says:
+//
+//   - Metered (the default): a call counts its prompt plus completion
+//     tokens from its arrival, as an API that knew at once what the call
+//     would use. A refused call costs nothing.
+//   - OpenAI: a call counts its prompt plus its max_tokens from its
+//     arrival, and its prompt plus completion once its answer is written
+//     (just before the usage goes out); a refused request counts against
+//     the request limit all the same. OpenAI's help center ("What are the
+//     best practices for managing my rate limits in the API?") says token
+//     usage is estimated from max_tokens and that contexts (prompts plus
+//     max_tokens) count, and its rate-limit guide that unsuccessful
+//     requests contribute to the per-minute limit. Every response states
+//     x-ratelimit-limit-, -remaining- and -reset-requests and -tokens, the
+//     resets as durations until the window holds nothing.
+//   - Anthropic: input tokens (the prompt) and output tokens have limits
+//     of their own (InputTokens, OutputTokens); a call's output counts at
+//     its max_tokens from its arrival, and at its completion once its
+//     answer is written: Anthropic's "Rate limits" page says OTPM is
+//     estimated from max_tokens at the beginning of each request and
+//     adjusted to the actual output tokens at its end. Every response
+//     states anthropic-ratelimit-requests-, -input-tokens-,
+//     -output-tokens- and -tokens- (the more restrictive of the two)
+//     -limit, -remaining and -reset, the resets in RFC 3339 (whole
+//     seconds, rounded up) when the window will hold nothing; a 429
+//     carries retry-after and an error of type rate_limit_error.
+//     Anthropic describes its limits as token buckets, refilled
+//     continuously up to the limit; a sliding window of the same limit
+//     and length is stricter: a call it accepts, such a bucket would too.
+//     Streaming is not modelled in this style (answered 400).
+//
+// A call that does not fit is answered 429 with Retry-After (whole
+// seconds, rounded up, until it would fit) and counts no tokens.
 //
 // A non-streamed answer is one JSON object with the usage in "usage"; a
 // streamed one is text/event-stream: a few "data: {...}" chunks, each
@@ -36,32 +69,77 @@ import (
 	"time"
 )
 
-// Path is where the API answers.
-const Path = "/v1/chat/completions"
+// Path is where the API answers in OpenAI's shape, and MessagesPath in
+// Anthropic's; each style answers both.
+const (
+	Path         = "/v1/chat/completions"
+	MessagesPath = "/v1/messages"
+)
+
+// Message is one message of a request.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
 
 // Request is the body of a call.
 type Request struct {
-	Prompt    string `json:"prompt"`
-	MaxTokens int    `json:"max_tokens"`
-	Stream    bool   `json:"stream"`
+	Prompt    string    `json:"prompt,omitempty"`
+	Messages  []Message `json:"messages,omitempty"`
+	MaxTokens int       `json:"max_tokens"`
+	Stream    bool      `json:"stream,omitempty"`
 }
 
-// Usage is what a call cost, as the API reports it.
+// promptTokens is PromptTokens of the prompt and of every message.
+func (r Request) promptTokens() int {
+	n := PromptTokens(r.Prompt)
+	for _, m := range r.Messages {
+		n += PromptTokens(m.Content)
+	}
+	return n
+}
+
+// Usage is what a call cost, as the API reports it: prompt_tokens,
+// completion_tokens and total_tokens in OpenAI's shape, input_tokens and
+// output_tokens in Anthropic's.
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens     int `json:"prompt_tokens,omitempty"`
+	CompletionTokens int `json:"completion_tokens,omitempty"`
+	TotalTokens      int `json:"total_tokens,omitempty"`
+	InputTokens      int `json:"input_tokens,omitempty"`
+	OutputTokens     int `json:"output_tokens,omitempty"`
 }
 
 // PromptTokens is the API's tokenizer: the number of words (runs of
 // characters other than white space) in prompt.
 func PromptTokens(prompt string) int { return len(strings.Fields(prompt)) }
 
+// Accounting is how the API counts a call's tokens against its limits;
+// see the package documentation.
+type Accounting int
+
+const (
+	// Metered counts a call's actual tokens from its arrival.
+	Metered Accounting = iota
+	// OpenAI counts prompt plus max_tokens from the arrival, prompt plus
+	// completion from the answer's end, and refused requests.
+	OpenAI
+	// Anthropic counts input and output tokens apart, the output at
+	// max_tokens from the arrival and at the completion from the end.
+	Anthropic
+)
+
 // Config sets an API's limits and pace. Zero fields take their defaults.
 type Config struct {
-	// Tokens is how many tokens (prompt and completion) the accepted calls
-	// of any window may use. Default 10,000.
+	// Accounting is how a call's tokens count (default Metered).
+	Accounting Accounting
+	// Tokens is how many tokens (prompt and completion) the calls of any
+	// window may count (Metered and OpenAI). Default 10,000.
 	Tokens int
+	// InputTokens and OutputTokens are how many input (prompt) and output
+	// (completion) tokens the calls of any window may count (Anthropic).
+	// Defaults 10,000 and 4,000.
+	InputTokens, OutputTokens int
 	// Requests is how many calls any window may accept. Default 60.
 	Requests int
 	// Window is the length of the sliding window. Default time.Minute.
@@ -80,16 +158,25 @@ type Config struct {
 
 // Record is one accepted call.
 type Record struct {
-	At     time.Time // arrival
-	Tokens int       // prompt + completion
+	At time.Time // arrival
+	// Tokens is Input + Output: what the call counts against Tokens.
+	Tokens int
+	// Input is the call's prompt tokens; Output its completion tokens,
+	// or its max_tokens while it runs under the OpenAI and Anthropic
+	// accountings.
+	Input, Output int
+	// Done reports that the answer was written: Output is the completion.
+	Done bool
 }
 
 // Rejection is one call answered 429.
 type Rejection struct {
 	At time.Time
-	// Tokens is true when the call did not fit the token limit, Requests
-	// when it did not fit the request limit (both may be).
-	Tokens, Requests bool
+	// Tokens is true when the call did not fit the token limit (Input and
+	// Output, the input and output token limits, under the Anthropic
+	// accounting), Requests when it did not fit the request limit (a call
+	// may fit none).
+	Tokens, Input, Output, Requests bool
 }
 
 // API is the fake. It implements http.Handler and is safe for concurrent
@@ -101,19 +188,31 @@ type API struct {
 	rng      *rand.Rand
 	accepted []Record // in order of arrival
 	rejected []Rejection
-	head     int // accepted[head:] are the calls in the window at the last arrival
-	inWindow int // their tokens
+	head     int    // accepted[head:] are the calls in the window at the last arrival
+	sums     Record // their Tokens, Input and Output
+	// requests are the arrivals that count against the request limit
+	// (accepted calls, and under the OpenAI accounting refused ones too),
+	// from reqHead on in the window.
+	requests []time.Time
+	reqHead  int
 	seq      int
 }
 
 // New returns an API with cfg's limits. It panics on negative limits or a
 // negative window.
 func New(cfg Config) *API {
-	if cfg.Tokens < 0 || cfg.Requests < 0 || cfg.Window < 0 {
-		panic(fmt.Sprintf("fakellm: negative limit or window in %+v", cfg))
+	if cfg.Tokens < 0 || cfg.InputTokens < 0 || cfg.OutputTokens < 0 || cfg.Requests < 0 || cfg.Window < 0 ||
+		cfg.Accounting < Metered || cfg.Accounting > Anthropic {
+		panic(fmt.Sprintf("fakellm: negative limit or window, or unknown accounting, in %+v", cfg))
 	}
 	if cfg.Tokens == 0 {
 		cfg.Tokens = 10000
+	}
+	if cfg.InputTokens == 0 {
+		cfg.InputTokens = 10000
+	}
+	if cfg.OutputTokens == 0 {
+		cfg.OutputTokens = 4000
 	}
 	if cfg.Requests == 0 {
 		cfg.Requests = 60
@@ -127,12 +226,14 @@ func New(cfg Config) *API {
 	return &API{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x11a11a))}
 }
 
-// ServeHTTP answers POST Path; see the package documentation. A malformed
-// body, max_tokens below 1, an empty prompt, or a call whose prompt plus
-// max_tokens exceeds the token limit (it could never be served) is
-// answered 400 and recorded nowhere.
+// ServeHTTP answers POST Path and MessagesPath; see the package
+// documentation. A malformed body, max_tokens below 1, an empty prompt, a
+// call that could never be served (its prompt plus max_tokens over the
+// token limit; under the Anthropic accounting, its prompt over the input
+// limit or max_tokens over the output limit), or a streamed call under the
+// Anthropic accounting, is answered 400 and recorded nowhere.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != Path {
+	if r.Method != http.MethodPost || (r.URL.Path != Path && r.URL.Path != MessagesPath) {
 		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 		return
 	}
@@ -141,81 +242,218 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"malformed body"}`, http.StatusBadRequest)
 		return
 	}
-	prompt := PromptTokens(req.Prompt)
-	if prompt < 1 || req.MaxTokens < 1 || prompt+req.MaxTokens > a.cfg.Tokens {
-		http.Error(w, `{"error":"empty prompt, or max_tokens out of range"}`, http.StatusBadRequest)
+	prompt := req.promptTokens()
+	never := prompt+req.MaxTokens > a.cfg.Tokens
+	if a.cfg.Accounting == Anthropic {
+		never = prompt > a.cfg.InputTokens || req.MaxTokens > a.cfg.OutputTokens || req.Stream
+	}
+	if prompt < 1 || req.MaxTokens < 1 || never {
+		http.Error(w, `{"error":"empty prompt, max_tokens out of range, or a stream not modelled"}`, http.StatusBadRequest)
 		return
 	}
-	completion, id, retry := a.admit(prompt, req.MaxTokens)
-	if retry > 0 {
+	v := a.admit(prompt, req.MaxTokens)
+	for name, value := range v.header {
+		w.Header().Set(name, value)
+	}
+	if v.retry > 0 {
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((v.retry+time.Second-1)/time.Second), 10))
 		w.WriteHeader(http.StatusTooManyRequests)
-		fmt.Fprintln(w, `{"error":{"type":"rate_limit_exceeded"}}`)
+		if a.cfg.Accounting == Anthropic {
+			fmt.Fprintln(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`)
+		} else {
+			fmt.Fprintln(w, `{"error":{"type":"rate_limit_exceeded"}}`)
+		}
 		return
 	}
-	u := Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	// The call's count is adjusted to its usage before the usage goes out
+	// (or once the caller has gone).
+	defer a.end(v.index, v.completion)
+	u := Usage{PromptTokens: prompt, CompletionTokens: v.completion, TotalTokens: prompt + v.completion}
 	if req.Stream {
-		a.stream(w, r, id, u)
+		a.stream(w, r, v, u)
 		return
 	}
-	if !a.sleep(r, a.cfg.FirstToken+time.Duration(completion)*a.cfg.PerToken) {
+	if !a.sleep(r, a.cfg.FirstToken+time.Duration(v.completion)*a.cfg.PerToken) {
 		return
 	}
+	a.end(v.index, v.completion)
 	w.Header().Set("Content-Type", "application/json")
+	if a.cfg.Accounting == Anthropic {
+		json.NewEncoder(w).Encode(map[string]any{
+			"id": v.id, "type": "message", "role": "assistant", "stop_reason": "end_turn",
+			"content": []any{map[string]string{"type": "text", "text": words(v.completion)}},
+			"usage":   Usage{InputTokens: prompt, OutputTokens: v.completion},
+		})
+		return
+	}
 	json.NewEncoder(w).Encode(map[string]any{
-		"id":      id,
+		"id":      v.id,
 		"object":  "chat.completion",
-		"choices": []any{map[string]any{"index": 0, "message": map[string]string{"role": "assistant", "content": words(completion)}}},
+		"choices": []any{map[string]any{"index": 0, "message": map[string]string{"role": "assistant", "content": words(v.completion)}}},
 		"usage":   u,
 	})
 }
 
-// admit decides a call at its arrival: it returns the completion's length
-// and an id, or how long until the call would fit (positive: refused).
-func (a *API) admit(prompt, maxTokens int) (completion int, id string, retry time.Duration) {
+// verdict is what admit decided of a call.
+type verdict struct {
+	completion int
+	id         string
+	index      int           // in accepted
+	retry      time.Duration // positive: refused, fits after that long
+	header     map[string]string
+}
+
+// admit decides a call at its arrival: it draws the completion's length,
+// counts the call if it fits (or refuses it, with how long until it would
+// fit), and returns the response's rate-limit headers.
+func (a *API) admit(prompt, maxTokens int) verdict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.cfg.Now()
 	for a.head < len(a.accepted) && now.Sub(a.accepted[a.head].At) >= a.cfg.Window {
-		a.inWindow -= a.accepted[a.head].Tokens
+		a.sums = a.sums.minus(a.accepted[a.head])
 		a.head++
 	}
-	completion = 1 + a.rng.IntN(maxTokens)
-	cost := prompt + completion
+	for a.reqHead < len(a.requests) && now.Sub(a.requests[a.reqHead]) >= a.cfg.Window {
+		a.reqHead++
+	}
+	v := verdict{completion: 1 + a.rng.IntN(maxTokens)}
+	call := Record{At: now, Input: prompt, Output: v.completion, Done: true}
+	if a.cfg.Accounting != Metered {
+		call.Output, call.Done = maxTokens, false
+	}
+	call.Tokens = call.Input + call.Output
 	live := a.accepted[a.head:]
 	var rej Rejection
-	if len(live)+1 > a.cfg.Requests {
+	if reqs := a.requests[a.reqHead:]; len(reqs)+1 > a.cfg.Requests {
 		rej.Requests = true
-		retry = live[len(live)-a.cfg.Requests].At.Add(a.cfg.Window).Sub(now)
+		v.retry = reqs[len(reqs)-a.cfg.Requests].Add(a.cfg.Window).Sub(now)
 	}
-	if need := a.inWindow + cost - a.cfg.Tokens; need > 0 {
-		rej.Tokens = true
-		// The call fits once the oldest calls holding need tokens have left.
+	fits := func(limit int, of func(Record) int) bool {
+		need := of(a.sums) + of(call) - limit
+		if need <= 0 {
+			return true
+		}
+		// The call fits once the oldest calls holding need have left.
 		for _, c := range live {
-			if need -= c.Tokens; need <= 0 {
-				retry = max(retry, c.At.Add(a.cfg.Window).Sub(now))
+			if need -= of(c); need <= 0 {
+				v.retry = max(v.retry, c.At.Add(a.cfg.Window).Sub(now))
 				break
 			}
 		}
+		return false
 	}
-	if rej.Tokens || rej.Requests {
+	if a.cfg.Accounting == Anthropic {
+		rej.Input = !fits(a.cfg.InputTokens, func(r Record) int { return r.Input })
+		rej.Output = !fits(a.cfg.OutputTokens, func(r Record) int { return r.Output })
+	} else {
+		rej.Tokens = !fits(a.cfg.Tokens, func(r Record) int { return r.Tokens })
+	}
+	if rej.Tokens || rej.Input || rej.Output || rej.Requests {
 		rej.At = now
 		a.rejected = append(a.rejected, rej)
-		return 0, "", max(retry, time.Nanosecond)
+		if a.cfg.Accounting == OpenAI {
+			a.requests = append(a.requests, now) // refused, and counted all the same
+		}
+		v.retry = max(v.retry, time.Nanosecond)
+		v.header = a.headers(now)
+		return v
 	}
-	a.accepted = append(a.accepted, Record{At: now, Tokens: cost})
-	a.inWindow += cost
+	a.accepted = append(a.accepted, call)
+	a.requests = append(a.requests, now)
+	a.sums = a.sums.plus(call)
 	a.seq++
-	return completion, "chatcmpl-" + strconv.Itoa(a.seq), 0
+	v.index = len(a.accepted) - 1
+	v.id = "call-" + strconv.Itoa(a.seq)
+	v.header = a.headers(now)
+	return v
+}
+
+// end adjusts the call at index i to its completion, once: its answer is
+// written.
+func (a *API) end(i, completion int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := &a.accepted[i]
+	if c.Done {
+		return
+	}
+	was := *c
+	c.Output, c.Tokens, c.Done = completion, c.Input+completion, true
+	if i >= a.head {
+		a.sums = a.sums.minus(was).plus(*c)
+	}
+}
+
+func (r Record) plus(c Record) Record {
+	r.Tokens, r.Input, r.Output = r.Tokens+c.Tokens, r.Input+c.Input, r.Output+c.Output
+	return r
+}
+
+func (r Record) minus(c Record) Record {
+	r.Tokens, r.Input, r.Output = r.Tokens-c.Tokens, r.Input-c.Input, r.Output-c.Output
+	return r
+}
+
+// headers returns the rate-limit headers of a response written at now,
+// as the Accounting's vendor states them (none for Metered).
+func (a *API) headers(now time.Time) map[string]string {
+	reqs := a.requests[a.reqHead:]
+	emptyAt := func(arrivals []time.Time) time.Time { // when the window will hold none of them
+		if len(arrivals) == 0 {
+			return now
+		}
+		return arrivals[len(arrivals)-1].Add(a.cfg.Window)
+	}
+	var calls []time.Time
+	for _, c := range a.accepted[a.head:] {
+		calls = append(calls, c.At)
+	}
+	reqReset, tokReset := emptyAt(reqs), emptyAt(calls)
+	h := map[string]string{}
+	switch a.cfg.Accounting {
+	case OpenAI:
+		d := func(at time.Time) string { return at.Sub(now).Round(time.Millisecond).String() }
+		h["X-Ratelimit-Limit-Requests"] = strconv.Itoa(a.cfg.Requests)
+		h["X-Ratelimit-Limit-Tokens"] = strconv.Itoa(a.cfg.Tokens)
+		h["X-Ratelimit-Remaining-Requests"] = strconv.Itoa(max(0, a.cfg.Requests-len(reqs)))
+		h["X-Ratelimit-Remaining-Tokens"] = strconv.Itoa(max(0, a.cfg.Tokens-a.sums.Tokens))
+		h["X-Ratelimit-Reset-Requests"] = d(reqReset)
+		h["X-Ratelimit-Reset-Tokens"] = d(tokReset)
+	case Anthropic:
+		at := func(t time.Time) string { // RFC 3339, whole seconds, rounded up
+			if u := t.Truncate(time.Second); u.Before(t) {
+				t = u.Add(time.Second)
+			}
+			return t.UTC().Format(time.RFC3339)
+		}
+		set := func(name string, limit, remaining int, reset time.Time) {
+			h["Anthropic-Ratelimit-"+name+"-Limit"] = strconv.Itoa(limit)
+			h["Anthropic-Ratelimit-"+name+"-Remaining"] = strconv.Itoa(max(0, remaining))
+			h["Anthropic-Ratelimit-"+name+"-Reset"] = at(reset)
+		}
+		set("Requests", a.cfg.Requests, a.cfg.Requests-len(reqs), reqReset)
+		in, out := a.cfg.InputTokens-a.sums.Input, a.cfg.OutputTokens-a.sums.Output
+		set("Input-Tokens", a.cfg.InputTokens, in, tokReset)
+		set("Output-Tokens", a.cfg.OutputTokens, out, tokReset)
+		if in*a.cfg.OutputTokens <= out*a.cfg.InputTokens { // the more restrictive, by the share left
+			set("Tokens", a.cfg.InputTokens, in, tokReset)
+		} else {
+			set("Tokens", a.cfg.OutputTokens, out, tokReset)
+		}
+	}
+	return h
 }
 
 // streamChunks is how many content events a streamed answer has (fewer
 // when the completion has fewer tokens).
 const streamChunks = 4
 
-// stream writes u's completion as server-sent events, the usage last.
-func (a *API) stream(w http.ResponseWriter, r *http.Request, id string, u Usage) {
+// stream writes u's completion as server-sent events, the usage last,
+// the call's count adjusted to it just before.
+func (a *API) stream(w http.ResponseWriter, r *http.Request, v verdict, u Usage) {
+	id := v.id
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
@@ -244,6 +482,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, id string, u Usage)
 			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": words(n)}}},
 		})
 	}
+	a.end(v.index, v.completion)
 	event(map[string]any{"id": id, "object": "chat.completion.chunk", "choices": []any{}, "usage": u})
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
@@ -297,12 +536,12 @@ func Asked(req *http.Request) (promptTokens, maxTokens int) {
 	if json.NewDecoder(rc).Decode(&body) != nil {
 		return 0, 0
 	}
-	return PromptTokens(body.Prompt), body.MaxTokens
+	return body.promptTokens(), body.MaxTokens
 }
 
 // ParseUsage reads a call's usage from the end of its response body, as a
-// client of an OpenAI-style API would: the "usage" of a JSON answer, or of
-// the last event of a streamed one that has it. It reports false when tail
+// client of the API would: the "usage" of a JSON answer (in OpenAI's shape
+// or Anthropic's), or of the last event of a streamed one that has it. It reports false when tail
 // holds neither (a body cut short, or longer than the tail kept).
 func ParseUsage(tail []byte) (Usage, bool) {
 	var v struct{ Usage *Usage }
@@ -327,40 +566,50 @@ func ParseUsage(tail []byte) (Usage, bool) {
 // Stats sums up a run.
 type Stats struct {
 	Accepted, Rejected int
-	// RejectedTokens and RejectedRequests count the 429s by the limit they
-	// did not fit (a call may fit neither).
-	RejectedTokens, RejectedRequests int
-	// Tokens is the accepted calls' tokens.
+	// RejectedTokens, RejectedInput, RejectedOutput and RejectedRequests
+	// count the 429s by the limit they did not fit (a call may fit none).
+	RejectedTokens, RejectedInput, RejectedOutput, RejectedRequests int
+	// Tokens is the accepted calls' tokens, as they count now (a call
+	// still running counts its max_tokens under the OpenAI and Anthropic
+	// accountings).
 	Tokens int
-	// MaxTokensInWindow and MaxRequestsInWindow are the most tokens and
-	// calls accepted in any half-open window of length Window: never above
-	// TokenLimit and RequestLimit, for the API refuses what would be.
-	MaxTokensInWindow, MaxRequestsInWindow int
-	TokenLimit, RequestLimit               int
-	Window                                 time.Duration
+	// MaxTokensInWindow, MaxInputInWindow, MaxOutputInWindow and
+	// MaxRequestsInWindow are the most tokens, input tokens, output
+	// tokens and calls accepted in any half-open window of length Window,
+	// as the calls count now: never above the limits, for the API refuses
+	// what would be (and a call's count only goes down once it ends).
+	MaxTokensInWindow, MaxInputInWindow, MaxOutputInWindow, MaxRequestsInWindow int
+	TokenLimit, InputLimit, OutputLimit, RequestLimit                           int
+	Window                                                                      time.Duration
 }
 
 // Stats returns the run's figures so far.
 func (a *API) Stats() Stats {
 	acc, rej := a.Accepted(), a.Rejections()
-	s := Stats{Accepted: len(acc), Rejected: len(rej), TokenLimit: a.cfg.Tokens, RequestLimit: a.cfg.Requests, Window: a.cfg.Window}
+	s := Stats{Accepted: len(acc), Rejected: len(rej), TokenLimit: a.cfg.Tokens, InputLimit: a.cfg.InputTokens,
+		OutputLimit: a.cfg.OutputTokens, RequestLimit: a.cfg.Requests, Window: a.cfg.Window}
 	for _, r := range rej {
-		if r.Tokens {
-			s.RejectedTokens++
-		}
-		if r.Requests {
-			s.RejectedRequests++
+		for _, c := range []struct {
+			did bool
+			n   *int
+		}{{r.Tokens, &s.RejectedTokens}, {r.Input, &s.RejectedInput}, {r.Output, &s.RejectedOutput}, {r.Requests, &s.RejectedRequests}} {
+			if c.did {
+				*c.n++
+			}
 		}
 	}
-	i, sum := 0, 0
+	i := 0
+	var sum Record
 	for j, c := range acc {
 		s.Tokens += c.Tokens
-		sum += c.Tokens
+		sum = sum.plus(c)
 		for c.At.Sub(acc[i].At) >= a.cfg.Window {
-			sum -= acc[i].Tokens
+			sum = sum.minus(acc[i])
 			i++
 		}
-		s.MaxTokensInWindow = max(s.MaxTokensInWindow, sum)
+		s.MaxTokensInWindow = max(s.MaxTokensInWindow, sum.Tokens)
+		s.MaxInputInWindow = max(s.MaxInputInWindow, sum.Input)
+		s.MaxOutputInWindow = max(s.MaxOutputInWindow, sum.Output)
 		s.MaxRequestsInWindow = max(s.MaxRequestsInWindow, j-i+1)
 	}
 	return s

@@ -333,3 +333,98 @@ func TestWorkloadAndAsked(t *testing.T) {
 		t.Errorf("Asked without GetBody = %d, %d; want zeros", p, m)
 	}
 }
+
+// TestOpenAIAccounting: a running call counts its prompt plus max_tokens,
+// an ended one its prompt plus completion, and a refused request counts
+// against the request limit; every response states the counters.
+func TestOpenAIAccounting(t *testing.T) {
+	c := &clock{now: t0}
+	a := New(Config{Accounting: OpenAI, Tokens: 1000, Requests: 3, Now: c.Now})
+	first := a.admit(100, 500)
+	if first.retry != 0 {
+		t.Fatalf("first call refused: %+v", first)
+	}
+	if h := first.header; h["X-Ratelimit-Remaining-Tokens"] != "400" || h["X-Ratelimit-Remaining-Requests"] != "2" ||
+		h["X-Ratelimit-Reset-Tokens"] != "1m0s" || h["X-Ratelimit-Limit-Tokens"] != "1000" {
+		t.Fatalf("headers %v: want 400 tokens and 2 requests left, the window empty in 1m0s", h)
+	}
+	c.Add(time.Second)
+	// 600 running (100 + max_tokens 500): another 600 does not fit.
+	if v := a.admit(100, 500); v.retry != 59*time.Second {
+		t.Fatalf("a second call while the first runs: retry %v, want refused until the first leaves (59s)", v.retry)
+	}
+	a.end(first.index, 50) // 150 now
+	if v := a.admit(100, 500); v.retry != 0 {
+		t.Fatalf("once the first ended at 150: refused (%v), want accepted", v.retry)
+	}
+	// 2 accepted and 1 refused request in the window: the 4th does not fit.
+	v := a.admit(1, 1)
+	if v.retry == 0 || v.header["X-Ratelimit-Remaining-Requests"] != "0" {
+		t.Fatalf("4th request with a refused one in the window: %+v, want refused with no request left", v)
+	}
+	s := a.Stats()
+	if s.Accepted != 2 || s.RejectedTokens != 1 || s.RejectedRequests != 1 || s.Tokens != 150+600 || s.MaxRequestsInWindow != 2 {
+		t.Errorf("Stats = %+v; want 2 accepted (150 + 600 running), one 429 for tokens, one for requests", s)
+	}
+}
+
+// TestAnthropicAccounting: input and output tokens have their own limits,
+// the output counts at max_tokens until the call ends; the headers state
+// each counter with RFC 3339 resets, and a 429 has retry-after.
+func TestAnthropicAccounting(t *testing.T) {
+	c := &clock{now: t0.Add(300 * time.Millisecond)}
+	a := New(Config{Accounting: Anthropic, InputTokens: 100, OutputTokens: 50, Requests: 10, Now: c.Now})
+	first := a.admit(60, 40)
+	if h := first.header; first.retry != 0 || h["Anthropic-Ratelimit-Output-Tokens-Remaining"] != "10" ||
+		h["Anthropic-Ratelimit-Input-Tokens-Remaining"] != "40" || h["Anthropic-Ratelimit-Output-Tokens-Reset"] != "2024-01-01T00:01:01Z" ||
+		h["Anthropic-Ratelimit-Tokens-Remaining"] != "10" || h["Anthropic-Ratelimit-Requests-Remaining"] != "9" {
+		t.Fatalf("first call: %+v; want accepted, 40 input and 10 output tokens left, reset 00:01:01 (rounded up)", first)
+	}
+	if v := a.admit(30, 20); v.retry == 0 {
+		t.Fatal("20 output tokens more while 40 of 50 run at max_tokens: accepted, want refused")
+	}
+	a.end(first.index, 5)
+	if v := a.admit(30, 20); v.retry != 0 {
+		t.Fatalf("once the first ended at 5 output tokens: refused (%v), want accepted", v.retry)
+	}
+	if v := a.admit(20, 1); v.retry == 0 {
+		t.Fatal("110 input tokens of 100: accepted, want refused")
+	}
+	if s := a.Stats(); s.Accepted != 2 || s.RejectedOutput != 1 || s.RejectedInput != 1 || s.MaxInputInWindow != 90 || s.MaxOutputInWindow != 25 {
+		t.Errorf("Stats = %+v; want 2 accepted, one 429 for output and one for input, at most 90 input and 25 output", s)
+	}
+
+	rec := call(t, a, prompt(20), 1, false) // input 110 again: refused
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "60" ||
+		!strings.Contains(rec.Body.String(), `"rate_limit_error"`) || rec.Header().Get("Anthropic-Ratelimit-Requests-Limit") != "10" {
+		t.Fatalf("a 429: status %d, headers %v, body %s", rec.Code, rec.Header(), rec.Body)
+	}
+	c.Add(time.Minute)
+	rec = call(t, a, prompt(7), 9, false)
+	u, ok := ParseUsage(rec.Body.Bytes())
+	if rec.Code != http.StatusOK || !ok || u.InputTokens != 7 || u.OutputTokens < 1 || u.OutputTokens > 9 {
+		t.Fatalf("status %d, usage %+v (%v); want 200, 7 input tokens and 1..9 output", rec.Code, u, ok)
+	}
+	if last := a.Accepted()[2]; !last.Done || last.Output != u.OutputTokens {
+		t.Errorf("the API counts %+v once the usage is out, want its %d output tokens", last, u.OutputTokens)
+	}
+	if rec := call(t, a, "hi", 5, true); rec.Code != http.StatusBadRequest {
+		t.Errorf("a stream in the Anthropic style: status %d, want 400", rec.Code)
+	}
+}
+
+// TestMessagesBody: a request's messages count as its prompt.
+func TestMessagesBody(t *testing.T) {
+	a := New(Config{Accounting: OpenAI})
+	body, _ := json.Marshal(Request{Messages: []Message{{"system", "be brief"}, {"user", "three more words"}}, MaxTokens: 4})
+	rec := httptest.NewRecorder()
+	a.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, MessagesPath, bytes.NewReader(body)))
+	u, ok := ParseUsage(rec.Body.Bytes())
+	if rec.Code != http.StatusOK || !ok || u.PromptTokens != 5 {
+		t.Fatalf("status %d, usage %+v; want 200 and 5 prompt tokens", rec.Code, u)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://api"+Path, bytes.NewReader(body))
+	if p, m := Asked(req); p != 5 || m != 4 {
+		t.Errorf("Asked = %d, %d; want 5, 4", p, m)
+	}
+}

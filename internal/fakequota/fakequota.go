@@ -9,9 +9,16 @@
 // its reset is a whole number of epoch seconds), stated in
 // x-ratelimit-limit, -remaining, -used, -reset (epoch seconds) and
 // -resource ("core"); a call beyond it is answered 403 with remaining 0.
-// A secondary limit (Secondary calls in any SecondaryWindow, counted over
-// every consumer) answers 403 with a message saying so and neither
-// retry-after nor a remaining of 0, GitHub's hardest case.
+// That is GitHub's primary rate limit as its "Rate limits for the REST
+// API" page describes it (5,000 requests an hour for a user's token),
+// scaled. A secondary limit (Secondary calls in any SecondaryWindow,
+// counted over every consumer: the page's points per minute, a GET
+// costing 1) answers with a message saying a secondary rate limit was
+// exceeded, and the primary counter's headers, but no remaining of 0: the
+// page says such a refusal is a 403 or a 429 (SecondaryStatus), with
+// retry-after or without it (SecondaryRetryAfter), and asks a client
+// without retry-after to wait at least a minute. Without retry-after, a
+// 403, is the hardest case.
 //
 // In the OpenAI style the quota is a sliding window (at most Limit calls
 // in any Window), stated in x-ratelimit-limit-requests, -remaining-requests
@@ -74,6 +81,12 @@ type Config struct {
 	// style only). SecondaryWindow defaults to a second.
 	Secondary       int
 	SecondaryWindow time.Duration
+	// SecondaryStatus is the status of a secondary limit's refusal:
+	// http.StatusForbidden (the default) or http.StatusTooManyRequests.
+	SecondaryStatus int
+	// SecondaryRetryAfter sends retry-after with a secondary limit's
+	// refusal: the whole seconds, rounded up, until the window has room.
+	SecondaryRetryAfter bool
 	// Now reads the time; default time.Now. Called with the API's mutex
 	// held; it must not go backwards.
 	Now func() time.Time
@@ -130,6 +143,9 @@ func New(cfg Config, foreign func(consumer string) bool) *API {
 	if cfg.SecondaryWindow <= 0 {
 		cfg.SecondaryWindow = time.Second
 	}
+	if cfg.SecondaryStatus != http.StatusTooManyRequests {
+		cfg.SecondaryStatus = http.StatusForbidden
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -157,7 +173,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ans := Answer{Consumer: consumer, At: now, Status: http.StatusOK, Trace: r.Header.Get(TraceHeader)}
 	switch {
 	case a.cfg.Style == GitHub && a.cfg.Secondary > 0 && a.recent(now) >= a.cfg.Secondary:
-		ans.Status, ans.Secondary = http.StatusForbidden, true
+		ans.Status, ans.Secondary = a.cfg.SecondaryStatus, true
+		if a.cfg.SecondaryRetryAfter {
+			room := a.seconds[len(a.seconds)-a.cfg.Secondary].Add(a.cfg.SecondaryWindow).Sub(now)
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((room+time.Second-1)/time.Second), 10))
+		}
 	case len(live) >= a.cfg.Limit && a.cfg.Style == OpenAI:
 		// Refused, and counted all the same.
 		ans.Status = http.StatusTooManyRequests

@@ -67,6 +67,27 @@ func TestGitHubSecondary(t *testing.T) {
 	}
 }
 
+// The secondary limit may answer 429 with retry-after instead: the whole
+// seconds until the window has room.
+func TestGitHubSecondary429RetryAfter(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := New(Config{Style: GitHub, Limit: 100, Window: 10 * time.Second, Secondary: 2, SecondaryWindow: 2 * time.Second,
+		SecondaryStatus: http.StatusTooManyRequests, SecondaryRetryAfter: true, Now: func() time.Time { return now }}, nil)
+	serve(t, a, "r0")
+	now = now.Add(300 * time.Millisecond)
+	serve(t, a, "r0")
+	now = now.Add(200 * time.Millisecond)
+	// The first call leaves the window 1.5s from now: retry-after 2.
+	w := serve(t, a, "r0")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "2" || !strings.Contains(w.Body.String(), "secondary rate limit") {
+		t.Fatalf("over the secondary limit: %d %q retry-after %q", w.Code, w.Body.String(), w.Header().Get("Retry-After"))
+	}
+	now = now.Add(1500 * time.Millisecond)
+	if w := serve(t, a, "r0"); w.Code != 200 {
+		t.Fatalf("once the first call left: %d", w.Code)
+	}
+}
+
 // A sliding window states the time until it holds no call, as a duration,
 // and refuses with 429; a refused call counts all the same, as OpenAI's
 // do.
