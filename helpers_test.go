@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,25 @@ func eachBackend(t *testing.T, f func(t *testing.T, dial dialer, key string)) {
 		srv := redistest.Start(t)
 		f(t, func() redis.UniversalClient { return srv.NewClient() }, srv.Key(t, "quota"))
 	})
+}
+
+// lateWaker returns a Throttler on key, watched by rec, whose local clock
+// steps d ahead right after each admission for which late(n) holds (n
+// counts its admissions from 1): that call then finds itself woken d after
+// its slot, as an overloaded machine's late wake-up looks.
+func lateWaker(t *testing.T, c redis.UniversalClient, key string, limit int, interval time.Duration, rec *recorder, d time.Duration, late func(n int64) bool) *Throttler {
+	t.Helper()
+	var step, n atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+	th := rec.watch(mustNew(t, c, key, limit, interval, WithClock(clock), WithBuffer(50*time.Millisecond)))
+	inner := th.hooks.onAdmit
+	th.hooks.onAdmit = func(s int64, m []string) {
+		inner(s, m)
+		if late(n.Add(1)) {
+			step.Add(int64(d))
+		}
+	}
+	return th
 }
 
 // admission is one admitted call as the Throttler saw it.
@@ -141,7 +161,8 @@ func waitLocked(t testing.TB, th *Throttler, within time.Duration, failure strin
 	}
 }
 
-// keyMembers returns the members of key and their scores, less the marker.
+// keyMembers returns the members of key and their scores, less the marker
+// and the keeper.
 func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
 	t.Helper()
 	zs, err := c.ZRangeWithScores(context.Background(), key, 0, -1).Result()
@@ -150,8 +171,8 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 	}
 	m := map[string]int64{}
 	for _, z := range zs {
-		if z.Member.(string) != redisstore.Marker {
-			m[z.Member.(string)] = int64(z.Score)
+		if name := z.Member.(string); name != redisstore.Marker && name != redisstore.KeeperMember {
+			m[name] = int64(z.Score)
 		}
 	}
 	return m

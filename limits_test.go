@@ -121,6 +121,41 @@ func TestWithLimitRefusedLeavesNothing(t *testing.T) {
 	})
 }
 
+// The key of a limit after the first keeps its TTL when a give-back
+// empties it of calls and a round trip adds one again before the next TTL
+// refresh: a key emptied is deleted with its TTL, and one written anew by a
+// round trip that does not refresh it had none, for ever (a Group's
+// idle keys were left behind so). The keeper member (see
+// redisstore.KeeperMember) keeps it from emptying.
+func TestWithLimitKeyKeepsItsTTL(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		c := dial()
+		fast, slow := "{"+key+"}:fast", "{"+key+"}:slow"
+		th := mustNew(t, c, fast, 100, time.Second, WithLimit(slow, 100, time.Minute))
+		p, err := th.Reserve(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Settle(ctx, 0); err != nil { // the call's one member goes
+			t.Fatal(err)
+		}
+		if err := th.Wait(ctx); err != nil { // within a second: no TTL refresh
+			t.Fatal(err)
+		}
+		waitIdle(t, th)
+		for _, k := range []string{fast, slow} {
+			ttl, err := c.PTTL(ctx, k).Result()
+			if err != nil || ttl <= 0 {
+				t.Errorf("%s: PTTL %s (%v), want a TTL", k, ttl, err)
+			}
+			if n := len(calls(t, c, k)); n != 1 {
+				t.Errorf("%s holds %d calls, want 1", k, n)
+			}
+		}
+	})
+}
+
 func TestWithLimitRejectsBadInput(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { c.Close() })

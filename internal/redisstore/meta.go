@@ -9,9 +9,18 @@ import "github.com/go-throttler/throttler/internal/core"
 // the same ZMSCORE that checks the marker, so they cost no extra command.
 const (
 	// Marker sits at score -1: how a process tells a window Redis lost
-	// from a key that expired (see heal.go). Every key holds it: a name of
-	// two bytes takes 6 in a small key, where "\x00throttler" took 14.
+	// from a key that expired (see heal.go). Every first key holds it: a
+	// name of two bytes takes 6 in a small key, where "\x00throttler" took
+	// 14.
 	Marker = "\x00m"
+
+	// KeeperMember sits at score -1 in the key of every limit after the
+	// first, written with each of its TTL refreshes: no trim or give-back
+	// removes it, so such a key, which holds no marker, is never emptied,
+	// which would delete it with its TTL, for a round trip that does not
+	// refresh the TTL to create it again without one, to live for ever.
+	// It goes when the key expires.
+	KeeperMember = "\x00k"
 
 	// PauseMember states the server time (µs) before which no call may go
 	// (PauseUntil).

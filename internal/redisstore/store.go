@@ -113,6 +113,8 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	                                      ZCOUNTs, the peaks and the tails)
 //	ZMSCORE key <bucketed>               (keys after the first that are
 //	                                      read as a log, not compacted)
+//	ZADD key -1 <keeper>                 (keys after the first, with their
+//	                                      PEXPIRE: see KeeperMember)
 //	PEXPIRE key <ttl>                    (a second after the last, on a new
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
@@ -279,6 +281,9 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		c.queueWrites(p, wi, zs, remove)
 		c.queueReads(p, wi)
 		if a.Expire.On {
+			if wi > 0 {
+				p.ZAdd(c.ctx, s.wins[wi].Key, redis.Z{Score: float64(MetaScore(1)), Member: KeeperMember})
+			}
 			p.PExpire(c.ctx, s.wins[wi].Key, a.Expire.TTLs[wi])
 		}
 	}
