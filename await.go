@@ -194,6 +194,7 @@ const lateBeforeSlack = 3
 func (w *waiter) unreserveAndUnlock(ctx context.Context, t *Throttler, o outcome) (outcome, error) {
 	members, at := w.res.members, w.res.score
 	t.health.forget(members, &t.hooks)
+	t.known.Free(at, w.n, w.prio.level())
 	if w.now {
 		w.freeShare(t.fallback.local)
 		w.res, w.caller = reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone
@@ -247,6 +248,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 	held, at := w.res.held(), int64(0)
 	if w.res.state == stAdmitted {
 		t.health.forget(w.res.members, &t.hooks)
+		t.known.Free(w.res.score, w.n, w.prio.level())
 		if len(w.res.stale) == 0 {
 			at = w.res.score // its members only, written for sure
 		}

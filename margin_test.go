@@ -120,17 +120,8 @@ func TestLooseEstimatePublishesAMargin(t *testing.T) {
 func TestLateAgainAsksForAMargin(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		c := dial()
-		var step, steps atomic.Int64
-		clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
 		var rec recorder
-		th := rec.watch(mustNew(t, c, key, 5, time.Second, WithClock(clock), WithBuffer(50*time.Millisecond)))
-		inner := th.hooks.onAdmit
-		th.hooks.onAdmit = func(s int64, m []string) {
-			inner(s, m)
-			if steps.Add(1) <= lateBeforeSlack {
-				step.Add(int64(200 * time.Millisecond))
-			}
-		}
+		th := lateWaker(t, c, key, 5, time.Second, &rec, 200*time.Millisecond, func(n int64) bool { return n <= lateBeforeSlack })
 		if err := th.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -253,6 +253,12 @@ func (t *Throttler) resolveLocked(rd *round) {
 	t.learnMetaLocked(rd.Reply)
 	t.decideLocked(rd)
 	t.lease.grant(rd.Attempt, rd.Reply, rd.batch)
+	if rd.Attempt.Learn.Slots > 0 {
+		// Before the claims settle: a slot admitted and given back at
+		// once (its caller gone, or no place in flight for it) is free
+		// in what this reply told (see core.Known.Free).
+		t.known.Slots, t.known.Capped = rd.Outcome.Slots, rd.Outcome.Capped
+	}
 	rd.admitted = 0
 	var requeue []*waiter
 	for i, w := range rd.batch {
@@ -268,9 +274,6 @@ func (t *Throttler) resolveLocked(rd *round) {
 		t.known.Lost = 0
 	} else if len(requeue) > 0 {
 		t.known.Lost++
-	}
-	if rd.Attempt.Learn.Slots > 0 {
-		t.known.Slots, t.known.Capped = rd.Outcome.Slots, rd.Outcome.Capped
 	}
 	t.fallback.recoveredLocked()
 	if t.hooks.onResolved != nil {
@@ -323,6 +326,9 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 	switch {
 	case w.caller == gone:
 		// Its caller returned: what it holds is ours to give back.
+		if res.OK[i] {
+			t.known.Free(c.Score, w.n, w.prio.level())
+		}
 		t.owed.unhold(w, t.fallback.local, c.Score)
 		t.lease.drop(w)
 		w.settle(reservation{state: stFailed})
@@ -352,6 +358,9 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 	default:
 		// No slot, or no place in flight: its slot goes back, and it
 		// tries again, or waits for a place (see WithInFlight).
+		if res.OK[i] {
+			t.known.Free(c.Score, w.n, w.prio.level())
+		}
 		w.requeue(&t.owed, t.fallback.local, c.Score)
 		if !w.needsPlace() {
 			return false, true

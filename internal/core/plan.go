@@ -376,6 +376,29 @@ type Known struct {
 	Lost int
 }
 
+// Free tells k that a call of n units admitted at score, of priority p,
+// was given back without going (its caller gave up, or was woken too
+// late): its slot is free again, at its score or, if that has passed, now,
+// for the calls this process still has queued (a caller woken late takes
+// it again at once, instead of a slot a window away). The slots are a
+// hint, as every known slot is: the next round's count decides. Nothing
+// changes while no slots are known (far from the limit every call fits,
+// and with none learned the next round learns them).
+func (k *Known) Free(score int64, n int, p Level) {
+	free := func(slots []int64) []int64 {
+		if slots == nil {
+			return nil
+		}
+		i, _ := slices.BinarySearch(slots, score)
+		// Clipped: slots may share its array with a reply's buffers.
+		return slices.Insert(slices.Clip(slots), i, slices.Repeat([]int64{score}, n)...)
+	}
+	if k.Near {
+		k.Slots = free(k.Slots)
+		k.Capped[p] = free(k.Capped[p])
+	}
+}
+
 // At returns the free slots known for calls of priority p: its own when
 // learned, else those under the whole limit, which are no later.
 func (k Known) At(p Level) []int64 {

@@ -2,6 +2,7 @@ package core
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -228,5 +229,46 @@ func TestTurnJitterBands(t *testing.T) {
 	}
 	if d := c.TurnJitter(rng, 1<<30); d < 0 || d > span {
 		t.Errorf("lost 2^30: jitter %s outside the span %s", d, span)
+	}
+}
+
+// A slot given back is known free again, in order, at its score (a past
+// one is taken now, as any slot before the floor is), for the whole limit
+// and the call's own capped priority; nothing changes far from the limit
+// or before any slot is learned, and the reply's buffer is not written.
+func TestKnownFree(t *testing.T) {
+	reply := make([]int64, 2, 8)
+	copy(reply, []int64{10, 30})
+	k := Known{Near: true, Slots: reply, Capped: [Levels][]int64{Low: {40}}}
+	k.Free(20, 2, Low)
+	k.Free(5, 1, Normal)
+	if want := []int64{5, 10, 20, 20, 30}; !slices.Equal(k.Slots, want) {
+		t.Errorf("Slots = %v, want %v", k.Slots, want)
+	}
+	if want := []int64{20, 20, 40}; !slices.Equal(k.Capped[Low], want) {
+		t.Errorf("Capped[Low] = %v, want %v", k.Capped[Low], want)
+	}
+	if k.Capped[Normal] != nil {
+		t.Errorf("Capped[Normal] = %v, want none learned", k.Capped[Normal])
+	}
+	if got := reply[:cap(reply)][2]; got != 0 {
+		t.Errorf("the reply's buffer was written: %v", reply[:cap(reply)])
+	}
+	far := Known{Slots: []int64{10}}
+	far.Free(5, 1, Normal)
+	none := Known{Near: true}
+	none.Free(5, 1, Normal)
+	if len(far.Slots) != 1 || none.Slots != nil {
+		t.Errorf("far from the limit %v, none learned %v: want them unchanged", far.Slots, none.Slots)
+	}
+
+	// The planner takes the freed slot first, at the floor when past.
+	c := testConfig(2, time.Minute, time.Second)
+	in := planAt(2)
+	in.Known = Known{Near: true, Slots: []int64{in.Clock.Server(in.Now) + 60_000_000}}
+	in.Known.Free(in.Clock.Server(in.Now)-200_000, 1, Normal)
+	p := Plan(c, in, []Request{{N: 1, Prio: Normal}}, PlanOut{})
+	if len(p.Claims) != 1 || p.Claims[0].Score != p.Soonest {
+		t.Fatalf("claims %+v, want one at soonest %d", p.Claims, p.Soonest)
 	}
 }
