@@ -24,8 +24,8 @@ type KeysRow struct {
 	Run   int    `json:"run"`
 	Keys  int    `json:"keys"`
 	Calls int    `json:"calls"` // per key
-	// used_memory's growth over the keys, per key: after one call on
-	// each, and after Calls on each.
+	// used_memory's growth over the keys, per key: one call on each, and
+	// Calls on each (see runKeys).
 	BytesFirst float64 `json:"bytes_per_key_first"`
 	BytesAll   float64 `json:"bytes_per_key_all"`
 	// MEMORY USAGE of one key after its Calls calls (the value and its
@@ -80,56 +80,106 @@ func keysImpl(rdb *redis.Client, sc Scenario, impl string) (keyWaiter, error) {
 	return nil, fmt.Errorf("keys scenario: no such implementation %q", impl)
 }
 
-// runKeys makes one call on each of sc.Keys keys, measures, then makes
-// sc.Calls-1 more on each (all within the limit, in one window) and
-// measures again.
+// runKeys measures what sc.Keys keys cost Redis, in two parts, each on an
+// empty Redis, so that every key counted holds every call it was given:
+//
+//   - one call on each key, one key after another (which takes less than
+//     half the window on this machine: the scenario fails otherwise), then
+//     used_memory's growth per key;
+//   - sc.Calls calls on each key, back to back, one key after another,
+//     with Redis's active expiry off (DEBUG SET-ACTIVE-EXPIRE 0): on a
+//     small machine a million calls take longer than a window, and the
+//     first keys would expire before the last were made; no key is read
+//     again, so none expires lazily either. Then used_memory's growth per
+//     key, and MEMORY USAGE of one key.
+//
+// Calls on one key come within a second of each other, well inside the
+// window, and none waits: sc.Calls is at most the limit.
 func (h *harness) runKeys(ctx context.Context, sc Scenario, impl string) (KeysRow, error) {
-	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
-		return KeysRow{}, err
-	}
 	rdb := redis.NewClient(&redis.Options{Addr: h.redis.Addr, PoolSize: sc.Goroutines})
 	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	row := KeysRow{Impl: impl, Keys: sc.Keys, Calls: sc.Calls}
+	first, err := h.keysPart(ctx, sc, impl, rdb, 1)
+	if err != nil {
+		return row, fmt.Errorf("one call on each key: %w", err)
+	}
+	if first.took > sc.Interval/2 {
+		return row, fmt.Errorf("one call on each key took %s, too close to the %s window for the keys to still hold it", first.took.Round(time.Second), sc.Interval)
+	}
+	row.BytesFirst = first.perKey
+	if err := h.rdb.Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err(); err != nil {
+		return row, fmt.Errorf("turning active expiry off: %w", err)
+	}
+	defer h.rdb.Do(context.WithoutCancel(ctx), "DEBUG", "SET-ACTIVE-EXPIRE", "1")
+	all, err := h.keysPart(ctx, sc, impl, rdb, sc.Calls)
+	if err != nil {
+		return row, fmt.Errorf("%d calls on each key: %w", sc.Calls, err)
+	}
+	row.BytesAll, row.AdmitSeconds = all.perKey, all.took.Seconds()
+	row.UsageAll, err = liveKeyUsage(ctx, h.rdb)
+	return row, err
+}
+
+// keysPartResult is what keysPart measured: the growth of used_memory per
+// key, and how long the calls took.
+type keysPartResult struct {
+	perKey float64
+	took   time.Duration
+}
+
+// keysPart is one part of runKeys: on an empty Redis, calls calls on each
+// of sc.Keys keys.
+func (h *harness) keysPart(ctx context.Context, sc Scenario, impl string, rdb *redis.Client, calls int) (keysPartResult, error) {
+	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
+		return keysPartResult{}, err
+	}
 	wait, err := keysImpl(rdb, sc, impl)
 	if err != nil {
-		return KeysRow{}, err
+		return keysPartResult{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
 	base, err := usedMemory(ctx, h.rdb)
 	if err != nil {
-		return KeysRow{}, err
+		return keysPartResult{}, err
 	}
-	row := KeysRow{Impl: impl, Keys: sc.Keys, Calls: sc.Calls}
 	began := time.Now()
-	for pass := 1; pass <= sc.Calls; pass++ {
-		if err := eachKey(ctx, sc, wait); err != nil {
-			return row, fmt.Errorf("pass %d: %w", pass, err)
+	if err := eachKey(ctx, sc, func(ctx context.Context, key string) error {
+		for range calls {
+			if err := wait(ctx, key); err != nil {
+				return err
+			}
 		}
-		if pass != 1 && pass != sc.Calls {
-			continue
-		}
-		used, err := usedMemory(ctx, h.rdb)
+		return nil
+	}); err != nil {
+		return keysPartResult{}, err
+	}
+	took := time.Since(began)
+	used, err := usedMemory(ctx, h.rdb)
+	if err != nil {
+		return keysPartResult{}, err
+	}
+	return keysPartResult{perKey: float64(used-base) / float64(sc.Keys), took: took}, nil
+}
+
+// liveKeyUsage returns MEMORY USAGE of a key that has not expired: SCAN
+// and MEMORY USAGE delete a key past its TTL when they meet it.
+func liveKeyUsage(ctx context.Context, rdb *redis.Client) (int64, error) {
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "*", 100).Result()
 		if err != nil {
-			return row, err
+			return 0, err
 		}
-		per := float64(used-base) / float64(sc.Keys)
-		if pass == 1 {
-			row.BytesFirst = per
+		for _, k := range keys {
+			if n, err := rdb.MemoryUsage(ctx, k, 0).Result(); err == nil {
+				return n, nil
+			}
 		}
-		if pass == sc.Calls {
-			row.BytesAll = per
+		if cursor = next; cursor == 0 {
+			return 0, errors.New("keys scenario: no key left to measure")
 		}
 	}
-	row.AdmitSeconds = time.Since(began).Seconds()
-	if row.AdmitSeconds > sc.Interval.Seconds()/2 {
-		return row, fmt.Errorf("the passes took %.0fs, too close to the %s window for the keys to still hold every call", row.AdmitSeconds, sc.Interval)
-	}
-	keys, _, err := h.rdb.Scan(ctx, 0, "*", 10).Result() // redis_rate prefixes keys of its own
-	if err != nil || len(keys) == 0 {
-		return row, errors.Join(err, errors.New("keys scenario: no key to measure"))
-	}
-	row.UsageAll, err = h.rdb.MemoryUsage(ctx, keys[0], 0).Result()
-	return row, err
 }
 
 // eachKey waits once on each of sc.Keys keys, with sc.Goroutines

@@ -27,9 +27,9 @@ const (
 	// after Rest and 12 more calls, 100ms apart.
 	KindMemory Kind = "memory"
 	// KindKeys: Keys keys, each with its own quota of Limit per Interval
-	// (this library's Group; redis_rate's GCRA, one state per key): one
-	// call on each, then Calls-1 more on each, all in one window; Redis's
-	// memory per key after the first call and after the last.
+	// (this library's Group; redis_rate's GCRA, one state per key; the
+	// floor, a byte under each): one call on each, then, on an empty Redis,
+	// Calls on each; Redis's memory per key after each (see runKeys).
 	KindKeys Kind = "keys"
 	// KindLLM: POST calls to a fake LLM API (internal/fakellm) that enforces
 	// Limit tokens and Requests calls per Interval on the tokens each call
@@ -105,7 +105,7 @@ func (s Scenario) String() string {
 		return fmt.Sprintf("%s: admit %d calls in one window (limit %d per %s), %d goroutines, then MEMORY USAGE",
 			s.Name, s.Calls, s.Limit, s.Interval, s.Goroutines)
 	case KindKeys:
-		return fmt.Sprintf("%s: %d keys, each its own quota of %d per %s, %d calls on each (one on every key, then the rest), %d goroutines, then used_memory per key",
+		return fmt.Sprintf("%s: %d keys, each its own quota of %d per %s, one call on each, then (anew, active expiry off) %d on each, %d goroutines, then used_memory per key",
 			s.Name, s.Keys, s.Limit, s.Interval, s.Calls, s.Goroutines)
 	case KindAPI:
 		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s per implementation, wait then GET the API",

@@ -74,6 +74,10 @@ func start(ctx context.Context, bin, dir string) (*Server, error) {
 		"--appendonly", "no",
 		"--dir", dir,
 		"--daemonize", "no",
+		// The keys scenario turns active expiry off (DEBUG
+		// SET-ACTIVE-EXPIRE) to measure keys made over longer than their
+		// TTL; DEBUG is refused otherwise (Redis 7.0 and later).
+		"--enable-debug-command", "local",
 	)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	configure(s.cmd)
