@@ -98,22 +98,36 @@ func join2[A, B any](a, b func(A, B)) func(A, B) {
 
 // AddObserver has newObserver called with each Throttler g holds now and
 // with each one For makes from now on, and adds the Observer it returns to
-// that Throttler (see Throttler.AddObserver): a Throttler For hands out
-// after AddObserver has returned has it, from before its first use. Each
-// Throttler gets its own call, so that newObserver may keep what it
-// records apart by Throttler (its Key names the key only by its digest,
-// see Group). Throttlers For made but dropped unused (see For) are not
-// passed to it. newObserver is called under g's lock: it must return
-// quickly and must not call g. A nil newObserver adds nothing.
+// that Throttler (see Throttler.AddObserver): each Throttler gets exactly
+// one, and a Throttler For hands out after AddObserver has returned has
+// it, from before its first use. Each Throttler gets its own call, so that
+// newObserver may keep what it records apart by Throttler (its Key names
+// the key only by its digest, see Group). Throttlers For made but dropped
+// unused (see For) are not passed to it.
+//
+// The Throttlers g holds are passed to newObserver on the caller's
+// goroutine, without g's lock: For goes on meanwhile, and a Throttler it
+// hands out before AddObserver returns may be used before its Observer is
+// added. A Throttler For makes is passed to newObserver under g's lock, on
+// the goroutine of that For, before it is handed out. newObserver may thus
+// be called concurrently with itself; it must return quickly and must not
+// call g. A nil newObserver adds nothing.
 func (g *Group) AddObserver(newObserver func(t *Throttler) Observer) {
 	if newObserver == nil {
 		return
 	}
+	// Every Throttler is either held now, and passed below, or made by a
+	// For that takes the lock after this one, and passed by observeLocked:
+	// never both, never neither.
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.observers = append(g.observers, newObserver)
-	for _, e := range g.ring {
-		e.t.AddObserver(newObserver(e.t))
+	held := make([]*Throttler, len(g.ring))
+	for i, e := range g.ring {
+		held[i] = e.t
+	}
+	g.mu.Unlock()
+	for _, t := range held {
+		t.AddObserver(newObserver(t))
 	}
 }
 

@@ -256,6 +256,47 @@ func TestGroupAddObserver(t *testing.T) {
 	waitIdle(t, late)
 }
 
+// Group.AddObserver calls newObserver for the Throttlers held without
+// the Group's lock: For goes on meanwhile, and a Throttler it makes then
+// gets the Observer once, as every Throttler held does.
+func TestGroupAddObserverOutsideTheLock(t *testing.T) {
+	_, c := miniClient(t)
+	g := mustGroup(t, c, "unlocked", KeyQuota{Limit: 10, Interval: time.Minute})
+	held := mustFor(t, g, "held")
+	var (
+		mu      sync.Mutex
+		calls   = map[*Throttler]int{}
+		entered = make(chan struct{})
+		release = make(chan struct{})
+		added   = make(chan struct{})
+	)
+	go func() {
+		defer close(added)
+		g.AddObserver(func(th *Throttler) Observer {
+			mu.Lock()
+			calls[th]++
+			mu.Unlock()
+			if th == held {
+				close(entered)
+				<-release // For must not wait for this
+			}
+			return Observer{}
+		})
+	}()
+	<-entered
+	fresh := mustFor(t, g, "fresh") // would wait for release forever under the lock
+	if mustFor(t, g, "held") != held {
+		t.Fatal("For made the held key's Throttler anew")
+	}
+	close(release)
+	<-added
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || calls[held] != 1 || calls[fresh] != 1 {
+		t.Errorf("newObserver calls: held %d, fresh %d, %d Throttlers in all; want 1, 1, 2", calls[held], calls[fresh], len(calls))
+	}
+}
+
 // retryOnce reads the first response as RetryCall, and every later one as
 // no refusal.
 type retryOnce struct {
