@@ -149,9 +149,10 @@ type TransportObserver struct {
 	// 503 with Retry-After) read as Pause or RetryCall. It is called with
 	// the request's context once the Transport has followed the refusal
 	// (paused the Throttler for a Pause, and for a RetryCall it will
-	// retry, waited out the delay before the retry), and before it sends
-	// the request again or returns the response. It must return quickly;
-	// it may call the Throttler.
+	// retry, waited out the delay before the retry, up to 2s), and before
+	// it sends the request again or returns the response: Refusal.At is
+	// when the refusal was followed, before that delay. It must return
+	// quickly; it may call the Throttler.
 	Refused func(ctx context.Context, r Refusal)
 }
 
@@ -173,6 +174,12 @@ type Refusal struct {
 	// retry waits for the Throttler to admit it as the first send did.
 	// Otherwise the caller gets this response.
 	Retry bool
+	// At is when the Transport had read the response and followed it
+	// (paused the Throttler for a Pause), on the Throttler's clock
+	// (time.Now unless WithClock set another), as WaitInfo's times are:
+	// before the delay a RetryCall waits out before its retry, and so
+	// up to that delay before Refused is called.
+	At time.Time
 }
 
 // AddObserver adds o to the TransportObservers of tr: from the moment it

@@ -324,16 +324,32 @@ func TestTransportObserverRefused(t *testing.T) {
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	var (
-		mu   sync.Mutex
-		seen []Refusal
-		vals []any
+		mu     sync.Mutex
+		seen   []Refusal
+		vals   []any
+		called []time.Time
 	)
 	tr := &Transport{Base: srv.Client().Transport, Route: th.Route(), Retries: 1}
 	record := func(ctx context.Context, r Refusal) {
+		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, r)
 		vals = append(vals, ctx.Value(ctxKey{}))
+		called = append(called, now)
+	}
+	// At lies between the refused send's arrival and the report, and
+	// before the next send's arrival; At is zeroed to compare the rest.
+	checkAt := func(from int) {
+		t.Helper()
+		arrivals, _, _ := api.snapshot()
+		for i := range seen {
+			at, sent := seen[i].At, arrivals[from+i]
+			if at.Before(sent) || called[i].Before(at) || (from+i+1 < len(arrivals) && arrivals[from+i+1].Before(at)) {
+				t.Errorf("refusal %d: At %s, want from the send's arrival %s to the report %s, before the next send", i, at, sent, called[i])
+			}
+			seen[i].At = time.Time{}
+		}
 	}
 	tr.AddObserver(TransportObserver{Refused: record})
 	tr.AddObserver(TransportObserver{}) // adds nothing
@@ -346,6 +362,7 @@ func TestTransportObserverRefused(t *testing.T) {
 	}
 	resp.Body.Close()
 	mu.Lock()
+	checkAt(0)
 	want := []Refusal{
 		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: Pause, Attempt: 0, Retry: true},
 		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: Pause, Attempt: 1, Retry: false},
@@ -353,7 +370,7 @@ func TestTransportObserverRefused(t *testing.T) {
 	if !reflect.DeepEqual(seen, want) || vals[0] != "request" || vals[1] != "request" {
 		t.Errorf("Refused saw %+v with contexts carrying %v; want %+v with the request's", seen, vals, want)
 	}
-	seen, vals = nil, nil
+	seen, vals, called = nil, nil, nil
 	mu.Unlock()
 
 	// A RetryCall, then a response that is no refusal.
@@ -368,7 +385,12 @@ func TestTransportObserverRefused(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) != 1 || seen[0].Verdict != RetryCall || !seen[0].Retry || seen[0].Attempt != 0 {
-		t.Errorf("Refused saw %+v, want one RetryCall at attempt 0, retried", seen)
+		t.Fatalf("Refused saw %+v, want one RetryCall at attempt 0, retried", seen)
 	}
+	// At comes before the RetryCall's delay, and the report after it.
+	if at := seen[0].At; called[0].Sub(at) < retryCallDelay(0) {
+		t.Errorf("RetryCall: At %s, reported %s later; want At before the delay of %s", at, called[0].Sub(at), retryCallDelay(0))
+	}
+	checkAt(2)
 	waitIdle(t, th)
 }
