@@ -33,10 +33,29 @@ type WaitInfo struct {
 // of AddObserver. An Observer cannot be removed; one whose fields are all
 // nil adds nothing.
 //
-// An event under way as AddObserver is called may be reported to o or not.
-// A Throttler with no Observer pays one atomic load per event for the
-// feature, and nothing else.
+// An event under way as AddObserver is called may be reported to o or not,
+// but for Degraded: when o.Degraded is set and t's calls follow the failure
+// policy (Degraded was last reported true), AddObserver calls o.Degraded(true)
+// before it returns, so that o's Degraded calls alternate from true (see
+// Observer.Degraded). A Throttler with no Observer pays one atomic load per
+// event for the feature, and nothing else.
 func (t *Throttler) AddObserver(o Observer) {
+	if o.Degraded == nil {
+		t.addObserver(o)
+		return
+	}
+	// Degraded is reported under t.mu: o sees the state then, or the
+	// reports after it, never both.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.addObserver(o)
+	if !t.fallback.degraded.IsZero() {
+		o.Degraded(true)
+	}
+}
+
+// addObserver joins o to t's Observers.
+func (t *Throttler) addObserver(o Observer) {
 	for {
 		old := t.stats.obs.Load()
 		joined := o

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -213,6 +214,52 @@ func TestInFlightReportsInOrder(t *testing.T) {
 	defer mu.Unlock()
 	if bad != 0 || sum != 0 || last != 0 || reports != 60 {
 		t.Errorf("InFlight: %d reports (want 60), %d not one apart from the last, ending at %d with differences summing to %d; want 0 and 0", reports, bad, last, sum)
+	}
+	waitIdle(t, th)
+}
+
+// An Observer added while calls follow the failure policy is told so as
+// it is added: every Observer's Degraded calls alternate from true.
+func TestAddObserverToldDegraded(t *testing.T) {
+	mr, c := miniClient(t)
+	th := mustNew(t, c, "k", 10, time.Second, WithLogger(quiet), WithFailurePolicy(FailOpen()))
+	var (
+		mu          sync.Mutex
+		first, late []bool
+	)
+	record := func(to *[]bool) Observer {
+		return Observer{Degraded: func(on bool) { mu.Lock(); *to = append(*to, on); mu.Unlock() }}
+	}
+	seen := func() ([]bool, []bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(first), slices.Clone(late)
+	}
+	th.AddObserver(record(&first)) // not degraded: told nothing
+	if f, _ := seen(); len(f) != 0 {
+		t.Fatalf("an Observer added to a healthy Throttler saw Degraded %v", f)
+	}
+	mr.SetError("injected: Redis is down")
+	if err := th.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait under FailOpen with Redis down: %v", err)
+	}
+	th.AddObserver(record(&late))
+	if f, l := seen(); !slices.Equal(f, []bool{true}) || !slices.Equal(l, []bool{true}) {
+		t.Fatalf("Degraded: the first Observer saw %v, the one added while degraded %v; want [true] for both", f, l)
+	}
+	mr.SetError("")
+	// Redis is tried again a second after it failed: the next call's round
+	// trip then reaches it, which ends the degradation.
+	waitLocked(t, th, 10*time.Second, "still degraded 10s after Redis failed", func() bool { return !th.fallback.isDegraded() })
+	if err := th.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitLocked(t, th, 10*time.Second, "no false reported once a round trip reached Redis", func() bool {
+		f, _ := seen()
+		return len(f) == 2
+	})
+	if f, l := seen(); !slices.Equal(f, []bool{true, false}) || !slices.Equal(l, []bool{true, false}) {
+		t.Errorf("Degraded once Redis answered: %v and %v, want [true false] for both", f, l)
 	}
 	waitIdle(t, th)
 }
