@@ -73,11 +73,11 @@ func InstrumentThrottler(t *throttler.Throttler, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	a := in.attrsFor(t)
-	if err := in.observeStats(t, a); err != nil {
+	ma, ta := in.attrsFor(t)
+	if err := in.observeStats(t, ma); err != nil {
 		return err
 	}
-	t.AddObserver(in.observer(a))
+	t.AddObserver(in.observer(ma, ta))
 	return nil
 }
 
@@ -138,14 +138,14 @@ func setup(where string, isNil bool, what string, keyDefault bool, opts []Option
 
 // refused records r, a refusal a Transport read for a request with ctx.
 func (in *instruments) refused(ctx context.Context, r throttler.Refusal) {
-	kv := in.attrs[:len(in.attrs):len(in.attrs)]
-	if in.keyAttr {
+	kv := in.rec.attrs[:len(in.rec.attrs):len(in.rec.attrs)]
+	if in.rec.keyAttr {
 		kv = append(kv, KeyAttribute.String(r.Throttler.Key()))
 	}
 	kv = append(kv,
 		semconv.HTTPResponseStatusCodeKey.Int(r.StatusCode),
 		VerdictAttribute.String(verdictName(r.Verdict)),
 		RetryAttribute.Bool(r.Retry))
-	in.refusals.Add(ctx, 1, metric.WithAttributes(kv...))
-	in.traceRefusal(ctx, r, in.attrs)
+	in.transport.refusals.Add(ctx, 1, metric.WithAttributes(kv...))
+	in.traceRefusal(ctx, r, in.rec.attrs)
 }

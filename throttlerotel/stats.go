@@ -14,7 +14,7 @@ import (
 // at each collection, for what no event reports. The callback holds t
 // weakly: the instrumentation does not keep a Throttler alive, and one
 // collected reports nothing more.
-func (in *instruments) observeStats(t *throttler.Throttler, a *attrSets) error {
+func (in *instruments) observeStats(t *throttler.Throttler, a *metricAttrs) error {
 	m := in.meter
 	var (
 		roundTrips, refused, lateWakes, heals metric.Int64ObservableCounter

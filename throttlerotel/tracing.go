@@ -22,10 +22,10 @@ const (
 	WaitDurationAttribute = attribute.Key("throttler.wait.duration")
 )
 
-// traceWait records w, which ended with o, on ctx's trace as in.tracing
+// traceWait records w, which ended with o, on ctx's trace as in.rec.tracing
 // says, with attrs (the Throttler's) and those of the wait.
 func (in *instruments) traceWait(ctx context.Context, w throttler.WaitInfo, o outcome, attrs []attribute.KeyValue) {
-	switch in.tracing {
+	switch in.rec.tracing {
 	case TraceEvents:
 		span := trace.SpanFromContext(ctx)
 		if !span.IsRecording() {
@@ -34,7 +34,7 @@ func (in *instruments) traceWait(ctx context.Context, w throttler.WaitInfo, o ou
 		kv := waitAttrs(attrs, w, o, WaitDurationAttribute.Float64(w.End.Sub(w.Start).Seconds()))
 		span.AddEvent(WaitName, trace.WithTimestamp(w.End), trace.WithAttributes(kv...))
 	case TraceSpans:
-		if !in.rootSpans && !trace.SpanContextFromContext(ctx).IsValid() {
+		if !in.rec.rootSpans && !trace.SpanContextFromContext(ctx).IsValid() {
 			return
 		}
 		_, span := in.tracer.Start(ctx, WaitName,
@@ -60,9 +60,9 @@ func waitAttrs(attrs []attribute.KeyValue, w throttler.WaitInfo, o outcome, more
 }
 
 // traceRefusal records r as an event on the request's span, unless
-// in.tracing is TraceOff; attrs are the Transport's.
+// in.rec.tracing is TraceOff; attrs are the Transport's.
 func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, attrs []attribute.KeyValue) {
-	if in.tracing == TraceOff {
+	if in.rec.tracing == TraceOff {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
