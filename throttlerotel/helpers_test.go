@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.uber.org/goleak"
 
 	"github.com/go-throttler/throttler"
@@ -81,8 +82,8 @@ func (s *sink) collect(t *testing.T) collected {
 	}
 	out := collected{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		if sm.Scope.Name != ScopeName || sm.Scope.Version != Version() || sm.Scope.SchemaURL != semconv.SchemaURL {
+			t.Errorf("scope %+v, want %q version %q with the schema URL %q", sm.Scope, ScopeName, Version(), semconv.SchemaURL)
 		}
 		for _, m := range sm.Metrics {
 			out[m.Name] = m.Data

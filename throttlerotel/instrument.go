@@ -11,32 +11,43 @@
 //
 // There is no semantic convention for rate limiters, so the instruments
 // are named in a throttler namespace, after the conventions' general
-// rules: durations in seconds in a histogram, counts with units such as
-// {call}, error.type on waits that fail. The events of every Throttler,
-// a Group's included, feed synchronous instruments:
+// rules: durations in seconds in a histogram, counts with a unit in braces
+// naming what is counted, error.type on waits that fail, no name that is
+// also a namespace of another. The meter and the tracer carry the scope
+// ScopeName, its Version, and the schema URL of the semantic conventions
+// v1.43.0, whose error.type and http.response.status_code are recorded.
+// A unit ({unit}) is what a Throttler's limit counts: one per call, or n
+// for WaitN(n), Reserve(n) and AllowN(n). The events of every Throttler, a
+// Group's included, feed synchronous instruments:
 //
 //   - throttler.wait.duration (histogram, s): each wait, from the call to
 //     its return, with throttler.outcome (admitted, deadline, max_wait,
 //     queue_full, shed, abandoned, redis_error, invalid_argument) and
 //     error.type (the same, on every wait not admitted): its count by
 //     outcome is the waits admitted, and turned away by cause;
-//   - throttler.admitted ({call}): calls admitted, by waits and AllowN;
+//   - throttler.admitted ({unit}): units admitted, by waits and AllowN
+//     (Stats.Admitted);
 //   - throttler.pauses ({pause}), throttler.redis.errors ({error}),
-//     throttler.in_flight.waits ({wait}), throttler.settled ({permit}),
-//     throttler.settle.surplus and throttler.settle.excess ({unit}): the
-//     units settled permits cost below and above their estimate;
-//   - throttler.in_flight ({call}) and throttler.degraded ({throttler}),
-//     up-down counters: calls holding a place in flight, Throttlers
-//     following their failure policy because Redis failed.
+//     throttler.in_flight.waits ({wait}: Stats.PlaceWaits);
+//   - throttler.settle.permits ({permit}): permits settled;
+//     throttler.settle.overestimate and throttler.settle.underestimate
+//     ({unit}): by how many units their actual cost fell below, and
+//     exceeded, their estimate, over every permit settled. A permit
+//     admitted without Redis (FailOpen, FallbackLocal) counts here, but
+//     gives nothing back and adds no debt: Stats.Returned and Stats.Debt
+//     leave it out, and can be less;
+//   - throttler.in_flight.count ({call}) and throttler.degraded
+//     ({throttler}), up-down counters: calls holding a place in flight,
+//     Throttlers following their failure policy because Redis failed.
 //
 // A Throttler given to InstrumentThrottler also has what only its Stats
 // know read at each collection, by asynchronous instruments:
-// throttler.redis.round_trips ({round_trip}), throttler.refused ({call},
-// AllowN's refusals), throttler.late_wakes ({wake}), throttler.heals
-// ({heal}), and the gauges throttler.limit ({call}, the first limit in
-// force) and throttler.pause.remaining (s). A Group's Throttlers come and
-// go, so their Stats cannot be summed into counters that only grow: a
-// Group has the event-fed instruments only.
+// throttler.redis.round_trips ({round_trip}), throttler.allow.refusals
+// ({call}, AllowN's refusals), throttler.late_wakes ({wake}),
+// throttler.heals ({heal}), and the gauges throttler.limit ({unit}, the
+// first limit in force) and throttler.pause.remaining (s). A Group's
+// Throttlers come and go, so their Stats cannot be summed into counters
+// that only grow: a Group has the event-fed instruments only.
 //
 // A Transport given to InstrumentTransport counts the refusals it reads in
 // throttler.transport.refusals ({response}), with http.response.status_code,
@@ -45,6 +56,9 @@
 //
 // Measurements carry WithAttributes' attributes, and throttler.key where
 // WithKeyAttribute says so (by default, for InstrumentThrottler only).
+// On traces, a wait is an event throttler.wait.end or a span
+// throttler.wait, and a Transport's refusal an event
+// throttler.transport.refusal (see WithTracing).
 package throttlerotel
 
 import (
@@ -106,7 +120,7 @@ func InstrumentGroup(g *throttler.Group, opts ...Option) error {
 // InstrumentTransport counts the refusals tr reads (see
 // throttler.TransportObserver) in throttler.transport.refusals, with
 // throttler.key when WithKeyAttribute(true) asks for it, and records each
-// as an event named throttler.refused on the request's span unless
+// as an event named throttler.transport.refusal on the request's span unless
 // WithTracing(TraceOff). The waits of tr's requests are recorded by their
 // Throttlers, when instrumented (InstrumentThrottler, InstrumentGroup).
 //

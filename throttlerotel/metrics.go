@@ -77,13 +77,14 @@ type quotaInstruments struct {
 
 // inFlightInstruments record the places in flight (WithInFlight).
 type inFlightInstruments struct {
-	held  metric.Int64UpDownCounter
+	count metric.Int64UpDownCounter
 	waits metric.Int64Counter
 }
 
-// settleInstruments record the permits settled with their actual cost.
+// settleInstruments record the permits settled with their actual cost,
+// and how far that cost lay from their estimate.
 type settleInstruments struct {
-	permits, surplus, excess metric.Int64Counter
+	permits, overestimate, underestimate metric.Int64Counter
 }
 
 // transportInstruments record what a Transport reads of the API.
@@ -122,11 +123,13 @@ func (k *instrumentMaker) upDown(name, unit, about string) metric.Int64UpDownCou
 }
 
 func newInstruments(c *config) (*instruments, error) {
-	m := c.mp.Meter(ScopeName)
+	m := c.mp.Meter(ScopeName,
+		metric.WithInstrumentationVersion(Version()), metric.WithSchemaURL(semconv.SchemaURL))
 	in := &instruments{
-		meter:  m,
-		tracer: c.tp.Tracer(ScopeName),
-		rec:    recording{attrs: c.attrs, keyAttr: c.key, tracing: c.tracing, rootSpans: c.rootSpans},
+		meter: m,
+		tracer: c.tp.Tracer(ScopeName,
+			trace.WithInstrumentationVersion(Version()), trace.WithSchemaURL(semconv.SchemaURL)),
+		rec: recording{attrs: c.attrs, keyAttr: c.key, tracing: c.tracing, rootSpans: c.rootSpans},
 	}
 	var err error
 	if in.wait.duration, err = m.Float64Histogram("throttler.wait.duration",
@@ -136,14 +139,14 @@ func newInstruments(c *config) (*instruments, error) {
 		return nil, err
 	}
 	k := instrumentMaker{m: m}
-	in.wait.admitted = k.counter("throttler.admitted", "{call}", "Calls admitted, by a wait or by AllowN: one of n counts n.")
+	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Reserve's estimate, AllowN) counts n.")
 	in.quota.pauses = k.counter("throttler.pauses", "{pause}", "Shared pauses set or learned of (PauseUntil, an API's Retry-After).")
 	in.quota.redisErrors = k.counter("throttler.redis.errors", "{error}", "Redis calls that failed or timed out.")
-	in.inFlight.held = k.upDown("throttler.in_flight", "{call}", "Calls of this process holding a place in flight (WithInFlight).")
+	in.inFlight.count = k.upDown("throttler.in_flight.count", "{call}", "Calls of this process holding a place in flight (WithInFlight).")
 	in.inFlight.waits = k.counter("throttler.in_flight.waits", "{wait}", "Times a call found every place in flight taken and waited for one (WithInFlight).")
-	in.settle.permits = k.counter("throttler.settled", "{permit}", "Permits settled with their actual cost (Permit.Settle).")
-	in.settle.surplus = k.counter("throttler.settle.surplus", "{unit}", "Units settled permits cost less than their estimate: given back.")
-	in.settle.excess = k.counter("throttler.settle.excess", "{unit}", "Units settled permits cost more than their estimate: added as debt.")
+	in.settle.permits = k.counter("throttler.settle.permits", "{permit}", "Permits settled with their actual cost (Permit.Settle).")
+	in.settle.overestimate = k.counter("throttler.settle.overestimate", "{unit}", "Units by which settled permits' estimates exceeded their actual cost, whether or not they were admitted through Redis.")
+	in.settle.underestimate = k.counter("throttler.settle.underestimate", "{unit}", "Units by which settled permits' actual cost exceeded their estimates, whether or not they were admitted through Redis.")
 	in.transport.refusals = k.counter("throttler.transport.refusals", "{response}", "Responses a Transport read as a refusal (429, 503...), by status, verdict and whether it retried.")
 	in.health.degraded = k.upDown("throttler.degraded", "{throttler}", "Throttlers whose calls follow the failure policy because Redis failed.")
 	if k.err != nil {
@@ -208,16 +211,16 @@ func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) thrott
 		Settled: func(estimate, actual int) {
 			in.settle.permits.Add(bg, 1, ma.base)
 			if actual < estimate {
-				in.settle.surplus.Add(bg, int64(estimate-actual), ma.base)
+				in.settle.overestimate.Add(bg, int64(estimate-actual), ma.base)
 			} else if actual > estimate {
-				in.settle.excess.Add(bg, int64(actual-estimate), ma.base)
+				in.settle.underestimate.Add(bg, int64(actual-estimate), ma.base)
 			}
 		},
 		// The reports come in order (see throttler.Observer.InFlight):
 		// their differences add up to the number in flight.
 		InFlight: func(n int) {
 			if d := int64(n) - inFlight.Swap(int64(n)); d != 0 {
-				in.inFlight.held.Add(bg, d, ma.base)
+				in.inFlight.count.Add(bg, d, ma.base)
 			}
 		},
 		Degraded: func(on bool) {

@@ -50,7 +50,7 @@ func TestThrottlerMetrics(t *testing.T) {
 		}
 	}
 	checkSum("throttler.admitted", 3)
-	checkSum("throttler.refused", 1)
+	checkSum("throttler.allow.refusals", 1)
 	checkSum("throttler.pauses", 1)
 	checkSum("throttler.limit", 3)
 	if n, _ := got.sum(t, "throttler.redis.errors"); n != 0 {
@@ -166,11 +166,11 @@ func TestGroupMetrics(t *testing.T) {
 		}
 		got := s.collect(t)
 		group := attribute.String("throttler.group", prefix)
-		if v, _ := inside.sum(t, "throttler.in_flight", group); v != 1 {
-			t.Errorf("perKey %t: throttler.in_flight = %v during Do, want 1", perKey, v)
+		if v, _ := inside.sum(t, "throttler.in_flight.count", group); v != 1 {
+			t.Errorf("perKey %t: throttler.in_flight.count = %v during Do, want 1", perKey, v)
 		}
-		if v, _ := got.sum(t, "throttler.in_flight", group); v != 0 {
-			t.Errorf("perKey %t: throttler.in_flight = %v after Do, want 0", perKey, v)
+		if v, _ := got.sum(t, "throttler.in_flight.count", group); v != 0 {
+			t.Errorf("perKey %t: throttler.in_flight.count = %v after Do, want 0", perKey, v)
 		}
 		if _, n := got.sum(t, "throttler.redis.round_trips"); n != 0 {
 			t.Errorf("perKey %t: a Group reports throttler.redis.round_trips, read from Stats", perKey)
@@ -214,7 +214,7 @@ func TestSettleMetrics(t *testing.T) {
 		}
 	}
 	got := s.collect(t)
-	for name, want := range map[string]float64{"throttler.settled": 3, "throttler.settle.surplus": 30, "throttler.settle.excess": 30, "throttler.admitted": 300} {
+	for name, want := range map[string]float64{"throttler.settle.permits": 3, "throttler.settle.overestimate": 30, "throttler.settle.underestimate": 30, "throttler.admitted": 300} {
 		if v, _ := got.sum(t, name); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}

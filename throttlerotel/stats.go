@@ -27,7 +27,7 @@ func (in *instruments) observeStats(t *throttler.Throttler, a *metricAttrs) erro
 		name, unit, about string
 	}{
 		{&roundTrips, "throttler.redis.round_trips", "{round_trip}", "Reservation round trips that reached Redis."},
-		{&refused, "throttler.refused", "{call}", "AllowN calls that answered Allowed: false."},
+		{&refused, "throttler.allow.refusals", "{call}", "AllowN calls that answered Allowed: false."},
 		{&lateWakes, "throttler.late_wakes", "{wake}", "Calls that gave their slot back and reserved again because they were woken too late."},
 		{&heals, "throttler.heals", "{heal}", "Times Redis was found to have lost the window, and every process paused until the calls held stopped counting."},
 	} {
@@ -35,7 +35,7 @@ func (in *instruments) observeStats(t *throttler.Throttler, a *metricAttrs) erro
 			return err
 		}
 	}
-	if limit, err = m.Int64ObservableGauge("throttler.limit", metric.WithUnit("{call}"),
+	if limit, err = m.Int64ObservableGauge("throttler.limit", metric.WithUnit("{unit}"),
 		metric.WithDescription("The first limit in force: New's, or lower while SetLimit or an API's answer lowers it.")); err != nil {
 		return err
 	}

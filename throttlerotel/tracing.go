@@ -11,15 +11,22 @@ import (
 	"github.com/go-throttler/throttler"
 )
 
-// Names of what this package records on traces.
+// Names of what this package records on traces. No event or attribute
+// name is the name of a metric, nor a namespace of one (throttler.wait.*
+// holds the metric throttler.wait.duration and the event
+// throttler.wait.end); span names are free of that rule.
 const (
-	// WaitName names the event, or the span, of a wait.
-	WaitName = "throttler.wait"
-	// RefusedName names the event of a refusal a Transport read.
-	RefusedName = "throttler.refused"
-	// WaitDurationAttribute is a wait's length in seconds, on its event
-	// (whose time is the wait's end).
-	WaitDurationAttribute = attribute.Key("throttler.wait.duration")
+	// WaitSpanName names the span of a wait (TraceSpans).
+	WaitSpanName = "throttler.wait"
+	// WaitEventName names the event of a wait (TraceEvents), at its end.
+	WaitEventName = "throttler.wait.end"
+	// RefusalEventName names the event of one refusal a Transport read;
+	// the metric throttler.transport.refusals counts them.
+	RefusalEventName = "throttler.transport.refusal"
+	// WaitedAttribute is a wait's length in seconds, on its event (whose
+	// time is the wait's end): the sample the wait added to the
+	// histogram throttler.wait.duration.
+	WaitedAttribute = attribute.Key("throttler.waited")
 )
 
 // traceWait records w, which ended with o, on ctx's trace as in.rec.tracing
@@ -31,13 +38,13 @@ func (in *instruments) traceWait(ctx context.Context, w throttler.WaitInfo, o ou
 		if !span.IsRecording() {
 			return
 		}
-		kv := waitAttrs(attrs, w, o, WaitDurationAttribute.Float64(w.End.Sub(w.Start).Seconds()))
-		span.AddEvent(WaitName, trace.WithTimestamp(w.End), trace.WithAttributes(kv...))
+		kv := waitAttrs(attrs, w, o, WaitedAttribute.Float64(w.End.Sub(w.Start).Seconds()))
+		span.AddEvent(WaitEventName, trace.WithTimestamp(w.End), trace.WithAttributes(kv...))
 	case TraceSpans:
 		if !in.rec.rootSpans && !trace.SpanContextFromContext(ctx).IsValid() {
 			return
 		}
-		_, span := in.tracer.Start(ctx, WaitName,
+		_, span := in.tracer.Start(ctx, WaitSpanName,
 			trace.WithTimestamp(w.Start),
 			trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(waitAttrs(attrs, w, o)...))
@@ -77,7 +84,7 @@ func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, at
 		VerdictAttribute.String(verdictName(r.Verdict)),
 		AttemptAttribute.Int(r.Attempt),
 		RetryAttribute.Bool(r.Retry))
-	span.AddEvent(RefusedName, trace.WithAttributes(kv...))
+	span.AddEvent(RefusalEventName, trace.WithAttributes(kv...))
 }
 
 // verdictName is v as the attribute throttler.verdict names it.

@@ -91,13 +91,13 @@ func TestWaitEvents(t *testing.T) {
 	for i, want := range []string{"admitted", "deadline"} {
 		e, info := events[i], infos[i]
 		a := attrsOf(e.Attributes)
-		if e.Name != WaitName || !e.Time.Equal(info.End) {
-			t.Errorf("event %d: %q at %s, want %q at the wait's end %s", i, e.Name, e.Time, WaitName, info.End)
+		if e.Name != WaitEventName || !e.Time.Equal(info.End) {
+			t.Errorf("event %d: %q at %s, want %q at the wait's end %s", i, e.Name, e.Time, WaitEventName, info.End)
 		}
 		if a[OutcomeAttribute].AsString() != want || a[KeyAttribute].AsString() != "traced" || a[UnitsAttribute].AsInt64() != 1 {
 			t.Errorf("event %d: attributes %v, want outcome %s, key traced, units 1", i, e.Attributes, want)
 		}
-		if d := a[WaitDurationAttribute].AsFloat64(); d != info.End.Sub(info.Start).Seconds() {
+		if d := a[WaitedAttribute].AsFloat64(); d != info.End.Sub(info.Start).Seconds() {
 			t.Errorf("event %d: duration %v, want the wait's %v", i, d, info.End.Sub(info.Start).Seconds())
 		}
 		if et, ok := a[semconv.ErrorTypeKey]; (want == "admitted") == ok || (ok && et.AsString() != want) {
@@ -133,7 +133,7 @@ func TestWaitSpans(t *testing.T) {
 		var children, roots []sdktrace.ReadOnlySpan
 		for _, sp := range s.spans.Ended() {
 			switch {
-			case sp.Name() != WaitName:
+			case sp.Name() != WaitSpanName:
 			case sp.Parent().SpanID() == parent.SpanContext().SpanID():
 				children = append(children, sp)
 			case !sp.Parent().IsValid():
@@ -155,6 +155,9 @@ func TestWaitSpans(t *testing.T) {
 			}
 			if sp.Status().Code != wantCode || a[OutcomeAttribute].AsString() != want {
 				t.Errorf("span %d: status %v, outcome %v; want %v, %s", i, sp.Status(), a[OutcomeAttribute], wantCode, want)
+			}
+			if sc := sp.InstrumentationScope(); sc.Name != ScopeName || sc.Version != Version() || sc.SchemaURL != semconv.SchemaURL {
+				t.Errorf("span %d: scope %+v, want %q version %q with the schema URL %q", i, sc, ScopeName, Version(), semconv.SchemaURL)
 			}
 		}
 		if ev := s.spans.Ended(); len(ev[len(ev)-1].Events()) != 0 {
@@ -241,9 +244,9 @@ func TestTransportRefusals(t *testing.T) {
 	waitEvents := 0
 	for _, e := range s.spans.Ended()[0].Events() {
 		switch e.Name {
-		case RefusedName:
+		case RefusalEventName:
 			refusals = append(refusals, attrsOf(e.Attributes))
-		case WaitName:
+		case WaitEventName:
 			waitEvents++
 		}
 	}
