@@ -129,7 +129,10 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 // InstrumentTransport, whose Throttlers can be as many as the keys in use:
 // each key would make metric streams of its own. A Group's Throttler is
 // keyed by a digest of its key (see throttler.Group), never the key
-// itself. Spans and events carry throttler.key whatever this says.
+// itself. Spans and events carry throttler.key whatever this says. Two
+// Throttlers with the same attributes add up in the event-fed
+// instruments; what is read from their Stats stays apart, by
+// throttler.instance.id (see the package's documentation).
 func WithKeyAttribute(on bool) Option {
 	return func(c *config) error {
 		c.key, c.keySet = on, true

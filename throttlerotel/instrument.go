@@ -49,6 +49,21 @@
 // Throttlers come and go, so their Stats cannot be summed into counters
 // that only grow: a Group has the event-fed instruments only.
 //
+// What is read at collection carries, besides the attributes below,
+// throttler.instance.id (InstanceAttribute): a number that each call of
+// InstrumentThrottler takes, unique in the process. Two Throttlers whose
+// measurements have the same attributes (the same key, or no key and the
+// same WithAttributes) are thus read as streams apart, never as one:
+// OpenTelemetry asks that no two callbacks observe the same attributes
+// (the SDK would add up two Throttlers' counters, or keep one gauge of
+// two), and a counter summed over two Throttlers would go down once one
+// of them is collected. A Throttler's streams begin when it is
+// instrumented, and end once it has been garbage collected: its callback
+// is then unregistered. A Throttler made anew (a process that replaces
+// its Throttler, say) starts streams of its own, from zero; sum over
+// throttler.instance.id to count across them. The event-fed measurements
+// carry no throttler.instance.id: they add up, as measurements do.
+//
 // A Transport given to InstrumentTransport counts the refusals it reads in
 // throttler.transport.refusals ({response}), with http.response.status_code,
 // throttler.verdict (pause or retry_call) and throttler.retry; the waits
@@ -74,9 +89,11 @@ import (
 // package's documentation) of the MeterProvider (WithMeterProvider), with
 // throttler.key unless WithKeyAttribute(false) says otherwise, and each of
 // its waits on the caller's trace as WithTracing says. It also registers
-// the asynchronous instruments that read t's Stats at each collection; they
-// hold t weakly, so that an instrumented Throttler that is no longer used
-// can be collected, and then report nothing more.
+// a callback that reads t's Stats at each collection, with a
+// throttler.instance.id of its own (see InstanceAttribute). The callback
+// holds t weakly, so that an instrumented Throttler that is no longer used
+// can be garbage collected; it then reports nothing more, and is
+// unregistered (the error of Unregister, if any, goes to otel.Handle).
 //
 // Call it once per Throttler: a second call records every event twice. It
 // may be called while t is in use (see throttler.Throttler.AddObserver).
@@ -87,8 +104,9 @@ func InstrumentThrottler(t *throttler.Throttler, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	in.instance = lastInstance.Add(1)
 	ma, ta := in.attrsFor(t)
-	if err := in.observeStats(t, ma); err != nil {
+	if err := in.observeStats(t, ma.kv); err != nil {
 		return err
 	}
 	t.AddObserver(in.observer(ma, ta))

@@ -34,6 +34,11 @@ const (
 	// AttemptAttribute counts a request's sends before the one refused, on
 	// events.
 	AttemptAttribute = attribute.Key("throttler.attempt")
+	// InstanceAttribute tells apart, within a process, the registrations
+	// that read at collection: a number each call of InstrumentThrottler
+	// takes, from 1 up, carried by the measurements read at collection
+	// only (those read from Stats). See the package's documentation.
+	InstanceAttribute = attribute.Key("throttler.instance.id")
 )
 
 // instruments are what one Instrument call records with: the meter and
@@ -46,6 +51,9 @@ type instruments struct {
 	// shared are the measurement attributes of every Throttler, made once,
 	// when they carry no key (WithKeyAttribute(false)); nil otherwise.
 	shared *metricAttrs
+	// instance is the throttler.instance.id of what InstrumentThrottler
+	// and InstrumentGroup read at collection (see InstanceAttribute).
+	instance int64
 
 	wait      waitInstruments
 	quota     quotaInstruments
@@ -161,6 +169,7 @@ func newInstruments(c *config) (*instruments, error) {
 // metricAttrs are the attributes of one Throttler's measurements, or of
 // every Throttler's when they carry no key, made once.
 type metricAttrs struct {
+	kv      []attribute.KeyValue // what base holds, not to be modified
 	base    metric.MeasurementOption
 	outcome [numOutcomes]metric.MeasurementOption
 }
@@ -171,7 +180,7 @@ func (in *instruments) metricAttrsOf(base []attribute.KeyValue) *metricAttrs {
 	base = base[:len(base):len(base)] // appends below copy
 	// attribute.NewSet sorts what it is given in place: base may share
 	// in.rec.attrs' array, which others read.
-	a := &metricAttrs{base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...))}
+	a := &metricAttrs{kv: base, base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...))}
 	for o := range numOutcomes {
 		kv := append(base, OutcomeAttribute.String(o.String()))
 		if o != admitted {

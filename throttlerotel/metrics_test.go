@@ -3,7 +3,8 @@ package throttlerotel
 import (
 	"context"
 	"errors"
-	"runtime"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,19 +225,70 @@ func TestSettleMetrics(t *testing.T) {
 	}
 }
 
-// The instrumentation does not keep a Throttler alive.
+// The instrumentation does not keep a Throttler alive, and once it is
+// collected its callback is unregistered.
 func TestThrottlerCollected(t *testing.T) {
 	s := newSink(t)
+	p := &countingProvider{MeterProvider: s.mp}
 	rdb, _ := newRedis(t)
 	func() {
-		instrumented(t, s, rdb, "gone", 3, time.Minute, nil)
+		th, err := throttler.New(rdb, "gone", 3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InstrumentThrottler(th, WithMeterProvider(p)); err != nil {
+			t.Fatal(err)
+		}
 		if _, n := s.collect(t).sum(t, "throttler.limit"); n != 1 {
 			t.Fatalf("throttler.limit has %d points while the Throttler lives, want 1", n)
 		}
 	}()
-	runtime.GC()
+	if n := p.registered.Load(); n != 1 {
+		t.Fatalf("%d callbacks registered for one Throttler, want 1", n)
+	}
+	waitUnregistered(t, p, 1)
 	if _, n := s.collect(t).sum(t, "throttler.limit"); n != 0 {
 		t.Errorf("throttler.limit has %d points once the Throttler is gone, want 0", n)
+	}
+}
+
+// Throttlers whose measurements share their attributes (the same key, or
+// no key) are read at collection apart, each with its own
+// throttler.instance.id: none adds to or overwrites another's.
+func TestSameAttributesReadApart(t *testing.T) {
+	s := newSink(t)
+	rdb, _ := newRedis(t)
+	ctx := context.Background()
+	for _, keyAttr := range []bool{true, false} {
+		key := fmt.Sprintf("twice-%t", keyAttr)
+		a := instrumented(t, s, rdb, key, 2, time.Minute, nil, WithKeyAttribute(keyAttr))
+		b := instrumented(t, s, rdb, key, 2, time.Minute, nil, WithKeyAttribute(keyAttr))
+		// a takes the key's two calls and is refused once; b is refused twice.
+		for i, th := range []*throttler.Throttler{a, a, a, b, b} {
+			if res, err := th.Allow(ctx); err != nil || res.Allowed != (i < 2) {
+				t.Fatalf("keyAttr %t: Allow %d: (%+v, %v), want allowed %t", keyAttr, i, res, err, i < 2)
+			}
+		}
+		want := []attribute.KeyValue{KeyAttribute.String(key)}
+		if !keyAttr {
+			want = []attribute.KeyValue{absent(KeyAttribute)}
+		}
+		got := s.collect(t)
+		refusals := got.byInstance(t, "throttler.allow.refusals", want...)
+		limits := got.byInstance(t, "throttler.limit", want...)
+		if len(refusals) != 2 || len(limits) != 2 {
+			t.Fatalf("keyAttr %t: %d points of throttler.allow.refusals and %d of throttler.limit, want 2 each, by instance", keyAttr, len(refusals), len(limits))
+		}
+		var seen []float64
+		for id, v := range refusals {
+			seen = append(seen, v)
+			if limits[id] != 2 {
+				t.Errorf("keyAttr %t: throttler.limit{instance %d} = %v, want 2", keyAttr, id, limits[id])
+			}
+		}
+		if slices.Sort(seen); !slices.Equal(seen, []float64{1, 2}) {
+			t.Errorf("keyAttr %t: throttler.allow.refusals by instance %v, want 1 and 2", keyAttr, seen)
+		}
 	}
 }
 
