@@ -36,9 +36,18 @@
 //     admitted without Redis (FailOpen, FallbackLocal) counts here, but
 //     gives nothing back and adds no debt: Stats.Returned and Stats.Debt
 //     leave it out, and can be less;
-//   - throttler.in_flight.count ({call}) and throttler.degraded
-//     ({throttler}), up-down counters: calls holding a place in flight,
-//     Throttlers following their failure policy because Redis failed.
+//   - throttler.in_flight.count ({call}), an up-down counter: calls
+//     holding a place in flight.
+//
+// Read at each collection, for InstrumentThrottler and InstrumentGroup
+// alike, throttler.degraded ({throttler}) is an asynchronous up-down
+// counter of the instrumented Throttlers whose Stats.Degraded is true
+// then: their calls follow the failure policy (FailOpen, FallbackLocal),
+// Redis having failed within the last second. For a Group, it reads the
+// Throttlers that reported Degraded(true) (throttler.Observer) and are
+// still alive, those the Group evicted included: an evicted Throttler that
+// nobody calls never reports Degraded(false), but its Stats tell. It costs
+// a Stats call per such Throttler and collection.
 //
 // A Throttler given to InstrumentThrottler also has what only its Stats
 // know read at each collection, by asynchronous instruments:
@@ -51,13 +60,14 @@
 //
 // What is read at collection carries, besides the attributes below,
 // throttler.instance.id (InstanceAttribute): a number that each call of
-// InstrumentThrottler takes, unique in the process. Two Throttlers whose
-// measurements have the same attributes (the same key, or no key and the
-// same WithAttributes) are thus read as streams apart, never as one:
+// InstrumentThrottler and InstrumentGroup takes, unique in the process.
+// Two Throttlers (or Groups) whose measurements have the same attributes
+// (the same key, or no key and the same WithAttributes) are thus read as
+// streams apart, never as one:
 // OpenTelemetry asks that no two callbacks observe the same attributes
 // (the SDK would add up two Throttlers' counters, or keep one gauge of
 // two), and a counter summed over two Throttlers would go down once one
-// of them is collected. A Throttler's streams begin when it is
+// of them is collected. A Throttler's (a Group's) streams begin when it is
 // instrumented, and end once it has been garbage collected: its callback
 // is then unregistered. A Throttler made anew (a process that replaces
 // its Throttler, say) starts streams of its own, from zero; sum over
@@ -117,7 +127,12 @@ func InstrumentThrottler(t *throttler.Throttler, opts ...Option) error {
 // from now on (see throttler.Group.AddObserver) in the instruments fed by
 // events (see the package's documentation), summed over the keys unless
 // WithKeyAttribute(true) asks for a throttler.key per key, and each of
-// their waits on the caller's trace as WithTracing says. A Group's
+// their waits on the caller's trace as WithTracing says. It also registers
+// a callback that reads throttler.degraded at each collection, with a
+// throttler.instance.id of its own; it does not keep g alive, and is
+// unregistered once g has been garbage collected. With a key attribute, a
+// key's throttler.degraded stream begins with its first degradation, and
+// lasts, at 0 once it is over, while its Throttler is alive. A Group's
 // Throttler's key is its Redis key, named by a digest of the key given to
 // For, never the key itself.
 //
@@ -129,8 +144,16 @@ func InstrumentGroup(g *throttler.Group, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	in.instance = lastInstance.Add(1)
+	degraded, err := in.observeDegraded(g)
+	if err != nil {
+		return err
+	}
 	g.AddObserver(func(t *throttler.Throttler) throttler.Observer {
-		return in.observer(in.attrsFor(t))
+		ma, ta := in.attrsFor(t)
+		o := in.observer(ma, ta)
+		o.Degraded = func(on bool) { degraded.reported(t, ma, on) }
+		return o
 	})
 	return nil
 }

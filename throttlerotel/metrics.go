@@ -36,8 +36,9 @@ const (
 	AttemptAttribute = attribute.Key("throttler.attempt")
 	// InstanceAttribute tells apart, within a process, the registrations
 	// that read at collection: a number each call of InstrumentThrottler
-	// takes, from 1 up, carried by the measurements read at collection
-	// only (those read from Stats). See the package's documentation.
+	// and InstrumentGroup takes, from 1 up, carried by the measurements
+	// read at collection only (those read from Stats, and
+	// throttler.degraded). See the package's documentation.
 	InstanceAttribute = attribute.Key("throttler.instance.id")
 )
 
@@ -60,7 +61,6 @@ type instruments struct {
 	inFlight  inFlightInstruments
 	settle    settleInstruments
 	transport transportInstruments
-	health    healthInstruments
 }
 
 // recording is what the Options chose of what is recorded, and how.
@@ -98,11 +98,6 @@ type settleInstruments struct {
 // transportInstruments record what a Transport reads of the API.
 type transportInstruments struct {
 	refusals metric.Int64Counter
-}
-
-// healthInstruments record whether calls follow the failure policy.
-type healthInstruments struct {
-	degraded metric.Int64UpDownCounter
 }
 
 // instrumentMaker makes instruments on a meter until one fails, and then
@@ -156,7 +151,6 @@ func newInstruments(c *config) (*instruments, error) {
 	in.settle.overestimate = k.counter("throttler.settle.overestimate", "{unit}", "Units by which settled permits' estimates exceeded their actual cost, whether or not they were admitted through Redis.")
 	in.settle.underestimate = k.counter("throttler.settle.underestimate", "{unit}", "Units by which settled permits' actual cost exceeded their estimates, whether or not they were admitted through Redis.")
 	in.transport.refusals = k.counter("throttler.transport.refusals", "{response}", "Responses a Transport read as a refusal (429, 503...), by status, verdict and whether it retried.")
-	in.health.degraded = k.upDown("throttler.degraded", "{throttler}", "Throttlers whose calls follow the failure policy because Redis failed.")
 	if k.err != nil {
 		return nil, k.err
 	}
@@ -207,10 +201,7 @@ func (in *instruments) attrsFor(t *throttler.Throttler) (*metricAttrs, []attribu
 // instruments, with the attributes ma on measurements and ta on spans and
 // events.
 func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) throttler.Observer {
-	var (
-		inFlight atomic.Int64 // the last number reported
-		degraded atomic.Bool
-	)
+	var inFlight atomic.Int64 // the last number reported
 	bg := context.Background()
 	return throttler.Observer{
 		Admitted:   func(n int, _ time.Duration) { in.wait.admitted.Add(bg, int64(n), ma.base) },
@@ -232,23 +223,10 @@ func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) thrott
 				in.inFlight.count.Add(bg, d, ma.base)
 			}
 		},
-		Degraded: func(on bool) {
-			if degraded.Swap(on) != on {
-				in.health.degraded.Add(bg, delta(on), ma.base)
-			}
-		},
 		Waited: func(ctx context.Context, w throttler.WaitInfo) {
 			o := outcomeOf(w.Err)
 			in.wait.duration.Record(ctx, w.End.Sub(w.Start).Seconds(), ma.outcome[o])
 			in.traceWait(ctx, w, o, ta)
 		},
 	}
-}
-
-// delta is +1 for true, -1 for false.
-func delta(on bool) int64 {
-	if on {
-		return 1
-	}
-	return -1
 }

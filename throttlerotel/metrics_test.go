@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,7 +228,7 @@ func TestSettleMetrics(t *testing.T) {
 	}
 }
 
-// The instrumentation does not keep a Throttler alive, and once it is
+// The instrumentation keeps no Throttler or Group alive, and once one is
 // collected its callback is unregistered.
 func TestThrottlerCollected(t *testing.T) {
 	s := newSink(t)
@@ -242,11 +245,20 @@ func TestThrottlerCollected(t *testing.T) {
 		if _, n := s.collect(t).sum(t, "throttler.limit"); n != 1 {
 			t.Fatalf("throttler.limit has %d points while the Throttler lives, want 1", n)
 		}
+		g, err := throttler.NewGroup(rdb, "gone:", func(string) (throttler.KeyQuota, error) {
+			return throttler.KeyQuota{Limit: 3, Interval: time.Minute}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InstrumentGroup(g, WithMeterProvider(p)); err != nil {
+			t.Fatal(err)
+		}
 	}()
-	if n := p.registered.Load(); n != 1 {
-		t.Fatalf("%d callbacks registered for one Throttler, want 1", n)
+	if n := p.registered.Load(); n != 2 {
+		t.Fatalf("%d callbacks registered for a Throttler and a Group, want 2", n)
 	}
-	waitUnregistered(t, p, 1)
+	waitUnregistered(t, p, 2)
 	if _, n := s.collect(t).sum(t, "throttler.limit"); n != 0 {
 		t.Errorf("throttler.limit has %d points once the Throttler is gone, want 0", n)
 	}
@@ -314,5 +326,141 @@ func TestInstrumentRejectsBadInput(t *testing.T) {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want an error wrapping ErrInvalidArgument", name, err)
 		}
+	}
+}
+
+// waitFor polls cond until it holds, and fails t if it does not within
+// 10s: for what takes a second of the runtime's clock, such as the end of
+// a degradation.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// throttler.degraded counts the instrumented Throttlers whose calls follow
+// the failure policy now (Stats.Degraded): for a Group, one it evicted
+// while it had reported Degraded(true) and no false since (nobody calls
+// it) no longer counts.
+func TestDegraded(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	tOpts := []throttler.Option{throttler.WithFailurePolicy(throttler.FailOpen()), throttler.WithLogger(quiet)}
+	for _, c := range []struct {
+		name          string
+		group, perKey bool
+	}{{"Throttler", false, true}, {"Group", true, false}, {"Group per key", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSink(t)
+			rdb, mr := newRedis(t)
+			// A short interval: what the call admitted without Redis owes
+			// it stops counting soon, and the Throttler can be idle.
+			var th *throttler.Throttler
+			var g *throttler.Group
+			if c.group {
+				var err error
+				g, err = throttler.NewGroup(rdb, "deg:", func(string) (throttler.KeyQuota, error) {
+					return throttler.KeyQuota{Limit: 10, Interval: 100 * time.Millisecond, Options: tOpts}, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := InstrumentGroup(g, s.providers(WithKeyAttribute(c.perKey))...); err != nil {
+					t.Fatal(err)
+				}
+				if th, err = g.For("customer"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				th = instrumented(t, s, rdb, "deg", 10, 100*time.Millisecond, tOpts)
+			}
+			var (
+				mu       sync.Mutex
+				reported []bool
+			)
+			th.AddObserver(throttler.Observer{Degraded: func(on bool) { mu.Lock(); reported = append(reported, on); mu.Unlock() }})
+			want := []attribute.KeyValue{absent(KeyAttribute)}
+			if c.perKey {
+				want = []attribute.KeyValue{KeyAttribute.String(th.Key())}
+			}
+			check := func(when string, degraded float64, points int) {
+				t.Helper()
+				got := s.collect(t)
+				if v, n := got.sum(t, "throttler.degraded", want...); v != degraded || n != points {
+					t.Errorf("%s: throttler.degraded = %v in %d points, want %v in %d", when, v, n, degraded, points)
+				}
+				if byID := got.byInstance(t, "throttler.degraded", want...); len(byID) != points {
+					t.Errorf("%s: throttler.degraded in %d points with an instance, want %d", when, len(byID), points)
+				}
+			}
+			healthy := 1
+			if c.group && c.perKey {
+				healthy = 0 // a key's stream begins with its first degradation
+			}
+			check("healthy", 0, healthy)
+
+			mr.SetError("injected: Redis is down")
+			if err := th.Wait(context.Background()); err != nil {
+				t.Fatalf("Wait under FailOpen with Redis down: %v", err)
+			}
+			check("Redis down", 1, 1)
+
+			// A second after the failure, calls would try Redis again:
+			// nobody calls, so no Degraded(false) is reported.
+			waitFor(t, "Stats.Degraded still true", func() bool { return !th.Stats().Degraded })
+			if c.group {
+				waitFor(t, "the idle key not evicted", func() bool { return g.Sweep() == 1 })
+			}
+			mu.Lock()
+			if !slices.Equal(reported, []bool{true}) {
+				t.Errorf("Degraded reported %v, want [true]: the case is a Throttler that reports no false", reported)
+			}
+			mu.Unlock()
+			check("no longer degraded, no call since", 0, 1)
+			runtime.KeepAlive(th)
+		})
+	}
+}
+
+// throttler.in_flight.waits counts each time a call found every place in
+// flight taken, as Stats.PlaceWaits does.
+func TestInFlightWaits(t *testing.T) {
+	s := newSink(t)
+	rdb, _ := newRedis(t)
+	th := instrumented(t, s, rdb, "{slots}", 100, time.Minute, []throttler.Option{throttler.WithInFlight("{slots}:inflight", 1, time.Minute)})
+	waiting := make(chan struct{}, 1)
+	th.AddObserver(throttler.Observer{PlaceWait: func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}})
+	ctx := context.Background()
+	holding, release := make(chan struct{}), make(chan struct{})
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() {
+		first <- th.Do(ctx, func(context.Context) error { close(holding); <-release; return nil })
+	}()
+	<-holding
+	go func() { second <- th.Do(ctx, func(context.Context) error { return nil }) }()
+	<-waiting // the second call found the one place taken
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	got := s.collect(t)
+	if v, _ := got.sum(t, "throttler.in_flight.waits"); v < 1 || v != float64(th.Stats().PlaceWaits) {
+		t.Errorf("throttler.in_flight.waits = %v, want Stats.PlaceWaits' %d (at least 1)", v, th.Stats().PlaceWaits)
+	}
+	if v, n := got.sum(t, "throttler.in_flight.count"); v != 0 || n != 1 {
+		t.Errorf("throttler.in_flight.count = %v in %d points once both calls ended, want 0 in 1", v, n)
 	}
 }

@@ -3,6 +3,7 @@ package throttlerotel
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"weak"
@@ -33,6 +34,13 @@ type statInstruments struct {
 	roundTrips, allowRefusals, lateWakes, heals metric.Int64ObservableCounter
 	limit                                       metric.Int64ObservableGauge
 	pauseRemaining                              metric.Float64ObservableGauge
+	degraded                                    metric.Int64ObservableUpDownCounter
+}
+
+// newDegraded makes throttler.degraded.
+func newDegraded(m metric.Meter) (metric.Int64ObservableUpDownCounter, error) {
+	return m.Int64ObservableUpDownCounter("throttler.degraded", metric.WithUnit("{throttler}"),
+		metric.WithDescription("Throttlers whose calls follow the failure policy now, because Redis failed (Stats.Degraded)."))
 }
 
 func newStatInstruments(m metric.Meter) (*statInstruments, error) {
@@ -57,6 +65,9 @@ func newStatInstruments(m metric.Meter) (*statInstruments, error) {
 	}
 	if si.pauseRemaining, err = m.Float64ObservableGauge("throttler.pause.remaining", metric.WithUnit("s"),
 		metric.WithDescription("Time left of the shared pause in force; 0 when none.")); err != nil {
+		return nil, err
+	}
+	if si.degraded, err = newDegraded(m); err != nil {
 		return nil, err
 	}
 	return si, nil
@@ -90,8 +101,9 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 			left = max(0, time.Until(s.PausedUntil).Seconds())
 		}
 		o.ObserveFloat64(si.pauseRemaining, left, attrs)
+		o.ObserveInt64(si.degraded, count(s.Degraded), attrs)
 		return nil
-	}, si.roundTrips, si.allowRefusals, si.lateWakes, si.heals, si.limit, si.pauseRemaining)
+	}, si.roundTrips, si.allowRefusals, si.lateWakes, si.heals, si.limit, si.pauseRemaining, si.degraded)
 	if err != nil {
 		return err
 	}
@@ -109,4 +121,114 @@ func unregisterWhenCollected[T any](owner *T, reg metric.Registration) {
 			otel.Handle(err)
 		}
 	}, reg)
+}
+
+// count is 1 for true, 0 for false.
+func count(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// degradedSet reads throttler.degraded for a Group at each collection:
+// how many of its Throttlers are degraded (Stats.Degraded). It holds,
+// weakly, every Throttler reported degraded (Observer.Degraded) that is
+// still alive, the Group's or one it evicted, for an evicted Throttler
+// reports no Degraded(false) (nobody calls it), but its Stats tell.
+type degradedSet struct {
+	in   *instruments
+	inst metric.Int64ObservableUpDownCounter
+
+	mu sync.Mutex
+	// The Throttlers reported degraded, with the attributes of their
+	// measurements (asyncAttrs); without a key attribute, only those not
+	// reported recovered since.
+	throttlers map[weak.Pointer[throttler.Throttler]]attribute.Set
+	// shared, when the Throttlers carry no key, is the attributes of them
+	// all: observed at each collection, 0 when none is degraded.
+	shared *attribute.Set
+}
+
+// observeDegraded registers the callback that reads throttler.degraded
+// for g, and returns the set it reads. The registration is undone once g
+// has been garbage collected.
+func (in *instruments) observeDegraded(g *throttler.Group) (*degradedSet, error) {
+	inst, err := newDegraded(in.meter)
+	if err != nil {
+		return nil, err
+	}
+	d := &degradedSet{in: in, inst: inst, throttlers: map[weak.Pointer[throttler.Throttler]]attribute.Set{}}
+	if in.shared != nil {
+		set := in.asyncAttrs(in.shared.kv)
+		d.shared = &set
+	}
+	reg, err := in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		d.observe(o)
+		return nil
+	}, inst)
+	if err != nil {
+		return nil, err
+	}
+	unregisterWhenCollected(g, reg)
+	return d, nil
+}
+
+// reported notes that t, whose measurements have the attributes ma,
+// reported Degraded(on). It runs under t's lock: it takes only d's.
+func (d *degradedSet) reported(t *throttler.Throttler, ma *metricAttrs, on bool) {
+	p := weak.Make(t)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, known := d.throttlers[p]
+	switch {
+	case on && !known && d.shared != nil:
+		d.throttlers[p] = *d.shared
+	case on && !known:
+		d.throttlers[p] = d.in.asyncAttrs(ma.kv)
+	case !on && d.shared != nil:
+		// Observed with the others anyway; with a key, t's stream stays,
+		// at 0, while t lives.
+		delete(d.throttlers, p)
+	}
+}
+
+// observe observes, for each set of attributes, how many of d's live
+// Throttlers are degraded now.
+func (d *degradedSet) observe(o metric.Observer) {
+	type held struct {
+		t   *throttler.Throttler
+		set attribute.Set
+	}
+	d.mu.Lock()
+	live := make([]held, 0, len(d.throttlers))
+	for p, set := range d.throttlers {
+		if t := p.Value(); t != nil {
+			live = append(live, held{t, set})
+		} else {
+			delete(d.throttlers, p)
+		}
+	}
+	d.mu.Unlock()
+	// Stats takes each Throttler's lock, under which Degraded is reported:
+	// not under d.mu.
+	type sum struct {
+		set attribute.Set
+		n   int64
+	}
+	sums := map[attribute.Distinct]*sum{}
+	if d.shared != nil {
+		sums[d.shared.Equivalent()] = &sum{set: *d.shared}
+	}
+	for _, h := range live {
+		s := sums[h.set.Equivalent()]
+		if s == nil {
+			s = &sum{set: h.set}
+			sums[h.set.Equivalent()] = s
+		}
+		s.n += count(h.t.Stats().Degraded)
+	}
+	for _, s := range sums {
+		o.ObserveInt64(d.inst, s.n, metric.WithAttributeSet(s.set))
+	}
 }
