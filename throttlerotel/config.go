@@ -38,7 +38,7 @@ const (
 	// (WaitEventName) on the span the wait's context carries, at the
 	// moment the wait returned, and each refusal a Transport reads as an
 	// event named throttler.transport.refusal (RefusalEventName) on the
-	// request's span. A context without a
+	// request's span, at the refusal's time (throttler.Refusal.At). A context without a
 	// recording span records nothing. The default.
 	TraceEvents Tracing = iota
 	// TraceSpans records each wait as a span of its own named

@@ -66,8 +66,9 @@ func waitAttrs(attrs []attribute.KeyValue, w throttler.WaitInfo, o outcome, more
 	return append(kv, more...)
 }
 
-// traceRefusal records r as an event on the request's span, unless
-// in.rec.tracing is TraceOff; attrs are the Transport's.
+// traceRefusal records r as an event on the request's span, at r.At (the
+// refusal's time, before a RetryCall's delay), unless in.rec.tracing is
+// TraceOff; attrs are the Transport's.
 func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, attrs []attribute.KeyValue) {
 	if in.rec.tracing == TraceOff {
 		return
@@ -84,7 +85,7 @@ func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, at
 		VerdictAttribute.String(verdictName(r.Verdict)),
 		AttemptAttribute.Int(r.Attempt),
 		RetryAttribute.Bool(r.Retry))
-	span.AddEvent(RefusalEventName, trace.WithAttributes(kv...))
+	span.AddEvent(RefusalEventName, trace.WithTimestamp(r.At), trace.WithAttributes(kv...))
 }
 
 // verdictName is v as the attribute throttler.verdict names it.

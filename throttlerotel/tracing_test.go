@@ -259,3 +259,85 @@ func TestTransportRefusals(t *testing.T) {
 		}
 	}
 }
+
+// retryFirst reads the first response as RetryCall, and the others as no
+// refusal.
+type retryFirst struct {
+	mu   sync.Mutex
+	seen int
+}
+
+func (*retryFirst) Peek(*http.Response) bool { return false }
+
+func (r *retryFirst) Read(*http.Response, []byte, time.Time) throttler.Quota {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen++
+	if r.seen == 1 {
+		return throttler.Quota{Verdict: throttler.RetryCall}
+	}
+	return throttler.Quota{}
+}
+
+// A RetryCall is counted with its verdict, and its event is at the
+// refusal's time (Refusal.At), before the delay the Transport waits out,
+// not when the refusal is reported, after it.
+func TestTransportRetryCall(t *testing.T) {
+	s := newSink(t)
+	rdb, _ := newRedis(t)
+	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
+	api := httptest.NewServer(&refuse{n: 1})
+	defer api.Close()
+	defer api.Client().CloseIdleConnections()
+	tr := &throttler.Transport{Base: api.Client().Transport, Route: th.Route(), Retries: 1, Counters: &retryFirst{}}
+	if err := InstrumentTransport(tr, s.providers()...); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		refusals []throttler.Refusal
+		reported []time.Time
+	)
+	tr.AddObserver(throttler.TransportObserver{Refused: func(_ context.Context, r throttler.Refusal) {
+		mu.Lock()
+		defer mu.Unlock()
+		refusals, reported = append(refusals, r), append(reported, time.Now())
+	}})
+	ctx, span := s.tp.Tracer("test").Start(context.Background(), "request")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api.URL, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	span.End()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d after the retry, want 200", resp.StatusCode)
+	}
+
+	want := []attribute.KeyValue{semconv.HTTPResponseStatusCodeKey.Int(429), VerdictAttribute.String("retry_call"), RetryAttribute.Bool(true)}
+	if v, n := s.collect(t).sum(t, "throttler.transport.refusals", want...); v != 1 || n != 1 {
+		t.Errorf("throttler.transport.refusals{retry_call, retried} = %v in %d points, want 1 in 1", v, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refusals) != 1 {
+		t.Fatalf("%d refusals reported, want 1", len(refusals))
+	}
+	var events []sdktrace.Event
+	for _, e := range s.spans.Ended()[0].Events() {
+		if e.Name == RefusalEventName {
+			events = append(events, e)
+		}
+	}
+	if len(events) != 1 {
+		t.Fatalf("the request's span holds %d refusal events, want 1", len(events))
+	}
+	e, at := events[0], refusals[0].At
+	if !e.Time.Equal(at) || !e.Time.Before(reported[0]) {
+		t.Errorf("refusal event at %s, want the refusal's time %s, before its report %s (after the delay)", e.Time, at, reported[0])
+	}
+	if a := attrsOf(e.Attributes); a[VerdictAttribute].AsString() != "retry_call" || !a[RetryAttribute].AsBool() || a[AttemptAttribute].AsInt64() != 0 {
+		t.Errorf("refusal event attributes %v, want verdict retry_call, retried, attempt 0", e.Attributes)
+	}
+}
