@@ -202,23 +202,32 @@ func (r *refuse) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// refusingAPI returns an instrumented Transport, with Retries 1 and c, over
+// an instrumented Throttler keyed "api", and the URL of a server that
+// refuses its first n requests (see refuse), both closed with the test.
+func refusingAPI(t *testing.T, s *sink, n int, c throttler.Counters) (*throttler.Transport, string) {
+	t.Helper()
+	rdb, _ := newRedis(t)
+	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
+	api := httptest.NewServer(&refuse{n: n})
+	t.Cleanup(api.Close)
+	t.Cleanup(api.Client().CloseIdleConnections)
+	tr := &throttler.Transport{Base: api.Client().Transport, Route: th.Route(), Retries: 1, Counters: c}
+	if err := InstrumentTransport(tr, s.providers()...); err != nil {
+		t.Fatal(err)
+	}
+	return tr, api.URL
+}
+
 // A Transport's refusals are counted by status, verdict and retry, and are
 // events on the request's span; its waits are its Throttler's.
 func TestTransportRefusals(t *testing.T) {
 	s := newSink(t)
-	rdb, _ := newRedis(t)
-	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
-	api := httptest.NewServer(&refuse{n: 2})
-	defer api.Close()
-	defer api.Client().CloseIdleConnections()
-	tr := &throttler.Transport{Base: api.Client().Transport, Route: th.Route(), Retries: 1}
-	if err := InstrumentTransport(tr, s.providers()...); err != nil {
-		t.Fatal(err)
-	}
+	tr, url := refusingAPI(t, s, 2, nil)
 	client := &http.Client{Transport: tr}
 	ctx, span := s.tp.Tracer("test").Start(context.Background(), "request")
 	for _, want := range []int{http.StatusTooManyRequests, http.StatusOK} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api.URL, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -284,15 +293,7 @@ func (r *retryFirst) Read(*http.Response, []byte, time.Time) throttler.Quota {
 // not when the refusal is reported, after it.
 func TestTransportRetryCall(t *testing.T) {
 	s := newSink(t)
-	rdb, _ := newRedis(t)
-	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
-	api := httptest.NewServer(&refuse{n: 1})
-	defer api.Close()
-	defer api.Client().CloseIdleConnections()
-	tr := &throttler.Transport{Base: api.Client().Transport, Route: th.Route(), Retries: 1, Counters: &retryFirst{}}
-	if err := InstrumentTransport(tr, s.providers()...); err != nil {
-		t.Fatal(err)
-	}
+	tr, url := refusingAPI(t, s, 1, &retryFirst{})
 	var (
 		mu       sync.Mutex
 		refusals []throttler.Refusal
@@ -304,7 +305,7 @@ func TestTransportRetryCall(t *testing.T) {
 		refusals, reported = append(refusals, r), append(reported, time.Now())
 	}})
 	ctx, span := s.tp.Tracer("test").Start(context.Background(), "request")
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api.URL, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatal(err)
