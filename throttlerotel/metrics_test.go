@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/go-throttler/throttler"
@@ -41,11 +42,16 @@ func TestThrottlerMetrics(t *testing.T) {
 	if err := th.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait over the limit: %v, want it turned away for its deadline", err)
 	}
-	if err := th.PauseUntil(ctx, time.Now().Add(time.Minute)); err != nil {
+	until := time.Now().Add(time.Minute)
+	if err := th.PauseUntil(ctx, until); err != nil {
 		t.Fatal(err)
 	}
 
+	// Round trips may still run in the background: what is read at
+	// collection lies between what Stats says before it and after.
+	before, from := th.Stats(), time.Now()
 	got := s.collect(t)
+	to, after := time.Now(), th.Stats()
 	key := KeyAttribute.String("api")
 	checkSum := func(name string, want float64, attrs ...attribute.KeyValue) {
 		t.Helper()
@@ -60,11 +66,16 @@ func TestThrottlerMetrics(t *testing.T) {
 	if n, _ := got.sum(t, "throttler.redis.errors"); n != 0 {
 		t.Errorf("throttler.redis.errors recorded without an error")
 	}
-	if v, _ := got.sum(t, "throttler.redis.round_trips", key); v < 3 || v != float64(th.Stats().RoundTrips) {
-		t.Errorf("throttler.redis.round_trips = %v, want Stats' %d (at least 3)", v, th.Stats().RoundTrips)
+	if v, _ := got.sum(t, "throttler.redis.round_trips", key); v < 3 || v < float64(before.RoundTrips) || v > float64(after.RoundTrips) {
+		t.Errorf("throttler.redis.round_trips = %v, want at least 3, from Stats' %d before the collection to its %d after", v, before.RoundTrips, after.RoundTrips)
 	}
-	if v, _ := got.sum(t, "throttler.pause.remaining", key); v <= 50 || v > 60 {
-		t.Errorf("throttler.pause.remaining = %vs, want about a minute", v)
+	// The pause's end, read back through the estimate of Redis's clock,
+	// is until within the error bound of the estimates that wrote and read
+	// it; the callback reads it between from and to.
+	slack := 2*max(before.ClockError, after.ClockError) + time.Microsecond
+	lo, hi := until.Sub(to)-slack, until.Sub(from)+slack
+	if v, _ := got.sum(t, "throttler.pause.remaining", key); v < lo.Seconds() || v > hi.Seconds() {
+		t.Errorf("throttler.pause.remaining = %vs, want from %s to %s", v, lo, hi)
 	}
 	ok := OutcomeAttribute.String("admitted")
 	if n, _ := got.count(t, "throttler.wait.duration", key, ok, absent(semconv.ErrorTypeKey)); n != 2 {
@@ -76,6 +87,47 @@ func TestThrottlerMetrics(t *testing.T) {
 	}
 	if n, _ := got.count(t, "throttler.wait.duration"); n != 3 {
 		t.Errorf("throttler.wait.duration holds %d waits, want 3", n)
+	}
+}
+
+// A window Redis lost is healed, and counted in throttler.heals as in
+// Stats.Heals.
+func TestHeals(t *testing.T) {
+	s := newSink(t)
+	rdb, mr := newRedis(t)
+	th := instrumented(t, s, rdb, "healed", 2, time.Minute, []throttler.Option{throttler.WithLogger(slog.New(slog.DiscardHandler))})
+	ctx := context.Background()
+	for i := range 2 {
+		if res, err := th.Allow(ctx); err != nil || !res.Allowed {
+			t.Fatalf("Allow %d: (%+v, %v)", i, res, err)
+		}
+	}
+	mr.FlushAll() // the window, full, is lost
+	if res, err := th.Allow(ctx); err != nil || res.Allowed {
+		t.Fatalf("Allow once the window was lost: (%+v, %v), want refused while it heals", res, err)
+	}
+	if v, _ := s.collect(t).sum(t, "throttler.heals"); v != 1 || th.Stats().Heals != 1 {
+		t.Errorf("throttler.heals = %v, Stats.Heals = %d; want 1 and 1", v, th.Stats().Heals)
+	}
+}
+
+// WithWaitBuckets sets the boundaries of throttler.wait.duration's
+// buckets; DefaultWaitBuckets are the default.
+func TestWaitBuckets(t *testing.T) {
+	for _, c := range []struct {
+		opts []Option
+		want []float64
+	}{{nil, DefaultWaitBuckets}, {[]Option{WithWaitBuckets(0.1, 1, 10)}, []float64{0.1, 1, 10}}} {
+		s := newSink(t)
+		rdb, _ := newRedis(t)
+		th := instrumented(t, s, rdb, "buckets", 10, time.Minute, nil, c.opts...)
+		if err := th.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h, ok := s.collect(t)["throttler.wait.duration"].(metricdata.Histogram[float64])
+		if !ok || len(h.DataPoints) != 1 || !slices.Equal(h.DataPoints[0].Bounds, c.want) {
+			t.Errorf("throttler.wait.duration with %d Options: %+v, want one point with the bounds %v", len(c.opts), h.DataPoints, c.want)
+		}
 	}
 }
 
