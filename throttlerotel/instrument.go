@@ -7,7 +7,15 @@
 //	if err := throttlerotel.InstrumentThrottler(t); err != nil { ... }
 //
 // It is a module of its own, so that the throttler's users who do not
-// import it never download OpenTelemetry.
+// import it never download OpenTelemetry. It needs the first release of
+// github.com/go-throttler/throttler that has Throttler.AddObserver,
+// Group.AddObserver and Transport.AddObserver (with Refusal.At), which is
+// not tagged yet. Until then its go.mod requires the library at v0.0.0,
+// a version that does not exist, with a replace directive to ../ that
+// serves this repository only (Go ignores the replace directives of a
+// dependency): it cannot be fetched as a dependency before that release
+// is tagged and required; a program can use it from a clone of the
+// repository, with a replace of its own.
 //
 // There is no semantic convention for rate limiters, so the instruments
 // are named in a throttler namespace, after the conventions' general
