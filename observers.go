@@ -33,10 +33,29 @@ type WaitInfo struct {
 // of AddObserver. An Observer cannot be removed; one whose fields are all
 // nil adds nothing.
 //
-// An event under way as AddObserver is called may be reported to o or not.
-// A Throttler with no Observer pays one atomic load per event for the
-// feature, and nothing else.
+// An event under way as AddObserver is called may be reported to o or not,
+// but for Degraded: when o.Degraded is set and t's calls follow the failure
+// policy (Degraded was last reported true), AddObserver calls o.Degraded(true)
+// before it returns, so that o's Degraded calls alternate from true (see
+// Observer.Degraded). A Throttler with no Observer pays one atomic load per
+// event for the feature, and nothing else.
 func (t *Throttler) AddObserver(o Observer) {
+	if o.Degraded == nil {
+		t.addObserver(o)
+		return
+	}
+	// Degraded is reported under t.mu: o sees the state then, or the
+	// reports after it, never both.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.addObserver(o)
+	if !t.fallback.degraded.IsZero() {
+		o.Degraded(true)
+	}
+}
+
+// addObserver joins o to t's Observers.
+func (t *Throttler) addObserver(o Observer) {
 	for {
 		old := t.stats.obs.Load()
 		joined := o
@@ -98,22 +117,36 @@ func join2[A, B any](a, b func(A, B)) func(A, B) {
 
 // AddObserver has newObserver called with each Throttler g holds now and
 // with each one For makes from now on, and adds the Observer it returns to
-// that Throttler (see Throttler.AddObserver): a Throttler For hands out
-// after AddObserver has returned has it, from before its first use. Each
-// Throttler gets its own call, so that newObserver may keep what it
-// records apart by Throttler (its Key names the key only by its digest,
-// see Group). Throttlers For made but dropped unused (see For) are not
-// passed to it. newObserver is called under g's lock: it must return
-// quickly and must not call g. A nil newObserver adds nothing.
+// that Throttler (see Throttler.AddObserver): each Throttler gets exactly
+// one, and a Throttler For hands out after AddObserver has returned has
+// it, from before its first use. Each Throttler gets its own call, so that
+// newObserver may keep what it records apart by Throttler (its Key names
+// the key only by its digest, see Group). Throttlers For made but dropped
+// unused (see For) are not passed to it.
+//
+// The Throttlers g holds are passed to newObserver on the caller's
+// goroutine, without g's lock: For goes on meanwhile, and a Throttler it
+// hands out before AddObserver returns may be used before its Observer is
+// added. A Throttler For makes is passed to newObserver under g's lock, on
+// the goroutine of that For, before it is handed out. newObserver may thus
+// be called concurrently with itself; it must return quickly and must not
+// call g. A nil newObserver adds nothing.
 func (g *Group) AddObserver(newObserver func(t *Throttler) Observer) {
 	if newObserver == nil {
 		return
 	}
+	// Every Throttler is either held now, and passed below, or made by a
+	// For that takes the lock after this one, and passed by observeLocked:
+	// never both, never neither.
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.observers = append(g.observers, newObserver)
-	for _, e := range g.ring {
-		e.t.AddObserver(newObserver(e.t))
+	held := make([]*Throttler, len(g.ring))
+	for i, e := range g.ring {
+		held[i] = e.t
+	}
+	g.mu.Unlock()
+	for _, t := range held {
+		t.AddObserver(newObserver(t))
 	}
 }
 
@@ -135,9 +168,10 @@ type TransportObserver struct {
 	// 503 with Retry-After) read as Pause or RetryCall. It is called with
 	// the request's context once the Transport has followed the refusal
 	// (paused the Throttler for a Pause, and for a RetryCall it will
-	// retry, waited out the delay before the retry), and before it sends
-	// the request again or returns the response. It must return quickly;
-	// it may call the Throttler.
+	// retry, waited out the delay before the retry, up to 2s), and before
+	// it sends the request again or returns the response: Refusal.At is
+	// when the refusal was followed, before that delay. It must return
+	// quickly; it may call the Throttler.
 	Refused func(ctx context.Context, r Refusal)
 }
 
@@ -159,6 +193,12 @@ type Refusal struct {
 	// retry waits for the Throttler to admit it as the first send did.
 	// Otherwise the caller gets this response.
 	Retry bool
+	// At is when the Transport had read the response and followed it
+	// (paused the Throttler for a Pause), on the Throttler's clock
+	// (time.Now unless WithClock set another), as WaitInfo's times are:
+	// before the delay a RetryCall waits out before its retry, and so
+	// up to that delay before Refused is called.
+	At time.Time
 }
 
 // AddObserver adds o to the TransportObservers of tr: from the moment it

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -217,6 +218,52 @@ func TestInFlightReportsInOrder(t *testing.T) {
 	waitIdle(t, th)
 }
 
+// An Observer added while calls follow the failure policy is told so as
+// it is added: every Observer's Degraded calls alternate from true.
+func TestAddObserverToldDegraded(t *testing.T) {
+	mr, c := miniClient(t)
+	th := mustNew(t, c, "k", 10, time.Second, WithLogger(quiet), WithFailurePolicy(FailOpen()))
+	var (
+		mu          sync.Mutex
+		first, late []bool
+	)
+	record := func(to *[]bool) Observer {
+		return Observer{Degraded: func(on bool) { mu.Lock(); *to = append(*to, on); mu.Unlock() }}
+	}
+	seen := func() ([]bool, []bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(first), slices.Clone(late)
+	}
+	th.AddObserver(record(&first)) // not degraded: told nothing
+	if f, _ := seen(); len(f) != 0 {
+		t.Fatalf("an Observer added to a healthy Throttler saw Degraded %v", f)
+	}
+	mr.SetError("injected: Redis is down")
+	if err := th.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait under FailOpen with Redis down: %v", err)
+	}
+	th.AddObserver(record(&late))
+	if f, l := seen(); !slices.Equal(f, []bool{true}) || !slices.Equal(l, []bool{true}) {
+		t.Fatalf("Degraded: the first Observer saw %v, the one added while degraded %v; want [true] for both", f, l)
+	}
+	mr.SetError("")
+	// Redis is tried again a second after it failed: the next call's round
+	// trip then reaches it, which ends the degradation.
+	waitLocked(t, th, 10*time.Second, "still degraded 10s after Redis failed", func() bool { return !th.fallback.isDegraded() })
+	if err := th.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitLocked(t, th, 10*time.Second, "no false reported once a round trip reached Redis", func() bool {
+		f, _ := seen()
+		return len(f) == 2
+	})
+	if f, l := seen(); !slices.Equal(f, []bool{true, false}) || !slices.Equal(l, []bool{true, false}) {
+		t.Errorf("Degraded once Redis answered: %v and %v, want [true false] for both", f, l)
+	}
+	waitIdle(t, th)
+}
+
 // Group.AddObserver reaches the Throttlers the Group holds and those it
 // makes later, each with its own call.
 func TestGroupAddObserver(t *testing.T) {
@@ -256,6 +303,47 @@ func TestGroupAddObserver(t *testing.T) {
 	waitIdle(t, late)
 }
 
+// Group.AddObserver calls newObserver for the Throttlers held without
+// the Group's lock: For goes on meanwhile, and a Throttler it makes then
+// gets the Observer once, as every Throttler held does.
+func TestGroupAddObserverOutsideTheLock(t *testing.T) {
+	_, c := miniClient(t)
+	g := mustGroup(t, c, "unlocked", KeyQuota{Limit: 10, Interval: time.Minute})
+	held := mustFor(t, g, "held")
+	var (
+		mu      sync.Mutex
+		calls   = map[*Throttler]int{}
+		entered = make(chan struct{})
+		release = make(chan struct{})
+		added   = make(chan struct{})
+	)
+	go func() {
+		defer close(added)
+		g.AddObserver(func(th *Throttler) Observer {
+			mu.Lock()
+			calls[th]++
+			mu.Unlock()
+			if th == held {
+				close(entered)
+				<-release // For must not wait for this
+			}
+			return Observer{}
+		})
+	}()
+	<-entered
+	fresh := mustFor(t, g, "fresh") // would wait for release forever under the lock
+	if mustFor(t, g, "held") != held {
+		t.Fatal("For made the held key's Throttler anew")
+	}
+	close(release)
+	<-added
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || calls[held] != 1 || calls[fresh] != 1 {
+		t.Errorf("newObserver calls: held %d, fresh %d, %d Throttlers in all; want 1, 1, 2", calls[held], calls[fresh], len(calls))
+	}
+}
+
 // retryOnce reads the first response as RetryCall, and every later one as
 // no refusal.
 type retryOnce struct {
@@ -283,16 +371,32 @@ func TestTransportObserverRefused(t *testing.T) {
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	var (
-		mu   sync.Mutex
-		seen []Refusal
-		vals []any
+		mu     sync.Mutex
+		seen   []Refusal
+		vals   []any
+		called []time.Time
 	)
 	tr := &Transport{Base: srv.Client().Transport, Route: th.Route(), Retries: 1}
 	record := func(ctx context.Context, r Refusal) {
+		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, r)
 		vals = append(vals, ctx.Value(ctxKey{}))
+		called = append(called, now)
+	}
+	// At lies between the refused send's arrival and the report, and
+	// before the next send's arrival; At is zeroed to compare the rest.
+	checkAt := func(from int) {
+		t.Helper()
+		arrivals, _, _ := api.snapshot()
+		for i := range seen {
+			at, sent := seen[i].At, arrivals[from+i]
+			if at.Before(sent) || called[i].Before(at) || (from+i+1 < len(arrivals) && arrivals[from+i+1].Before(at)) {
+				t.Errorf("refusal %d: At %s, want from the send's arrival %s to the report %s, before the next send", i, at, sent, called[i])
+			}
+			seen[i].At = time.Time{}
+		}
 	}
 	tr.AddObserver(TransportObserver{Refused: record})
 	tr.AddObserver(TransportObserver{}) // adds nothing
@@ -305,6 +409,7 @@ func TestTransportObserverRefused(t *testing.T) {
 	}
 	resp.Body.Close()
 	mu.Lock()
+	checkAt(0)
 	want := []Refusal{
 		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: Pause, Attempt: 0, Retry: true},
 		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: Pause, Attempt: 1, Retry: false},
@@ -312,7 +417,7 @@ func TestTransportObserverRefused(t *testing.T) {
 	if !reflect.DeepEqual(seen, want) || vals[0] != "request" || vals[1] != "request" {
 		t.Errorf("Refused saw %+v with contexts carrying %v; want %+v with the request's", seen, vals, want)
 	}
-	seen, vals = nil, nil
+	seen, vals, called = nil, nil, nil
 	mu.Unlock()
 
 	// A RetryCall, then a response that is no refusal.
@@ -327,7 +432,12 @@ func TestTransportObserverRefused(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) != 1 || seen[0].Verdict != RetryCall || !seen[0].Retry || seen[0].Attempt != 0 {
-		t.Errorf("Refused saw %+v, want one RetryCall at attempt 0, retried", seen)
+		t.Fatalf("Refused saw %+v, want one RetryCall at attempt 0, retried", seen)
 	}
+	// At comes before the RetryCall's delay, and the report after it.
+	if at := seen[0].At; called[0].Sub(at) < retryCallDelay(0) {
+		t.Errorf("RetryCall: At %s, reported %s later; want At before the delay of %s", at, called[0].Sub(at), retryCallDelay(0))
+	}
+	checkAt(2)
 	waitIdle(t, th)
 }

@@ -215,8 +215,9 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if verdict == Proceed {
 			return resp, nil
 		}
+		at := t.now() // before a RetryCall's delay
 		next := tr.retry(req, verdict, try)
-		tr.refused(req, Refusal{Throttler: t, StatusCode: resp.StatusCode, Verdict: verdict, Attempt: try, Retry: next != nil})
+		tr.refused(req, Refusal{Throttler: t, StatusCode: resp.StatusCode, Verdict: verdict, Attempt: try, Retry: next != nil, At: at})
 		if next == nil {
 			return resp, nil
 		}

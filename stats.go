@@ -160,10 +160,12 @@ type Observer struct {
 	// why.
 	Rejected func(why Rejection)
 	// Degraded is called with true when Redis fails and calls start to
-	// follow the FailOpen or FallbackLocal policy, and with false once
-	// Redis answers again. Its calls are serialized and alternate, but for
-	// an Observer added while calls were degraded, whose first call is
-	// false.
+	// follow the FailOpen or FallbackLocal policy, and with false once a
+	// round trip reaches Redis again. Its calls are serialized and
+	// alternate, the first with true: an Observer added (AddObserver) while
+	// calls follow the policy is called with true as it is added. A
+	// Throttler nobody calls any more reports no false: Stats.Degraded
+	// tells whether calls follow the policy now.
 	Degraded func(on bool)
 	// Waited is called once for each wait (see Stats) as it returns,
 	// whatever its outcome: admitted, turned away (see RejectionOf),

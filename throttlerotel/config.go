@@ -34,14 +34,15 @@ type Option func(*config) error
 type Tracing uint8
 
 const (
-	// TraceEvents records each wait as an event named throttler.wait on
-	// the span the wait's context carries, at the moment the wait
-	// returned, and each refusal a Transport reads as an event named
-	// throttler.refused on the request's span. A context without a
+	// TraceEvents records each wait as an event named throttler.wait.end
+	// (WaitEventName) on the span the wait's context carries, at the
+	// moment the wait returned, and each refusal a Transport reads as an
+	// event named throttler.transport.refusal (RefusalEventName) on the
+	// request's span, at the refusal's time (throttler.Refusal.At). A context without a
 	// recording span records nothing. The default.
 	TraceEvents Tracing = iota
 	// TraceSpans records each wait as a span of its own named
-	// throttler.wait, a child of the span the wait's context carries,
+	// throttler.wait (WaitSpanName), a child of the span the wait's context carries,
 	// from the wait's start to its end; refusals are events as with
 	// TraceEvents. A context without a span records no wait, unless
 	// WithRootSpans asks for one.
@@ -128,7 +129,10 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 // InstrumentTransport, whose Throttlers can be as many as the keys in use:
 // each key would make metric streams of its own. A Group's Throttler is
 // keyed by a digest of its key (see throttler.Group), never the key
-// itself. Spans and events carry throttler.key whatever this says.
+// itself. Spans and events carry throttler.key whatever this says. Two
+// Throttlers with the same attributes add up in the event-fed
+// instruments; what is read from their Stats stays apart, by
+// throttler.instance.id (see the package's documentation).
 func WithKeyAttribute(on bool) Option {
 	return func(c *config) error {
 		c.key, c.keySet = on, true

@@ -84,10 +84,10 @@ func Example() {
 	}
 	// Output:
 	// throttler.wait.duration: 3 waits, in s
-	// throttler.admitted: 3 {call}
-	// event throttler.wait on sync-repositories: admitted
-	// event throttler.wait on sync-repositories: admitted
-	// event throttler.wait on sync-repositories: admitted
+	// throttler.admitted: 3 {unit}
+	// event throttler.wait.end on sync-repositories: admitted
+	// event throttler.wait.end on sync-repositories: admitted
+	// event throttler.wait.end on sync-repositories: admitted
 }
 
 // A Group's Throttlers are instrumented as the Group makes them; their

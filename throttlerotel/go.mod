@@ -2,6 +2,12 @@ module github.com/go-throttler/throttler/throttlerotel
 
 go 1.26.8
 
+// For this repository's development only: Go ignores a dependency's
+// replace directives. throttlerotel needs the first release of
+// github.com/go-throttler/throttler with Throttler.AddObserver,
+// Group.AddObserver and Transport.AddObserver (and Refusal.At); none is
+// tagged yet. v0.0.0 below stands for it, and is to be raised to that
+// release before throttlerotel is tagged.
 replace github.com/go-throttler/throttler => ../
 
 require (

@@ -2,16 +2,20 @@ package throttlerotel
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.uber.org/goleak"
 
 	"github.com/go-throttler/throttler"
@@ -81,14 +85,63 @@ func (s *sink) collect(t *testing.T) collected {
 	}
 	out := collected{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		if sm.Scope.Name != ScopeName || sm.Scope.Version != Version() || sm.Scope.SchemaURL != semconv.SchemaURL {
+			t.Errorf("scope %+v, want %q version %q with the schema URL %q", sm.Scope, ScopeName, Version(), semconv.SchemaURL)
 		}
 		for _, m := range sm.Metrics {
 			out[m.Name] = m.Data
 		}
 	}
 	return out
+}
+
+// countingProvider wraps a MeterProvider, and counts the callbacks its
+// Meters register and unregister.
+type countingProvider struct {
+	metric.MeterProvider
+	registered, unregistered atomic.Int64
+}
+
+func (p *countingProvider) Meter(name string, opts ...metric.MeterOption) metric.Meter {
+	return &countingMeter{Meter: p.MeterProvider.Meter(name, opts...), p: p}
+}
+
+type countingMeter struct {
+	metric.Meter
+	p *countingProvider
+}
+
+func (m *countingMeter) RegisterCallback(f metric.Callback, insts ...metric.Observable) (metric.Registration, error) {
+	reg, err := m.Meter.RegisterCallback(f, insts...)
+	if err != nil {
+		return nil, err
+	}
+	m.p.registered.Add(1)
+	return &countingRegistration{Registration: reg, p: m.p}, nil
+}
+
+type countingRegistration struct {
+	metric.Registration
+	p *countingProvider
+}
+
+func (r *countingRegistration) Unregister() error {
+	r.p.unregistered.Add(1)
+	return r.Registration.Unregister()
+}
+
+// waitUnregistered collects garbage until p has seen want callbacks
+// unregistered, and fails t if that takes 10s.
+func waitUnregistered(t *testing.T, p *countingProvider, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.unregistered.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d callbacks unregistered 10s after what they read became garbage", p.unregistered.Load(), want)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // match reports whether set holds every attribute of want (an
@@ -140,6 +193,38 @@ func (c collected) sum(t *testing.T, name string, want ...attribute.KeyValue) (t
 		t.Fatalf("%s is a %T, not a sum or gauge", name, d)
 	}
 	return total, points
+}
+
+// byInstance returns the points of the counter or gauge name whose
+// attributes match want, by throttler.instance.id; it fails t when one
+// lacks that attribute or two share one.
+func (c collected) byInstance(t *testing.T, name string, want ...attribute.KeyValue) map[int64]float64 {
+	t.Helper()
+	out := map[int64]float64{}
+	add := func(set attribute.Set, v float64) {
+		if !match(set, want) {
+			return
+		}
+		id, ok := set.Value(InstanceAttribute)
+		if _, dup := out[id.AsInt64()]; !ok || dup {
+			t.Fatalf("%s: a point %v without an instance of its own", name, set.ToSlice())
+		}
+		out[id.AsInt64()] = v
+	}
+	switch d := c[name].(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			add(p.Attributes, float64(p.Value))
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			add(p.Attributes, float64(p.Value))
+		}
+	case nil:
+	default:
+		t.Fatalf("%s is a %T, not an int64 sum or gauge", name, d)
+	}
+	return out
 }
 
 // count returns how many samples the histogram name holds whose

@@ -34,145 +34,199 @@ const (
 	// AttemptAttribute counts a request's sends before the one refused, on
 	// events.
 	AttemptAttribute = attribute.Key("throttler.attempt")
+	// InstanceAttribute tells apart, within a process, the registrations
+	// that read at collection: a number each call of InstrumentThrottler
+	// and InstrumentGroup takes, from 1 up, carried by the measurements
+	// read at collection only (those read from Stats, and
+	// throttler.degraded). See the package's documentation.
+	InstanceAttribute = attribute.Key("throttler.instance.id")
 )
 
-// instruments are the synchronous instruments, fed by the Observers of
-// Throttlers and Transports.
+// instruments are what one Instrument call records with: the meter and
+// the tracer, what its Options chose, and the synchronous instruments fed
+// by the Observers of Throttlers and Transports, by concern.
 type instruments struct {
-	waitDuration                  metric.Float64Histogram
-	admitted, pauses, redisErrors metric.Int64Counter
-	placeWaits, settled           metric.Int64Counter
-	settleSurplus, settleExcess   metric.Int64Counter
-	refusals                      metric.Int64Counter
-	inFlight, degraded            metric.Int64UpDownCounter
-	tracer                        trace.Tracer
-	meter                         metric.Meter
-	tracing                       Tracing
-	rootSpans                     bool
-	attrs                         []attribute.KeyValue
-	keyAttr                       bool
+	meter  metric.Meter
+	tracer trace.Tracer
+	rec    recording
+	// shared are the measurement attributes of every Throttler, made once,
+	// when they carry no key (WithKeyAttribute(false)); nil otherwise.
+	shared *metricAttrs
+	// instance is the throttler.instance.id of what InstrumentThrottler
+	// and InstrumentGroup read at collection (see InstanceAttribute).
+	instance int64
+
+	wait      waitInstruments
+	quota     quotaInstruments
+	inFlight  inFlightInstruments
+	settle    settleInstruments
+	transport transportInstruments
+}
+
+// recording is what the Options chose of what is recorded, and how.
+type recording struct {
+	attrs     []attribute.KeyValue // WithAttributes'
+	keyAttr   bool                 // throttler.key on measurements
+	tracing   Tracing
+	rootSpans bool
+}
+
+// waitInstruments record the waits for quota and what they admitted.
+type waitInstruments struct {
+	duration metric.Float64Histogram
+	admitted metric.Int64Counter
+}
+
+// quotaInstruments record what a Throttler learns of the shared quota and
+// of Redis.
+type quotaInstruments struct {
+	pauses, redisErrors metric.Int64Counter
+}
+
+// inFlightInstruments record the places in flight (WithInFlight).
+type inFlightInstruments struct {
+	count metric.Int64UpDownCounter
+	waits metric.Int64Counter
+}
+
+// settleInstruments record the permits settled with their actual cost,
+// and how far that cost lay from their estimate.
+type settleInstruments struct {
+	permits, overestimate, underestimate metric.Int64Counter
+}
+
+// transportInstruments record what a Transport reads of the API.
+type transportInstruments struct {
+	refusals metric.Int64Counter
+}
+
+// instrumentMaker makes instruments on a meter until one fails, and then
+// keeps the first error.
+type instrumentMaker struct {
+	m   metric.Meter
+	err error
+}
+
+func (k *instrumentMaker) counter(name, unit, about string) metric.Int64Counter {
+	if k.err != nil {
+		return nil
+	}
+	c, err := k.m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(about))
+	k.err = err
+	return c
+}
+
+func (k *instrumentMaker) upDown(name, unit, about string) metric.Int64UpDownCounter {
+	if k.err != nil {
+		return nil
+	}
+	c, err := k.m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(about))
+	k.err = err
+	return c
 }
 
 func newInstruments(c *config) (*instruments, error) {
-	m := c.mp.Meter(ScopeName)
+	m := c.mp.Meter(ScopeName,
+		metric.WithInstrumentationVersion(Version()), metric.WithSchemaURL(semconv.SchemaURL))
 	in := &instruments{
-		tracer:    c.tp.Tracer(ScopeName),
-		meter:     m,
-		tracing:   c.tracing,
-		rootSpans: c.rootSpans,
-		attrs:     c.attrs,
-		keyAttr:   c.key,
+		meter: m,
+		tracer: c.tp.Tracer(ScopeName,
+			trace.WithInstrumentationVersion(Version()), trace.WithSchemaURL(semconv.SchemaURL)),
+		rec: recording{attrs: c.attrs, keyAttr: c.key, tracing: c.tracing, rootSpans: c.rootSpans},
 	}
 	var err error
-	if in.waitDuration, err = m.Float64Histogram("throttler.wait.duration",
+	if in.wait.duration, err = m.Float64Histogram("throttler.wait.duration",
 		metric.WithUnit("s"),
 		metric.WithDescription("How long each wait for quota took, from the call to its return, by outcome (throttler.outcome)."),
 		metric.WithExplicitBucketBoundaries(c.buckets...)); err != nil {
 		return nil, err
 	}
-	counters := []struct {
-		dst               *metric.Int64Counter
-		name, unit, about string
-	}{
-		{&in.admitted, "throttler.admitted", "{call}", "Calls admitted, by a wait or by AllowN: one of n counts n."},
-		{&in.pauses, "throttler.pauses", "{pause}", "Shared pauses set or learned of (PauseUntil, an API's Retry-After)."},
-		{&in.redisErrors, "throttler.redis.errors", "{error}", "Redis calls that failed or timed out."},
-		{&in.placeWaits, "throttler.in_flight.waits", "{wait}", "Times a call found every place in flight taken and waited for one (WithInFlight)."},
-		{&in.settled, "throttler.settled", "{permit}", "Permits settled with their actual cost (Permit.Settle)."},
-		{&in.settleSurplus, "throttler.settle.surplus", "{unit}", "Units settled permits cost less than their estimate: given back."},
-		{&in.settleExcess, "throttler.settle.excess", "{unit}", "Units settled permits cost more than their estimate: added as debt."},
-		{&in.refusals, "throttler.transport.refusals", "{response}", "Responses a Transport read as a refusal (429, 503...), by status, verdict and whether it retried."},
+	k := instrumentMaker{m: m}
+	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Reserve's estimate, AllowN) counts n.")
+	in.quota.pauses = k.counter("throttler.pauses", "{pause}", "Shared pauses set or learned of (PauseUntil, an API's Retry-After).")
+	in.quota.redisErrors = k.counter("throttler.redis.errors", "{error}", "Redis calls that failed or timed out.")
+	in.inFlight.count = k.upDown("throttler.in_flight.count", "{call}", "Calls of this process holding a place in flight (WithInFlight).")
+	in.inFlight.waits = k.counter("throttler.in_flight.waits", "{wait}", "Times a call found every place in flight taken and waited for one (WithInFlight).")
+	in.settle.permits = k.counter("throttler.settle.permits", "{permit}", "Permits settled with their actual cost (Permit.Settle).")
+	in.settle.overestimate = k.counter("throttler.settle.overestimate", "{unit}", "Units by which settled permits' estimates exceeded their actual cost, whether or not they were admitted through Redis.")
+	in.settle.underestimate = k.counter("throttler.settle.underestimate", "{unit}", "Units by which settled permits' actual cost exceeded their estimates, whether or not they were admitted through Redis.")
+	in.transport.refusals = k.counter("throttler.transport.refusals", "{response}", "Responses a Transport read as a refusal (429, 503...), by status, verdict and whether it retried.")
+	if k.err != nil {
+		return nil, k.err
 	}
-	for _, k := range counters {
-		if *k.dst, err = m.Int64Counter(k.name, metric.WithUnit(k.unit), metric.WithDescription(k.about)); err != nil {
-			return nil, err
-		}
-	}
-	if in.inFlight, err = m.Int64UpDownCounter("throttler.in_flight", metric.WithUnit("{call}"),
-		metric.WithDescription("Calls of this process holding a place in flight (WithInFlight).")); err != nil {
-		return nil, err
-	}
-	if in.degraded, err = m.Int64UpDownCounter("throttler.degraded", metric.WithUnit("{throttler}"),
-		metric.WithDescription("Throttlers whose calls follow the failure policy because Redis failed.")); err != nil {
-		return nil, err
+	if !in.rec.keyAttr {
+		in.shared = in.metricAttrsOf(in.rec.attrs)
 	}
 	return in, nil
 }
 
-// attrSets are the attributes of one Throttler's measurements, made once.
-type attrSets struct {
+// metricAttrs are the attributes of one Throttler's measurements, or of
+// every Throttler's when they carry no key, made once.
+type metricAttrs struct {
+	kv      []attribute.KeyValue // what base holds, not to be modified
 	base    metric.MeasurementOption
 	outcome [numOutcomes]metric.MeasurementOption
-	trace   []attribute.KeyValue // for spans and events: the key always
 }
 
-// attrsFor returns the attributes of t's measurements: WithAttributes',
-// and t's key when keyAttr says so.
-func (in *instruments) attrsFor(t *throttler.Throttler) *attrSets {
-	key := KeyAttribute.String(t.Key())
-	base := in.attrs[:len(in.attrs):len(in.attrs)]
-	if in.keyAttr {
-		base = append(base, key)
-	}
+// metricAttrsOf makes the measurement attributes of a Throttler whose own
+// attributes are base (WithAttributes', and its key when asked for).
+func (in *instruments) metricAttrsOf(base []attribute.KeyValue) *metricAttrs {
+	base = base[:len(base):len(base)] // appends below copy
 	// attribute.NewSet sorts what it is given in place: base may share
-	// in.attrs' array, which others read.
-	a := &attrSets{base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...))}
+	// in.rec.attrs' array, which others read.
+	a := &metricAttrs{kv: base, base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...))}
 	for o := range numOutcomes {
-		kv := append(base[:len(base):len(base)], OutcomeAttribute.String(o.String()))
+		kv := append(base, OutcomeAttribute.String(o.String()))
 		if o != admitted {
 			kv = append(kv, semconv.ErrorTypeKey.String(o.String()))
 		}
 		a.outcome[o] = metric.WithAttributeSet(attribute.NewSet(kv...))
 	}
-	a.trace = append(in.attrs[:len(in.attrs):len(in.attrs)], key)
 	return a
 }
 
-// observer returns the Observer that records t's events in the
-// instruments, with attributes a.
-func (in *instruments) observer(a *attrSets) throttler.Observer {
-	var (
-		inFlight atomic.Int64 // the last number reported
-		degraded atomic.Bool
-	)
+// attrsFor returns the attributes of t's measurements (WithAttributes',
+// and t's key when keyAttr says so) and those of its spans and events
+// (WithAttributes' and t's key).
+func (in *instruments) attrsFor(t *throttler.Throttler) (*metricAttrs, []attribute.KeyValue) {
+	attrs := in.rec.attrs[:len(in.rec.attrs):len(in.rec.attrs)]
+	withKey := append(attrs, KeyAttribute.String(t.Key()))
+	if in.shared != nil {
+		return in.shared, withKey
+	}
+	return in.metricAttrsOf(withKey), withKey
+}
+
+// observer returns the Observer that records a Throttler's events in the
+// instruments, with the attributes ma on measurements and ta on spans and
+// events.
+func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) throttler.Observer {
+	var inFlight atomic.Int64 // the last number reported
 	bg := context.Background()
 	return throttler.Observer{
-		Admitted:   func(n int, _ time.Duration) { in.admitted.Add(bg, int64(n), a.base) },
-		Paused:     func(time.Time) { in.pauses.Add(bg, 1, a.base) },
-		RedisError: func(error) { in.redisErrors.Add(bg, 1, a.base) },
-		PlaceWait:  func() { in.placeWaits.Add(bg, 1, a.base) },
+		Admitted:   func(n int, _ time.Duration) { in.wait.admitted.Add(bg, int64(n), ma.base) },
+		Paused:     func(time.Time) { in.quota.pauses.Add(bg, 1, ma.base) },
+		RedisError: func(error) { in.quota.redisErrors.Add(bg, 1, ma.base) },
+		PlaceWait:  func() { in.inFlight.waits.Add(bg, 1, ma.base) },
 		Settled: func(estimate, actual int) {
-			in.settled.Add(bg, 1, a.base)
+			in.settle.permits.Add(bg, 1, ma.base)
 			if actual < estimate {
-				in.settleSurplus.Add(bg, int64(estimate-actual), a.base)
+				in.settle.overestimate.Add(bg, int64(estimate-actual), ma.base)
 			} else if actual > estimate {
-				in.settleExcess.Add(bg, int64(actual-estimate), a.base)
+				in.settle.underestimate.Add(bg, int64(actual-estimate), ma.base)
 			}
 		},
 		// The reports come in order (see throttler.Observer.InFlight):
 		// their differences add up to the number in flight.
 		InFlight: func(n int) {
 			if d := int64(n) - inFlight.Swap(int64(n)); d != 0 {
-				in.inFlight.Add(bg, d, a.base)
-			}
-		},
-		Degraded: func(on bool) {
-			if degraded.Swap(on) != on {
-				in.degraded.Add(bg, delta(on), a.base)
+				in.inFlight.count.Add(bg, d, ma.base)
 			}
 		},
 		Waited: func(ctx context.Context, w throttler.WaitInfo) {
 			o := outcomeOf(w.Err)
-			in.waitDuration.Record(ctx, w.End.Sub(w.Start).Seconds(), a.outcome[o])
-			in.traceWait(ctx, w, o, a.trace)
+			in.wait.duration.Record(ctx, w.End.Sub(w.Start).Seconds(), ma.outcome[o])
+			in.traceWait(ctx, w, o, ta)
 		},
 	}
-}
-
-// delta is +1 for true, -1 for false.
-func delta(on bool) int64 {
-	if on {
-		return 1
-	}
-	return -1
 }

@@ -11,33 +11,40 @@ import (
 	"github.com/go-throttler/throttler"
 )
 
-// Names of what this package records on traces.
+// Names of what this package records on traces. No event or attribute
+// name is the name of a metric, nor a namespace of one (throttler.wait.*
+// holds the metric throttler.wait.duration and the event
+// throttler.wait.end); span names are free of that rule.
 const (
-	// WaitName names the event, or the span, of a wait.
-	WaitName = "throttler.wait"
-	// RefusedName names the event of a refusal a Transport read.
-	RefusedName = "throttler.refused"
-	// WaitDurationAttribute is a wait's length in seconds, on its event
-	// (whose time is the wait's end).
-	WaitDurationAttribute = attribute.Key("throttler.wait.duration")
+	// WaitSpanName names the span of a wait (TraceSpans).
+	WaitSpanName = "throttler.wait"
+	// WaitEventName names the event of a wait (TraceEvents), at its end.
+	WaitEventName = "throttler.wait.end"
+	// RefusalEventName names the event of one refusal a Transport read;
+	// the metric throttler.transport.refusals counts them.
+	RefusalEventName = "throttler.transport.refusal"
+	// WaitedAttribute is a wait's length in seconds, on its event (whose
+	// time is the wait's end): the sample the wait added to the
+	// histogram throttler.wait.duration.
+	WaitedAttribute = attribute.Key("throttler.waited")
 )
 
-// traceWait records w, which ended with o, on ctx's trace as in.tracing
+// traceWait records w, which ended with o, on ctx's trace as in.rec.tracing
 // says, with attrs (the Throttler's) and those of the wait.
 func (in *instruments) traceWait(ctx context.Context, w throttler.WaitInfo, o outcome, attrs []attribute.KeyValue) {
-	switch in.tracing {
+	switch in.rec.tracing {
 	case TraceEvents:
 		span := trace.SpanFromContext(ctx)
 		if !span.IsRecording() {
 			return
 		}
-		kv := waitAttrs(attrs, w, o, WaitDurationAttribute.Float64(w.End.Sub(w.Start).Seconds()))
-		span.AddEvent(WaitName, trace.WithTimestamp(w.End), trace.WithAttributes(kv...))
+		kv := waitAttrs(attrs, w, o, WaitedAttribute.Float64(w.End.Sub(w.Start).Seconds()))
+		span.AddEvent(WaitEventName, trace.WithTimestamp(w.End), trace.WithAttributes(kv...))
 	case TraceSpans:
-		if !in.rootSpans && !trace.SpanContextFromContext(ctx).IsValid() {
+		if !in.rec.rootSpans && !trace.SpanContextFromContext(ctx).IsValid() {
 			return
 		}
-		_, span := in.tracer.Start(ctx, WaitName,
+		_, span := in.tracer.Start(ctx, WaitSpanName,
 			trace.WithTimestamp(w.Start),
 			trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(waitAttrs(attrs, w, o)...))
@@ -59,10 +66,11 @@ func waitAttrs(attrs []attribute.KeyValue, w throttler.WaitInfo, o outcome, more
 	return append(kv, more...)
 }
 
-// traceRefusal records r as an event on the request's span, unless
-// in.tracing is TraceOff; attrs are the Transport's.
+// traceRefusal records r as an event on the request's span, at r.At (the
+// refusal's time, before a RetryCall's delay), unless in.rec.tracing is
+// TraceOff; attrs are the Transport's.
 func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, attrs []attribute.KeyValue) {
-	if in.tracing == TraceOff {
+	if in.rec.tracing == TraceOff {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
@@ -77,7 +85,7 @@ func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, at
 		VerdictAttribute.String(verdictName(r.Verdict)),
 		AttemptAttribute.Int(r.Attempt),
 		RetryAttribute.Bool(r.Retry))
-	span.AddEvent(RefusedName, trace.WithAttributes(kv...))
+	span.AddEvent(RefusalEventName, trace.WithTimestamp(r.At), trace.WithAttributes(kv...))
 }
 
 // verdictName is v as the attribute throttler.verdict names it.

@@ -91,13 +91,13 @@ func TestWaitEvents(t *testing.T) {
 	for i, want := range []string{"admitted", "deadline"} {
 		e, info := events[i], infos[i]
 		a := attrsOf(e.Attributes)
-		if e.Name != WaitName || !e.Time.Equal(info.End) {
-			t.Errorf("event %d: %q at %s, want %q at the wait's end %s", i, e.Name, e.Time, WaitName, info.End)
+		if e.Name != WaitEventName || !e.Time.Equal(info.End) {
+			t.Errorf("event %d: %q at %s, want %q at the wait's end %s", i, e.Name, e.Time, WaitEventName, info.End)
 		}
 		if a[OutcomeAttribute].AsString() != want || a[KeyAttribute].AsString() != "traced" || a[UnitsAttribute].AsInt64() != 1 {
 			t.Errorf("event %d: attributes %v, want outcome %s, key traced, units 1", i, e.Attributes, want)
 		}
-		if d := a[WaitDurationAttribute].AsFloat64(); d != info.End.Sub(info.Start).Seconds() {
+		if d := a[WaitedAttribute].AsFloat64(); d != info.End.Sub(info.Start).Seconds() {
 			t.Errorf("event %d: duration %v, want the wait's %v", i, d, info.End.Sub(info.Start).Seconds())
 		}
 		if et, ok := a[semconv.ErrorTypeKey]; (want == "admitted") == ok || (ok && et.AsString() != want) {
@@ -133,7 +133,7 @@ func TestWaitSpans(t *testing.T) {
 		var children, roots []sdktrace.ReadOnlySpan
 		for _, sp := range s.spans.Ended() {
 			switch {
-			case sp.Name() != WaitName:
+			case sp.Name() != WaitSpanName:
 			case sp.Parent().SpanID() == parent.SpanContext().SpanID():
 				children = append(children, sp)
 			case !sp.Parent().IsValid():
@@ -155,6 +155,9 @@ func TestWaitSpans(t *testing.T) {
 			}
 			if sp.Status().Code != wantCode || a[OutcomeAttribute].AsString() != want {
 				t.Errorf("span %d: status %v, outcome %v; want %v, %s", i, sp.Status(), a[OutcomeAttribute], wantCode, want)
+			}
+			if sc := sp.InstrumentationScope(); sc.Name != ScopeName || sc.Version != Version() || sc.SchemaURL != semconv.SchemaURL {
+				t.Errorf("span %d: scope %+v, want %q version %q with the schema URL %q", i, sc, ScopeName, Version(), semconv.SchemaURL)
 			}
 		}
 		if ev := s.spans.Ended(); len(ev[len(ev)-1].Events()) != 0 {
@@ -199,23 +202,32 @@ func (r *refuse) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// refusingAPI returns an instrumented Transport, with Retries 1 and c, over
+// an instrumented Throttler keyed "api", and the URL of a server that
+// refuses its first n requests (see refuse), both closed with the test.
+func refusingAPI(t *testing.T, s *sink, n int, c throttler.Counters) (*throttler.Transport, string) {
+	t.Helper()
+	rdb, _ := newRedis(t)
+	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
+	api := httptest.NewServer(&refuse{n: n})
+	t.Cleanup(api.Close)
+	t.Cleanup(api.Client().CloseIdleConnections)
+	tr := &throttler.Transport{Base: api.Client().Transport, Route: th.Route(), Retries: 1, Counters: c}
+	if err := InstrumentTransport(tr, s.providers()...); err != nil {
+		t.Fatal(err)
+	}
+	return tr, api.URL
+}
+
 // A Transport's refusals are counted by status, verdict and retry, and are
 // events on the request's span; its waits are its Throttler's.
 func TestTransportRefusals(t *testing.T) {
 	s := newSink(t)
-	rdb, _ := newRedis(t)
-	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
-	api := httptest.NewServer(&refuse{n: 2})
-	defer api.Close()
-	defer api.Client().CloseIdleConnections()
-	tr := &throttler.Transport{Base: api.Client().Transport, Route: th.Route(), Retries: 1}
-	if err := InstrumentTransport(tr, s.providers()...); err != nil {
-		t.Fatal(err)
-	}
+	tr, url := refusingAPI(t, s, 2, nil)
 	client := &http.Client{Transport: tr}
 	ctx, span := s.tp.Tracer("test").Start(context.Background(), "request")
 	for _, want := range []int{http.StatusTooManyRequests, http.StatusOK} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api.URL, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -241,9 +253,9 @@ func TestTransportRefusals(t *testing.T) {
 	waitEvents := 0
 	for _, e := range s.spans.Ended()[0].Events() {
 		switch e.Name {
-		case RefusedName:
+		case RefusalEventName:
 			refusals = append(refusals, attrsOf(e.Attributes))
-		case WaitName:
+		case WaitEventName:
 			waitEvents++
 		}
 	}
@@ -254,5 +266,79 @@ func TestTransportRefusals(t *testing.T) {
 		if a[AttemptAttribute].AsInt64() != int64(i) || a[RetryAttribute].AsBool() != (i == 0) || a[KeyAttribute].AsString() != "api" {
 			t.Errorf("refusal %d: %v, want attempt %d, retry %t, key api", i, a, i, i == 0)
 		}
+	}
+}
+
+// retryFirst reads the first response as RetryCall, and the others as no
+// refusal.
+type retryFirst struct {
+	mu   sync.Mutex
+	seen int
+}
+
+func (*retryFirst) Peek(*http.Response) bool { return false }
+
+func (r *retryFirst) Read(*http.Response, []byte, time.Time) throttler.Quota {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen++
+	if r.seen == 1 {
+		return throttler.Quota{Verdict: throttler.RetryCall}
+	}
+	return throttler.Quota{}
+}
+
+// A RetryCall is counted with its verdict, and its event is at the
+// refusal's time (Refusal.At), before the delay the Transport waits out,
+// not when the refusal is reported, after it.
+func TestTransportRetryCall(t *testing.T) {
+	s := newSink(t)
+	tr, url := refusingAPI(t, s, 1, &retryFirst{})
+	var (
+		mu       sync.Mutex
+		refusals []throttler.Refusal
+		reported []time.Time
+	)
+	tr.AddObserver(throttler.TransportObserver{Refused: func(_ context.Context, r throttler.Refusal) {
+		mu.Lock()
+		defer mu.Unlock()
+		refusals, reported = append(refusals, r), append(reported, time.Now())
+	}})
+	ctx, span := s.tp.Tracer("test").Start(context.Background(), "request")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	span.End()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d after the retry, want 200", resp.StatusCode)
+	}
+
+	want := []attribute.KeyValue{semconv.HTTPResponseStatusCodeKey.Int(429), VerdictAttribute.String("retry_call"), RetryAttribute.Bool(true)}
+	if v, n := s.collect(t).sum(t, "throttler.transport.refusals", want...); v != 1 || n != 1 {
+		t.Errorf("throttler.transport.refusals{retry_call, retried} = %v in %d points, want 1 in 1", v, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refusals) != 1 {
+		t.Fatalf("%d refusals reported, want 1", len(refusals))
+	}
+	var events []sdktrace.Event
+	for _, e := range s.spans.Ended()[0].Events() {
+		if e.Name == RefusalEventName {
+			events = append(events, e)
+		}
+	}
+	if len(events) != 1 {
+		t.Fatalf("the request's span holds %d refusal events, want 1", len(events))
+	}
+	e, at := events[0], refusals[0].At
+	if !e.Time.Equal(at) || !e.Time.Before(reported[0]) {
+		t.Errorf("refusal event at %s, want the refusal's time %s, before its report %s (after the delay)", e.Time, at, reported[0])
+	}
+	if a := attrsOf(e.Attributes); a[VerdictAttribute].AsString() != "retry_call" || !a[RetryAttribute].AsBool() || a[AttemptAttribute].AsInt64() != 0 {
+		t.Errorf("refusal event attributes %v, want verdict retry_call, retried, attempt 0", e.Attributes)
 	}
 }
