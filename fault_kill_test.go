@@ -132,7 +132,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 		ahead := map[string]int{}
 		for m, score := range keyMembers(t, client, f.base.Key) {
 			if score > now {
-				ahead[m[:min(len(m), 10)]]++
+				ahead[m[:min(len(m), prefixLen)]]++
 			}
 		}
 		pick = -1
@@ -177,7 +177,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 	now := serverMicros(t, client)
 	behind := 0
 	for m, score := range keyMembers(t, client, f.base.Key) {
-		at, dead := isDead(m[:min(len(m), 10)])
+		at, dead := isDead(m[:min(len(m), prefixLen)])
 		if !dead {
 			continue
 		}
@@ -200,7 +200,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 	left, oldest := 0, now
 	for m, score := range keyMembers(t, client, f.base.Key) {
 		oldest = min(oldest, score)
-		if _, dead := isDead(m[:min(len(m), 10)]); dead {
+		if _, dead := isDead(m[:min(len(m), prefixLen)]); dead {
 			left++
 		}
 		if score <= now-(w+time.Second+slack).Microseconds() {
