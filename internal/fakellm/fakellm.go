@@ -17,21 +17,34 @@
 //     tokens from its arrival, as an API that knew at once what the call
 //     would use. A refused call costs nothing.
 //   - OpenAI: a call counts its prompt plus its max_tokens from its
-//     arrival, and its prompt plus completion once its answer is written
-//     (just before the usage goes out); a refused request counts against
-//     the request limit all the same. OpenAI's help center ("What are the
-//     best practices for managing my rate limits in the API?") says token
-//     usage is estimated from max_tokens and that contexts (prompts plus
-//     max_tokens) count, and its rate-limit guide that unsuccessful
-//     requests contribute to the per-minute limit. Every response states
-//     x-ratelimit-limit-, -remaining- and -reset-requests and -tokens, the
-//     resets as durations until the window holds nothing.
+//     arrival; with Strict, for its whole window, else only until its
+//     answer is written (just before the usage goes out), when it counts
+//     its prompt plus completion. A refused request counts against the
+//     request limit all the same. What OpenAI documents: its rate-limit
+//     guide ("Rate limits", on reducing max_tokens) says a request's rate
+//     limit is calculated as the maximum of max_tokens and the estimated
+//     number of tokens based on the character count of the request, and
+//     that unsuccessful requests contribute to the per-minute limit; its
+//     help center ("What are the best practices for managing my rate
+//     limits in the API?") that usage needs are estimated from max_tokens
+//     and that contexts (prompts plus max_tokens) count. The prompt plus
+//     max_tokens is at least that maximum (when the character estimate is
+//     the fake's prompt tokens), and what the help center's contexts are.
+//     Neither page says the count is adjusted once the call ends: Strict
+//     is what they document, and the adjustment without it is an
+//     assumption no OpenAI page states, kept to show what a recipe that
+//     gives tokens back would get if OpenAI did adjust. Every response
+//     states x-ratelimit-limit-, -remaining- and -reset-requests and
+//     -tokens, the resets as durations until the window holds nothing.
 //   - Anthropic: input tokens (the prompt) and output tokens have limits
 //     of their own (InputTokens, OutputTokens); a call's output counts at
 //     its max_tokens from its arrival, and at its completion once its
-//     answer is written: Anthropic's "Rate limits" page says OTPM is
-//     estimated from max_tokens at the beginning of each request and
-//     adjusted to the actual output tokens at its end. Every response
+//     answer is written (with Strict, at max_tokens for its whole window):
+//     Anthropic's "Rate limits" page says OTPM is estimated from max_tokens
+//     at the beginning of each request and adjusted to the actual output
+//     tokens at its end, and ITPM estimated at the beginning and adjusted
+//     during the request to the actual input tokens (the fake knows them
+//     from the arrival: the prompt's). Every response
 //     states anthropic-ratelimit-requests-, -input-tokens-,
 //     -output-tokens- and -tokens- (the more restrictive of the two)
 //     -limit, -remaining and -reset, the resets in RFC 3339 (whole
@@ -122,10 +135,12 @@ const (
 	// Metered counts a call's actual tokens from its arrival.
 	Metered Accounting = iota
 	// OpenAI counts prompt plus max_tokens from the arrival, prompt plus
-	// completion from the answer's end, and refused requests.
+	// completion from the answer's end (not with Strict), and refused
+	// requests.
 	OpenAI
 	// Anthropic counts input and output tokens apart, the output at
-	// max_tokens from the arrival and at the completion from the end.
+	// max_tokens from the arrival and at the completion from the end (not
+	// with Strict).
 	Anthropic
 )
 
@@ -133,6 +148,11 @@ const (
 type Config struct {
 	// Accounting is how a call's tokens count (default Metered).
 	Accounting Accounting
+	// Strict keeps what a call counted at its arrival for its whole
+	// window under the OpenAI and Anthropic accountings: its count is
+	// never adjusted once its answer is written. It is what OpenAI
+	// documents (see the package documentation). Metered ignores it.
+	Strict bool
 	// Tokens is how many tokens (prompt and completion) the calls of any
 	// window may count (Metered and OpenAI). Default 10,000.
 	Tokens int
@@ -163,9 +183,10 @@ type Record struct {
 	Tokens int
 	// Input is the call's prompt tokens; Output its completion tokens,
 	// or its max_tokens while it runs under the OpenAI and Anthropic
-	// accountings.
+	// accountings, and for good with Strict.
 	Input, Output int
-	// Done reports that the answer was written: Output is the completion.
+	// Done reports that the answer was written: Output is the completion,
+	// but with Strict.
 	Done bool
 }
 
@@ -371,12 +392,16 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 }
 
 // end adjusts the call at index i to its completion, once: its answer is
-// written.
+// written. With Strict, its count stays.
 func (a *API) end(i, completion int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := &a.accepted[i]
 	if c.Done {
+		return
+	}
+	if a.cfg.Strict {
+		c.Done = true
 		return
 	}
 	was := *c
@@ -571,7 +596,7 @@ type Stats struct {
 	RejectedTokens, RejectedInput, RejectedOutput, RejectedRequests int
 	// Tokens is the accepted calls' tokens, as they count now (a call
 	// still running counts its max_tokens under the OpenAI and Anthropic
-	// accountings).
+	// accountings, and with Strict every call does).
 	Tokens int
 	// MaxTokensInWindow, MaxInputInWindow, MaxOutputInWindow and
 	// MaxRequestsInWindow are the most tokens, input tokens, output
