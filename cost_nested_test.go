@@ -265,6 +265,9 @@ func TestNestedRetriesPlacement(t *testing.T) {
 		defer mu.Unlock()
 		tokens.mu.Lock()
 		defer tokens.mu.Unlock()
+		if len(arrivals) == 0 || len(admitted) == 0 {
+			t.Fatalf("%d sends, %d token admissions: want at least one of each", len(arrivals), len(admitted))
+		}
 		return outcome{len(arrivals), len(admitted), arrivals[len(arrivals)-1].Sub(time.UnixMicro(admitted[0])), held}
 	}
 
