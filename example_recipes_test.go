@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/go-throttler/throttler"
@@ -228,8 +229,11 @@ func installationOf(req *http.Request) (string, bool) {
 // meters each organization or project apart, per model, in requests and
 // tokens a minute. Two Groups, one per limit, key each request by a digest
 // of its key, so the key itself is never kept, logged or sent to Redis:
-// tokens first (reserved at an estimate, settled from the response's
-// usage, see Cost), then the request. Key by the OpenAI-Project header
+// tokens first, then the request. A call's tokens are reserved at what
+// OpenAI counts as it arrives (its max_tokens plus its prompt, estimated
+// from its characters, see estimateTokens) and kept: no OpenAI page says
+// the count is adjusted once the call ends (see ExampleTransport_openAI).
+// Key by the OpenAI-Project header
 // instead when customers send it, and add the model to the key when they
 // use several.
 //
@@ -261,7 +265,7 @@ func ExampleGroup_openAI() {
 	byKey := throttler.ByHeader("Authorization")
 	client := &http.Client{Transport: &throttler.Transport{
 		Route: tokens.Route(byKey),
-		Cost:  &throttler.Cost{Estimate: estimateTokens, Actual: usageTokens},
+		Cost:  &throttler.Cost{Estimate: estimateTokens}, // no Actual: the estimate stands
 		// OpenAI's refusals pause each key's tokens too (a Cost
 		// Transport follows no counter: it holds estimates until they
 		// settle), and a refused call is retried here, on the outer
@@ -304,13 +308,15 @@ func ExampleGroup_openAI() {
 	fmt.Println("customer A:", counted(tokens, "Bearer sk-customer-A"), "tokens,", counted(requests, "Bearer sk-customer-A"), "request")
 	fmt.Println("customer B:", counted(tokens, "Bearer sk-customer-B"), "tokens,", counted(requests, "Bearer sk-customer-B"), "requests")
 	// Output:
-	// customer A: 740 tokens, 1 request
+	// customer A: 1009 tokens, 1 request
 	// customer B: 0 tokens, 0 requests
 }
 
-// estimateTokens prices a chat completion before it is sent as OpenAI
-// counts it when it arrives: its prompt at about 4 characters a token,
-// plus max_tokens, the most it may write.
+// estimateTokens prices a chat completion before it is sent at no less
+// than OpenAI counts it when it arrives (the maximum of max_tokens and an
+// estimate from the request's characters, its rate-limit guide says): its
+// messages at about 4 characters a token, plus max_tokens, the most it may
+// write.
 func estimateTokens(req *http.Request) int {
 	var asked struct {
 		MaxTokens int `json:"max_tokens"`
@@ -331,16 +337,41 @@ func estimateTokens(req *http.Request) int {
 	return max(1, n)
 }
 
-// usageTokens reads what a chat completion cost from its usage (a 429
-// never reaches it: the Transport settles a refusal at 0).
+// usageTokens reads what a chat completion cost from its usage's
+// total_tokens, and reports false, so that the estimate stands, for an
+// answer other than 200 or one without a usage (a refusal never reaches
+// it: the Transport settles it at 0).
 func usageTokens(resp *http.Response, tail []byte) (int, bool) {
 	var done struct {
-		Usage struct {
-			Total int `json:"total_tokens"`
+		Usage *struct {
+			Total *int `json:"total_tokens"`
 		} `json:"usage"`
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(tail, &done) != nil {
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(tail, &done) != nil || done.Usage == nil || done.Usage.Total == nil {
 		return 0, false
 	}
-	return done.Usage.Total, true
+	return *done.Usage.Total, true
+}
+
+// TestUsageTokens: a 200 without a usage, or a usage without total_tokens,
+// is no cost of 0: usageTokens cannot tell, and the estimate stands.
+func TestUsageTokens(t *testing.T) {
+	ok200 := &http.Response{StatusCode: http.StatusOK}
+	for _, tt := range []struct {
+		resp *http.Response
+		tail string
+		n    int
+		ok   bool
+	}{
+		{ok200, `{"usage":{"prompt_tokens":40,"completion_tokens":700,"total_tokens":740}}`, 740, true},
+		{ok200, `{"usage":{"total_tokens":0}}`, 0, true},
+		{ok200, `{"choices":[]}`, 0, false},
+		{ok200, `{"usage":{"prompt_tokens":40}}`, 0, false},
+		{ok200, `{"usage":{"total_tokens":7`, 0, false},
+		{&http.Response{StatusCode: http.StatusInternalServerError}, `{"usage":{"total_tokens":7}}`, 0, false},
+	} {
+		if n, ok := usageTokens(tt.resp, []byte(tt.tail)); n != tt.n || ok != tt.ok {
+			t.Errorf("usageTokens(%d, %s) = %d, %v; want %d, %v", tt.resp.StatusCode, tt.tail, n, ok, tt.n, tt.ok)
+		}
+	}
 }

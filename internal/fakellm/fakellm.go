@@ -114,13 +114,17 @@ func (r Request) promptTokens() int {
 
 // Usage is what a call cost, as the API reports it: prompt_tokens,
 // completion_tokens and total_tokens in OpenAI's shape, input_tokens and
-// output_tokens in Anthropic's.
+// output_tokens in Anthropic's, with its prompt cache's writes and reads
+// (cache_creation_input_tokens, cache_read_input_tokens: the fake caches
+// nothing, and reports none).
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens,omitempty"`
-	CompletionTokens int `json:"completion_tokens,omitempty"`
-	TotalTokens      int `json:"total_tokens,omitempty"`
-	InputTokens      int `json:"input_tokens,omitempty"`
-	OutputTokens     int `json:"output_tokens,omitempty"`
+	PromptTokens             int `json:"prompt_tokens,omitempty"`
+	CompletionTokens         int `json:"completion_tokens,omitempty"`
+	TotalTokens              int `json:"total_tokens,omitempty"`
+	InputTokens              int `json:"input_tokens,omitempty"`
+	OutputTokens             int `json:"output_tokens,omitempty"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens,omitempty"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens,omitempty"`
 }
 
 // PromptTokens is the API's tokenizer: the number of words (runs of
