@@ -262,18 +262,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 		return
 	}
-	var req Request
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, `{"error":"malformed body"}`, http.StatusBadRequest)
-		return
-	}
-	prompt := req.promptTokens()
-	never := prompt+req.MaxTokens > a.cfg.Tokens
-	if a.cfg.Accounting == Anthropic {
-		never = prompt > a.cfg.InputTokens || req.MaxTokens > a.cfg.OutputTokens || req.Stream
-	}
-	if prompt < 1 || req.MaxTokens < 1 || never {
-		http.Error(w, `{"error":"empty prompt, max_tokens out of range, or a stream not modelled"}`, http.StatusBadRequest)
+	req, prompt, msg := a.parse(r)
+	if msg != "" {
+		http.Error(w, msg, http.StatusBadRequest)
 		return
 	}
 	v := a.admit(prompt, req.MaxTokens)
@@ -281,14 +272,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(name, value)
 	}
 	if v.retry > 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", strconv.FormatInt(int64((v.retry+time.Second-1)/time.Second), 10))
-		w.WriteHeader(http.StatusTooManyRequests)
-		if a.cfg.Accounting == Anthropic {
-			fmt.Fprintln(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`)
-		} else {
-			fmt.Fprintln(w, `{"error":{"type":"rate_limit_exceeded"}}`)
-		}
+		a.refuse(w, v.retry)
 		return
 	}
 	// The call's count is adjusted to its usage before the usage goes out
@@ -303,12 +287,49 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.end(v.index, v.completion)
+	a.answer(w, v, u)
+}
+
+// parse reads a call's body, and returns it with its prompt tokens, or
+// the error message of a 400 when it is malformed or could never be
+// served (see ServeHTTP).
+func (a *API) parse(r *http.Request) (req Request, prompt int, msg string) {
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return req, 0, `{"error":"malformed body"}`
+	}
+	prompt = req.promptTokens()
+	never := prompt+req.MaxTokens > a.cfg.Tokens
+	if a.cfg.Accounting == Anthropic {
+		never = prompt > a.cfg.InputTokens || req.MaxTokens > a.cfg.OutputTokens || req.Stream
+	}
+	if prompt < 1 || req.MaxTokens < 1 || never {
+		return req, 0, `{"error":"empty prompt, max_tokens out of range, or a stream not modelled"}`
+	}
+	return req, prompt, ""
+}
+
+// refuse writes a 429 for a call that would fit after retry, in the
+// Accounting's vendor's shape.
+func (a *API) refuse(w http.ResponseWriter, retry time.Duration) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+	w.WriteHeader(http.StatusTooManyRequests)
+	if a.cfg.Accounting == Anthropic {
+		fmt.Fprintln(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`)
+	} else {
+		fmt.Fprintln(w, `{"error":{"type":"rate_limit_exceeded"}}`)
+	}
+}
+
+// answer writes a call's answer, not streamed, with its usage u, in the
+// Accounting's vendor's shape.
+func (a *API) answer(w http.ResponseWriter, v verdict, u Usage) {
 	w.Header().Set("Content-Type", "application/json")
 	if a.cfg.Accounting == Anthropic {
 		json.NewEncoder(w).Encode(map[string]any{
 			"id": v.id, "type": "message", "role": "assistant", "stop_reason": "end_turn",
 			"content": []any{map[string]string{"type": "text", "text": words(v.completion)}},
-			"usage":   Usage{InputTokens: prompt, OutputTokens: v.completion},
+			"usage":   Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens},
 		})
 		return
 	}
@@ -336,6 +357,34 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.cfg.Now()
+	a.slide(now)
+	v := verdict{completion: 1 + a.rng.IntN(maxTokens)}
+	call := Record{At: now, Input: prompt, Output: v.completion, Done: true}
+	if a.cfg.Accounting != Metered {
+		call.Output, call.Done = maxTokens, false
+	}
+	call.Tokens = call.Input + call.Output
+	if rej, retry := a.misfit(call); retry > 0 {
+		a.rejected = append(a.rejected, rej)
+		if a.cfg.Accounting == OpenAI {
+			a.requests = append(a.requests, now) // refused, and counted all the same
+		}
+		v.retry = retry
+	} else {
+		a.accepted = append(a.accepted, call)
+		a.requests = append(a.requests, now)
+		a.sums = a.sums.plus(call)
+		a.seq++
+		v.index = len(a.accepted) - 1
+		v.id = "call-" + strconv.Itoa(a.seq)
+	}
+	v.header = a.headers(now)
+	return v
+}
+
+// slide drops from the window the calls and requests that arrived a
+// Window or more before now.
+func (a *API) slide(now time.Time) {
 	for a.head < len(a.accepted) && now.Sub(a.accepted[a.head].At) >= a.cfg.Window {
 		a.sums = a.sums.minus(a.accepted[a.head])
 		a.head++
@@ -343,17 +392,15 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 	for a.reqHead < len(a.requests) && now.Sub(a.requests[a.reqHead]) >= a.cfg.Window {
 		a.reqHead++
 	}
-	v := verdict{completion: 1 + a.rng.IntN(maxTokens)}
-	call := Record{At: now, Input: prompt, Output: v.completion, Done: true}
-	if a.cfg.Accounting != Metered {
-		call.Output, call.Done = maxTokens, false
-	}
-	call.Tokens = call.Input + call.Output
-	live := a.accepted[a.head:]
-	var rej Rejection
+}
+
+// misfit returns the limits call, arriving at call.At, does not fit in
+// the window, and how long until it would fit them all; zero when it fits.
+func (a *API) misfit(call Record) (rej Rejection, retry time.Duration) {
+	now := call.At
 	if reqs := a.requests[a.reqHead:]; len(reqs)+1 > a.cfg.Requests {
 		rej.Requests = true
-		v.retry = reqs[len(reqs)-a.cfg.Requests].Add(a.cfg.Window).Sub(now)
+		retry = reqs[len(reqs)-a.cfg.Requests].Add(a.cfg.Window).Sub(now)
 	}
 	fits := func(limit int, of func(Record) int) bool {
 		need := of(a.sums) + of(call) - limit
@@ -361,9 +408,9 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 			return true
 		}
 		// The call fits once the oldest calls holding need have left.
-		for _, c := range live {
+		for _, c := range a.accepted[a.head:] {
 			if need -= of(c); need <= 0 {
-				v.retry = max(v.retry, c.At.Add(a.cfg.Window).Sub(now))
+				retry = max(retry, c.At.Add(a.cfg.Window).Sub(now))
 				break
 			}
 		}
@@ -375,24 +422,11 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 	} else {
 		rej.Tokens = !fits(a.cfg.Tokens, func(r Record) int { return r.Tokens })
 	}
-	if rej.Tokens || rej.Input || rej.Output || rej.Requests {
-		rej.At = now
-		a.rejected = append(a.rejected, rej)
-		if a.cfg.Accounting == OpenAI {
-			a.requests = append(a.requests, now) // refused, and counted all the same
-		}
-		v.retry = max(v.retry, time.Nanosecond)
-		v.header = a.headers(now)
-		return v
+	if !rej.Tokens && !rej.Input && !rej.Output && !rej.Requests {
+		return Rejection{}, 0
 	}
-	a.accepted = append(a.accepted, call)
-	a.requests = append(a.requests, now)
-	a.sums = a.sums.plus(call)
-	a.seq++
-	v.index = len(a.accepted) - 1
-	v.id = "call-" + strconv.Itoa(a.seq)
-	v.header = a.headers(now)
-	return v
+	rej.At = now
+	return rej, max(retry, time.Nanosecond)
 }
 
 // end adjusts the call at index i to its completion, once: its answer is
