@@ -19,16 +19,16 @@ import (
 // its work: a 429 (Too Many Requests), and any response whose verdict is
 // Pause or RetryCall, whatever its status, as the Transport's Counters read
 // it, or without Counters the default reading (a 429 or 503 with
-// Retry-After). So a 503 with Retry-After settles at 0, and so does a
+// Retry-After). A 503 with Retry-After settles at 0, then, and so does a
 // GitHub 403 for a secondary rate limit under GitHub(). Any other response
 // asks Actual, and keeps its estimate when Actual cannot tell: a 500, a
 // 503 without Retry-After, or Anthropic's 529 (overloaded_error), which
 // Anthropic() does not read as a refusal (Anthropic's "Errors" page puts
 // it down to high traffic across all users, not to the organization's
 // limits, and does not say whether such a call counts against them, so
-// its estimate is kept). So a refused call holds nothing
-// once its body is closed, and a retry (see Transport.Retries) reserves
-// its estimate anew, at its own time, instead of counting twice.
+// its estimate is kept). A refused call thus holds nothing once its body
+// is closed, and a retry (see Transport.Retries) reserves its estimate
+// anew, at its own time, instead of counting twice.
 //
 // The body is not buffered and what the caller reads is unchanged: Actual
 // sees the last TailBytes bytes the caller read, where a JSON body's usage
