@@ -14,11 +14,21 @@ import (
 // permit is settled (see Permit.Settle) with what the call cost: a surplus
 // goes back to every replica at once, an excess counts as debt.
 //
-// What a call cost comes from Actual, but for a refusal: a 429 (Too Many
-// Requests) is settled at 0 without asking Actual, since the API refused
-// the call before doing its work. So a refused call holds nothing once its
-// body is closed, and a retry (see Transport.Retries) reserves its
-// estimate anew, at its own time, instead of counting twice.
+// What a call cost comes from Actual, but for a refusal, which is settled
+// at 0 without asking Actual, since the API refused the call before doing
+// its work: a 429 (Too Many Requests), and any response whose verdict is
+// Pause or RetryCall, whatever its status, as the Transport's Counters read
+// it, or without Counters the default reading (a 429 or 503 with
+// Retry-After). A 503 with Retry-After settles at 0, then, and so does a
+// GitHub 403 for a secondary rate limit under GitHub(). Any other response
+// asks Actual, and keeps its estimate when Actual cannot tell: a 500, a
+// 503 without Retry-After, or Anthropic's 529 (overloaded_error), which
+// Anthropic() does not read as a refusal (Anthropic's "Errors" page puts
+// it down to high traffic across all users, not to the organization's
+// limits, and does not say whether such a call counts against them, so
+// its estimate is kept). A refused call thus holds nothing once its body
+// is closed, and a retry (see Transport.Retries) reserves its estimate
+// anew, at its own time, instead of counting twice.
 //
 // The body is not buffered and what the caller reads is unchanged: Actual
 // sees the last TailBytes bytes the caller read, where a JSON body's usage
@@ -44,8 +54,9 @@ type Cost struct {
 	Estimate func(req *http.Request) int
 	// Actual returns what the call cost, from the response and the last
 	// bytes of its body as the caller read them, and false when it cannot
-	// tell: the estimate then stands. It is not asked of a 429, which
-	// settles at 0. Nil: every call but a refused one keeps its estimate.
+	// tell: the estimate then stands. It is not asked of a refusal (see
+	// above), which settles at 0. Nil: every call but a refused one keeps
+	// its estimate.
 	Actual func(resp *http.Response, tail []byte) (cost int, ok bool)
 	// TailBytes is how many of the body's last bytes Actual sees. Default
 	// 64KiB.
@@ -74,6 +85,12 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	return t.reserveToSend(req.Context(), "Transport", n)
 }
 
+// refusal reports whether resp, read as verdict, is the API refusing the
+// call: a 429, or a Pause or RetryCall whatever its status (see Cost).
+func refusal(resp *http.Response, verdict Verdict) bool {
+	return resp.StatusCode == http.StatusTooManyRequests || verdict != Proceed
+}
+
 type costKey struct{}
 
 // ContextWithCost returns a copy of ctx that carries n, the cost of the
@@ -99,10 +116,10 @@ func CostFromContext(ctx context.Context) (int, bool) {
 }
 
 // endOnRead makes resp's body end p's call once the caller has read it to
-// the end or closed it: with c, settled at 0 for a 429, else with
-// c.Actual's cost when it gives one; and its place in flight given back.
-func endOnRead(req *http.Request, resp *http.Response, p *Permit, c *Cost) {
-	refused := resp.StatusCode == http.StatusTooManyRequests
+// the end or closed it: with c, settled at 0 when refused (see refusal),
+// else with c.Actual's cost when it gives one; and its place in flight
+// given back.
+func endOnRead(req *http.Request, resp *http.Response, p *Permit, c *Cost, refused bool) {
 	settle := func(tail []byte) {
 		defer p.Done()
 		if c == nil {

@@ -73,7 +73,7 @@ func TestContextWithCost(t *testing.T) {
 }
 
 // A 429 settles at 0 without asking Actual: the refused call holds
-// nothing once its body is read; any other response asks Actual.
+// nothing once its body is read; a 200 asks Actual.
 func TestCostRefusalSettlesZero(t *testing.T) {
 	th := miniThrottler(t, 100, time.Hour, WithLogger(quiet))
 	var status atomic.Int32
@@ -99,6 +99,77 @@ func TestCostRefusalSettlesZero(t *testing.T) {
 	}
 	if s := th.Stats(); asked.Load() != 1 || s.Returned != 10+6 {
 		t.Fatalf("a 200: Actual asked %d times, %d units returned in all; want asked once, 6 more returned", asked.Load(), s.Returned)
+	}
+	waitIdle(t, th)
+}
+
+// A refusal settles at 0 by its verdict, whatever its status: a 503 with
+// Retry-After under the default reading and under OpenAI(), a GitHub 403
+// for a secondary limit; a response read as Proceed asks Actual, a 503
+// without Retry-After and Anthropic's 529 (overloaded) among them: Anthropic
+// does not say whether an overloaded call counts against the limits, so its
+// estimate is not given back on a guess.
+func TestCostRefusalByVerdict(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		counters Counters
+		status   int
+		header   http.Header
+		body     string
+		refused  bool
+	}{
+		{"503 with Retry-After, default reading", nil, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
+		{"503 with Retry-After, OpenAI()", OpenAI(), http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
+		{"403 secondary limit, GitHub()", GitHub(), http.StatusForbidden, http.Header{}, `{"message":"You have exceeded a secondary rate limit."}`, true},
+		{"429 without Retry-After, default reading", nil, http.StatusTooManyRequests, http.Header{}, "", true},
+		{"503 without Retry-After, default reading", nil, http.StatusServiceUnavailable, http.Header{}, "", false},
+		{"529 overloaded, Anthropic()", Anthropic(), 529, http.Header{}, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			th := miniThrottler(t, 100, time.Hour, WithLogger(quiet))
+			base := rtFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: tt.status, Header: tt.header.Clone(), Body: io.NopCloser(strings.NewReader(tt.body)), Request: r}, nil
+			})
+			var asked atomic.Int32
+			tr := &Transport{Base: base, Route: th.Route(), Counters: tt.counters, Cost: &Cost{
+				Estimate: func(*http.Request) int { return 10 },
+				Actual:   func(*http.Response, []byte) (int, bool) { asked.Add(1); return 4, true },
+			}}
+			if _, err := send(t, tr, context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			s := th.Stats()
+			switch {
+			case tt.refused && (asked.Load() != 0 || s.Returned != 10):
+				t.Errorf("Actual asked %d times, %d units returned; want a refusal settled at 0 (10 returned) without asking Actual", asked.Load(), s.Returned)
+			case !tt.refused && (asked.Load() != 1 || s.Returned != 6):
+				t.Errorf("Actual asked %d times, %d units returned; want no refusal: Actual asked once, settled at its 4 (6 returned)", asked.Load(), s.Returned)
+			}
+			waitIdle(t, th)
+		})
+	}
+}
+
+// A call refused with a 503 and Retry-After, then retried and answered,
+// holds one estimate, the answered attempt's, not two.
+func TestCostRetried503CountsOnce(t *testing.T) {
+	th := miniThrottler(t, 100, time.Hour, WithLogger(quiet))
+	var sends atomic.Int32
+	base := rtFunc(func(r *http.Request) (*http.Response, error) {
+		if sends.Add(1) == 1 {
+			return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: r}, nil
+		}
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	tr := &Transport{Base: base, Route: th.Route(), Retries: 1, Cost: &Cost{Estimate: func(*http.Request) int { return 10 }}}
+	resp, err := send(t, tr, context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := th.Stats()
+	if resp.StatusCode != http.StatusOK || sends.Load() != 2 || s.Admitted-s.Returned != 10 {
+		t.Fatalf("status %d after %d sends; %d units admitted, %d returned: %d held, want 200 after 2 sends and 10 held (the refused attempt settled at 0)",
+			resp.StatusCode, sends.Load(), s.Admitted, s.Returned, s.Admitted-s.Returned)
 	}
 	waitIdle(t, th)
 }
@@ -194,6 +265,9 @@ func TestNestedRetriesPlacement(t *testing.T) {
 		defer mu.Unlock()
 		tokens.mu.Lock()
 		defer tokens.mu.Unlock()
+		if len(arrivals) == 0 || len(admitted) == 0 {
+			t.Fatalf("%d sends, %d token admissions: want at least one of each", len(arrivals), len(admitted))
+		}
 		return outcome{len(arrivals), len(admitted), arrivals[len(arrivals)-1].Sub(time.UnixMicro(admitted[0])), held}
 	}
 

@@ -45,13 +45,16 @@ func ExampleTransport() {
 	}
 	a, b := replica(), replica()
 
+	// b waits out the pause a's 429 starts, which ends a second after a's
+	// answer: more than 900ms after a sends its request, however loaded
+	// the machine (less 100ms for what the clock's estimate may be off).
+	start := time.Now()
 	resp, err := a.Get(api.URL)
 	if err != nil {
 		panic(err)
 	}
 	resp.Body.Close()
 	fmt.Println("replica a:", resp.StatusCode)
-	start := time.Now()
 	resp, err = b.Get(api.URL)
 	if err != nil {
 		panic(err)

@@ -16,7 +16,9 @@ import (
 // context, and a Transport whose Cost has no Estimate reserves it: here an
 // LLM call's prompt tokens (counted by the caller's tokenizer) plus its
 // max_tokens, the most the call may use. Once the body has been read, the
-// call settles at what the response says it used; a 429 settles at 0.
+// call settles at what the response says it used, for an API that counts
+// a call so once it ends (OpenAI documents no such adjustment: see
+// ExampleTransport_openAI); a refusal settles at 0.
 func ExampleContextWithCost() {
 	rdb, stop := embeddedRedis()
 	defer stop()

@@ -34,14 +34,13 @@ import (
 // answered 429 with retry-after. A cron job on the same token spends 15 of
 // the first window outside the throttler; then three replicas with three
 // goroutines each make 27 calls: the first response tells every replica
-// that 15 are gone.
+// that 15 are gone. (How many of ours the API refuses, a call let through
+// before its replica learned of the cron job's 15 and then retried, is what
+// TestGitHubRecipeFollowsCounter counts.)
 func ExampleTransport_gitHub() {
 	rdb, stop := embeddedRedis()
 	defer stop()
-	api := fakequota.New(fakequota.Config{Style: fakequota.GitHub, Limit: 30, Window: 2 * time.Second,
-		Secondary: 30, SecondaryWindow: time.Second, SecondaryStatus: http.StatusTooManyRequests, SecondaryRetryAfter: true},
-		func(consumer string) bool { return consumer == "cron" })
-	srv := httptest.NewServer(api)
+	api, srv := githubStandIn()
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 
@@ -61,6 +60,29 @@ func ExampleTransport_gitHub() {
 		}}
 	}
 
+	answered, _ := githubLoad(srv, api, replica)
+	fmt.Println("calls answered:", answered, "of 27")
+	// Output:
+	// calls answered: 27 of 27
+}
+
+// githubStandIn returns ExampleTransport_gitHub's stand-in and its server:
+// a fixed window of 30 requests per 2s, a secondary limit of 30 requests
+// in any second answered 429 with retry-after, and "cron" a consumer the
+// others cannot see.
+func githubStandIn() (*fakequota.API, *httptest.Server) {
+	api := fakequota.New(fakequota.Config{Style: fakequota.GitHub, Limit: 30, Window: 2 * time.Second,
+		Secondary: 30, SecondaryWindow: time.Second, SecondaryStatus: http.StatusTooManyRequests, SecondaryRetryAfter: true},
+		func(consumer string) bool { return consumer == "cron" })
+	return api, httptest.NewServer(api)
+}
+
+// githubLoad runs ExampleTransport_gitHub's calls against api, served by
+// srv: 15 as "cron", outside the throttler, then three replicas, each the
+// client replica makes, with three goroutines making three calls each. It
+// returns how many of those 27 were answered 200, and how many times the
+// API refused one of them (a retry answered counts once in each).
+func githubLoad(srv *httptest.Server, api *fakequota.API, replica func() *http.Client) (answered, refused int) {
 	get := func(client *http.Client, consumer string) (int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -79,7 +101,6 @@ func ExampleTransport_gitHub() {
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	answered := 0
 	for r := range 3 {
 		client := replica()
 		for range 3 {
@@ -95,18 +116,44 @@ func ExampleTransport_gitHub() {
 		}
 	}
 	wg.Wait()
-
-	refused := 0
 	for _, a := range api.Answers() {
 		if a.Consumer != "cron" && a.Status != http.StatusOK {
 			refused++
 		}
 	}
-	fmt.Println("calls answered:", answered, "of 27")
-	fmt.Println("refusals of ours (403 or 429):", refused)
-	// Output:
-	// calls answered: 27 of 27
-	// refusals of ours (403 or 429): 0
+	return answered, refused
+}
+
+// TestGitHubRecipeFollowsCounter runs ExampleTransport_gitHub's scenario
+// and counts the refusals of ours: a call is refused only when its replica
+// admitted it before it learned what the cron job spent (a reading another
+// of its goroutines was still applying), and it is then retried. At most
+// recipeTolerance refusals, and every call answered.
+func TestGitHubRecipeFollowsCounter(t *testing.T) {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	api, srv := githubStandIn()
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	var clients []*redis.Client
+	defer func() {
+		for _, rc := range clients {
+			rc.Close()
+		}
+	}()
+	answered, refused := githubLoad(srv, api, func() *http.Client {
+		rc := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+		clients = append(clients, rc)
+		th, err := throttler.New(rc, "{gh:token-1}:hour", 30, 2*time.Second, throttler.WithLimit("{gh:token-1}:minute", 12, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: &throttler.Transport{Route: th.Route(), Counters: throttler.GitHub(), Retries: 1, Base: srv.Client().Transport}}
+	})
+	t.Logf("%d calls of 27 answered, %d refusals of ours", answered, refused)
+	if answered != 27 || refused > recipeTolerance {
+		t.Errorf("%d calls of 27 answered, %d refusals of ours; want every call answered, at most %d refused", answered, refused, recipeTolerance)
+	}
 }
 
 // TestGitHubRecipeRetriesSecondary: with the recipe's Transport, a request

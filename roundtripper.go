@@ -92,8 +92,9 @@ type Transport struct {
 	// only, the one a request meets first, and give both Counters that
 	// read the API's refusals (the same preset), so that both pause on
 	// them. A retry there is admitted anew on every Transport below, at
-	// its own time: the refused attempt gives its estimate back (a 429
-	// settles at 0, see Cost) and each send counts once on every limit.
+	// its own time: the refused attempt gives its estimate back (a
+	// refusal settles at 0, see Cost) and each send counts once on every
+	// limit.
 	// On the inner one, a retry would go out under the outer permit's
 	// first admission, a pause or more after it, when the outer window no
 	// longer holds the call where the API counts it; on both, the sends
@@ -206,12 +207,12 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if tr.Counters != nil && tr.Counters.Peek(resp) {
 			body = peekBody(resp) // before endOnRead: the caller's reads settle, not ours
 		}
+		verdict := tr.learn(t, req, resp, body, sent, permit.score)
 		if tr.Cost != nil || t.lease != nil {
 			// The call ends once its body is read: a place in flight goes
-			// back, a cost is settled.
-			endOnRead(req, resp, permit, tr.Cost)
+			// back, a cost is settled (at 0 for a refusal, by the verdict).
+			endOnRead(req, resp, permit, tr.Cost, refusal(resp, verdict))
 		}
-		verdict := tr.learn(t, req, resp, body, sent, permit.score)
 		if verdict == Proceed {
 			return resp, nil
 		}

@@ -229,7 +229,7 @@ func runMode(ctx context.Context, c config, m mode, newClient func() *redis.Clie
 	if m.settle {
 		cost.Actual = func(resp *http.Response, tail []byte) (int, bool) {
 			if resp.StatusCode != http.StatusOK {
-				return 0, true // rejected (400): no tokens used (a 429 settles at 0 without Actual)
+				return 0, true // rejected (400): no tokens used (a refusal settles at 0 without Actual)
 			}
 			u, ok := fakellm.ParseUsage(tail)
 			return units(u.TotalTokens), ok

@@ -17,21 +17,34 @@
 //     tokens from its arrival, as an API that knew at once what the call
 //     would use. A refused call costs nothing.
 //   - OpenAI: a call counts its prompt plus its max_tokens from its
-//     arrival, and its prompt plus completion once its answer is written
-//     (just before the usage goes out); a refused request counts against
-//     the request limit all the same. OpenAI's help center ("What are the
-//     best practices for managing my rate limits in the API?") says token
-//     usage is estimated from max_tokens and that contexts (prompts plus
-//     max_tokens) count, and its rate-limit guide that unsuccessful
-//     requests contribute to the per-minute limit. Every response states
-//     x-ratelimit-limit-, -remaining- and -reset-requests and -tokens, the
-//     resets as durations until the window holds nothing.
+//     arrival; with Strict, for its whole window, else only until its
+//     answer is written (just before the usage goes out), when it counts
+//     its prompt plus completion. A refused request counts against the
+//     request limit all the same. What OpenAI documents: its rate-limit
+//     guide ("Rate limits", on reducing max_tokens) says a request's rate
+//     limit is calculated as the maximum of max_tokens and the estimated
+//     number of tokens based on the character count of the request, and
+//     that unsuccessful requests contribute to the per-minute limit; its
+//     help center ("What are the best practices for managing my rate
+//     limits in the API?") that usage needs are estimated from max_tokens
+//     and that contexts (prompts plus max_tokens) count. The prompt plus
+//     max_tokens is at least that maximum (when the character estimate is
+//     the fake's prompt tokens), and what the help center's contexts are.
+//     Neither page says the count is adjusted once the call ends: Strict
+//     is what they document, and the adjustment without it is an
+//     assumption no OpenAI page states, kept to show what a recipe that
+//     gives tokens back would get if OpenAI did adjust. Every response
+//     states x-ratelimit-limit-, -remaining- and -reset-requests and
+//     -tokens, the resets as durations until the window holds nothing.
 //   - Anthropic: input tokens (the prompt) and output tokens have limits
 //     of their own (InputTokens, OutputTokens); a call's output counts at
 //     its max_tokens from its arrival, and at its completion once its
-//     answer is written: Anthropic's "Rate limits" page says OTPM is
-//     estimated from max_tokens at the beginning of each request and
-//     adjusted to the actual output tokens at its end. Every response
+//     answer is written (with Strict, at max_tokens for its whole window):
+//     Anthropic's "Rate limits" page says OTPM is estimated from max_tokens
+//     at the beginning of each request and adjusted to the actual output
+//     tokens at its end, and ITPM estimated at the beginning and adjusted
+//     during the request to the actual input tokens (the fake knows them
+//     from the arrival: the prompt's). Every response
 //     states anthropic-ratelimit-requests-, -input-tokens-,
 //     -output-tokens- and -tokens- (the more restrictive of the two)
 //     -limit, -remaining and -reset, the resets in RFC 3339 (whole
@@ -101,13 +114,17 @@ func (r Request) promptTokens() int {
 
 // Usage is what a call cost, as the API reports it: prompt_tokens,
 // completion_tokens and total_tokens in OpenAI's shape, input_tokens and
-// output_tokens in Anthropic's.
+// output_tokens in Anthropic's, with its prompt cache's writes and reads
+// (cache_creation_input_tokens, cache_read_input_tokens: the fake caches
+// nothing, and reports none).
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens,omitempty"`
-	CompletionTokens int `json:"completion_tokens,omitempty"`
-	TotalTokens      int `json:"total_tokens,omitempty"`
-	InputTokens      int `json:"input_tokens,omitempty"`
-	OutputTokens     int `json:"output_tokens,omitempty"`
+	PromptTokens             int `json:"prompt_tokens,omitempty"`
+	CompletionTokens         int `json:"completion_tokens,omitempty"`
+	TotalTokens              int `json:"total_tokens,omitempty"`
+	InputTokens              int `json:"input_tokens,omitempty"`
+	OutputTokens             int `json:"output_tokens,omitempty"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens,omitempty"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens,omitempty"`
 }
 
 // PromptTokens is the API's tokenizer: the number of words (runs of
@@ -122,10 +139,12 @@ const (
 	// Metered counts a call's actual tokens from its arrival.
 	Metered Accounting = iota
 	// OpenAI counts prompt plus max_tokens from the arrival, prompt plus
-	// completion from the answer's end, and refused requests.
+	// completion from the answer's end (not with Strict), and refused
+	// requests.
 	OpenAI
 	// Anthropic counts input and output tokens apart, the output at
-	// max_tokens from the arrival and at the completion from the end.
+	// max_tokens from the arrival and at the completion from the end (not
+	// with Strict).
 	Anthropic
 )
 
@@ -133,6 +152,11 @@ const (
 type Config struct {
 	// Accounting is how a call's tokens count (default Metered).
 	Accounting Accounting
+	// Strict keeps what a call counted at its arrival for its whole
+	// window under the OpenAI and Anthropic accountings: its count is
+	// never adjusted once its answer is written. It is what OpenAI
+	// documents (see the package documentation). Metered ignores it.
+	Strict bool
 	// Tokens is how many tokens (prompt and completion) the calls of any
 	// window may count (Metered and OpenAI). Default 10,000.
 	Tokens int
@@ -163,9 +187,10 @@ type Record struct {
 	Tokens int
 	// Input is the call's prompt tokens; Output its completion tokens,
 	// or its max_tokens while it runs under the OpenAI and Anthropic
-	// accountings.
+	// accountings, and for good with Strict.
 	Input, Output int
-	// Done reports that the answer was written: Output is the completion.
+	// Done reports that the answer was written: Output is the completion,
+	// but with Strict.
 	Done bool
 }
 
@@ -237,18 +262,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 		return
 	}
-	var req Request
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, `{"error":"malformed body"}`, http.StatusBadRequest)
-		return
-	}
-	prompt := req.promptTokens()
-	never := prompt+req.MaxTokens > a.cfg.Tokens
-	if a.cfg.Accounting == Anthropic {
-		never = prompt > a.cfg.InputTokens || req.MaxTokens > a.cfg.OutputTokens || req.Stream
-	}
-	if prompt < 1 || req.MaxTokens < 1 || never {
-		http.Error(w, `{"error":"empty prompt, max_tokens out of range, or a stream not modelled"}`, http.StatusBadRequest)
+	req, prompt, msg := a.parse(r)
+	if msg != "" {
+		http.Error(w, msg, http.StatusBadRequest)
 		return
 	}
 	v := a.admit(prompt, req.MaxTokens)
@@ -256,14 +272,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(name, value)
 	}
 	if v.retry > 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", strconv.FormatInt(int64((v.retry+time.Second-1)/time.Second), 10))
-		w.WriteHeader(http.StatusTooManyRequests)
-		if a.cfg.Accounting == Anthropic {
-			fmt.Fprintln(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`)
-		} else {
-			fmt.Fprintln(w, `{"error":{"type":"rate_limit_exceeded"}}`)
-		}
+		a.refuse(w, v.retry)
 		return
 	}
 	// The call's count is adjusted to its usage before the usage goes out
@@ -278,12 +287,49 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.end(v.index, v.completion)
+	a.answer(w, v, u)
+}
+
+// parse reads a call's body, and returns it with its prompt tokens, or
+// the error message of a 400 when it is malformed or could never be
+// served (see ServeHTTP).
+func (a *API) parse(r *http.Request) (req Request, prompt int, msg string) {
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return req, 0, `{"error":"malformed body"}`
+	}
+	prompt = req.promptTokens()
+	never := prompt+req.MaxTokens > a.cfg.Tokens
+	if a.cfg.Accounting == Anthropic {
+		never = prompt > a.cfg.InputTokens || req.MaxTokens > a.cfg.OutputTokens || req.Stream
+	}
+	if prompt < 1 || req.MaxTokens < 1 || never {
+		return req, 0, `{"error":"empty prompt, max_tokens out of range, or a stream not modelled"}`
+	}
+	return req, prompt, ""
+}
+
+// refuse writes a 429 for a call that would fit after retry, in the
+// Accounting's vendor's shape.
+func (a *API) refuse(w http.ResponseWriter, retry time.Duration) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+	w.WriteHeader(http.StatusTooManyRequests)
+	if a.cfg.Accounting == Anthropic {
+		fmt.Fprintln(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`)
+	} else {
+		fmt.Fprintln(w, `{"error":{"type":"rate_limit_exceeded"}}`)
+	}
+}
+
+// answer writes a call's answer, not streamed, with its usage u, in the
+// Accounting's vendor's shape.
+func (a *API) answer(w http.ResponseWriter, v verdict, u Usage) {
 	w.Header().Set("Content-Type", "application/json")
 	if a.cfg.Accounting == Anthropic {
 		json.NewEncoder(w).Encode(map[string]any{
 			"id": v.id, "type": "message", "role": "assistant", "stop_reason": "end_turn",
 			"content": []any{map[string]string{"type": "text", "text": words(v.completion)}},
-			"usage":   Usage{InputTokens: prompt, OutputTokens: v.completion},
+			"usage":   Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens},
 		})
 		return
 	}
@@ -311,6 +357,34 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.cfg.Now()
+	a.slide(now)
+	v := verdict{completion: 1 + a.rng.IntN(maxTokens)}
+	call := Record{At: now, Input: prompt, Output: v.completion, Done: true}
+	if a.cfg.Accounting != Metered {
+		call.Output, call.Done = maxTokens, false
+	}
+	call.Tokens = call.Input + call.Output
+	if rej, retry := a.misfit(call); retry > 0 {
+		a.rejected = append(a.rejected, rej)
+		if a.cfg.Accounting == OpenAI {
+			a.requests = append(a.requests, now) // refused, and counted all the same
+		}
+		v.retry = retry
+	} else {
+		a.accepted = append(a.accepted, call)
+		a.requests = append(a.requests, now)
+		a.sums = a.sums.plus(call)
+		a.seq++
+		v.index = len(a.accepted) - 1
+		v.id = "call-" + strconv.Itoa(a.seq)
+	}
+	v.header = a.headers(now)
+	return v
+}
+
+// slide drops from the window the calls and requests that arrived a
+// Window or more before now.
+func (a *API) slide(now time.Time) {
 	for a.head < len(a.accepted) && now.Sub(a.accepted[a.head].At) >= a.cfg.Window {
 		a.sums = a.sums.minus(a.accepted[a.head])
 		a.head++
@@ -318,17 +392,15 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 	for a.reqHead < len(a.requests) && now.Sub(a.requests[a.reqHead]) >= a.cfg.Window {
 		a.reqHead++
 	}
-	v := verdict{completion: 1 + a.rng.IntN(maxTokens)}
-	call := Record{At: now, Input: prompt, Output: v.completion, Done: true}
-	if a.cfg.Accounting != Metered {
-		call.Output, call.Done = maxTokens, false
-	}
-	call.Tokens = call.Input + call.Output
-	live := a.accepted[a.head:]
-	var rej Rejection
+}
+
+// misfit returns the limits call, arriving at call.At, does not fit in
+// the window, and how long until it would fit them all; zero when it fits.
+func (a *API) misfit(call Record) (rej Rejection, retry time.Duration) {
+	now := call.At
 	if reqs := a.requests[a.reqHead:]; len(reqs)+1 > a.cfg.Requests {
 		rej.Requests = true
-		v.retry = reqs[len(reqs)-a.cfg.Requests].Add(a.cfg.Window).Sub(now)
+		retry = reqs[len(reqs)-a.cfg.Requests].Add(a.cfg.Window).Sub(now)
 	}
 	fits := func(limit int, of func(Record) int) bool {
 		need := of(a.sums) + of(call) - limit
@@ -336,9 +408,9 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 			return true
 		}
 		// The call fits once the oldest calls holding need have left.
-		for _, c := range live {
+		for _, c := range a.accepted[a.head:] {
 			if need -= of(c); need <= 0 {
-				v.retry = max(v.retry, c.At.Add(a.cfg.Window).Sub(now))
+				retry = max(retry, c.At.Add(a.cfg.Window).Sub(now))
 				break
 			}
 		}
@@ -350,33 +422,24 @@ func (a *API) admit(prompt, maxTokens int) verdict {
 	} else {
 		rej.Tokens = !fits(a.cfg.Tokens, func(r Record) int { return r.Tokens })
 	}
-	if rej.Tokens || rej.Input || rej.Output || rej.Requests {
-		rej.At = now
-		a.rejected = append(a.rejected, rej)
-		if a.cfg.Accounting == OpenAI {
-			a.requests = append(a.requests, now) // refused, and counted all the same
-		}
-		v.retry = max(v.retry, time.Nanosecond)
-		v.header = a.headers(now)
-		return v
+	if !rej.Tokens && !rej.Input && !rej.Output && !rej.Requests {
+		return Rejection{}, 0
 	}
-	a.accepted = append(a.accepted, call)
-	a.requests = append(a.requests, now)
-	a.sums = a.sums.plus(call)
-	a.seq++
-	v.index = len(a.accepted) - 1
-	v.id = "call-" + strconv.Itoa(a.seq)
-	v.header = a.headers(now)
-	return v
+	rej.At = now
+	return rej, max(retry, time.Nanosecond)
 }
 
 // end adjusts the call at index i to its completion, once: its answer is
-// written.
+// written. With Strict, its count stays.
 func (a *API) end(i, completion int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := &a.accepted[i]
 	if c.Done {
+		return
+	}
+	if a.cfg.Strict {
+		c.Done = true
 		return
 	}
 	was := *c
@@ -571,7 +634,7 @@ type Stats struct {
 	RejectedTokens, RejectedInput, RejectedOutput, RejectedRequests int
 	// Tokens is the accepted calls' tokens, as they count now (a call
 	// still running counts its max_tokens under the OpenAI and Anthropic
-	// accountings).
+	// accountings, and with Strict every call does).
 	Tokens int
 	// MaxTokensInWindow, MaxInputInWindow, MaxOutputInWindow and
 	// MaxRequestsInWindow are the most tokens, input tokens, output

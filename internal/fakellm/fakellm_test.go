@@ -368,6 +368,33 @@ func TestOpenAIAccounting(t *testing.T) {
 	}
 }
 
+// TestStrict: with Strict, a call counts what it counted at its arrival
+// for its whole window, ended or not: a call that did not fit while the
+// first ran does not fit once it has ended, and fits once it has left the
+// window.
+func TestStrict(t *testing.T) {
+	for acc, name := range map[Accounting]string{OpenAI: "OpenAI", Anthropic: "Anthropic"} {
+		c := &clock{now: t0}
+		a := New(Config{Accounting: acc, Strict: true, Tokens: 1000, InputTokens: 1000, OutputTokens: 500, Requests: 10, Now: c.Now})
+		first := a.admit(100, 500)
+		if first.retry != 0 {
+			t.Fatalf("%s: first call refused: %+v", name, first)
+		}
+		c.Add(time.Second)
+		a.end(first.index, 50)
+		if v := a.admit(100, 500); v.retry != 59*time.Second {
+			t.Fatalf("%s: a second call once the first ended at 50 tokens: retry %v, want refused until the first leaves (59s)", name, v.retry)
+		}
+		if got := a.Accepted()[0]; !got.Done || got.Output != 500 || got.Tokens != 600 {
+			t.Fatalf("%s: the ended call counts %+v, want its max_tokens still (500 output, 600 in all)", name, got)
+		}
+		c.Add(59 * time.Second)
+		if v := a.admit(100, 500); v.retry != 0 {
+			t.Fatalf("%s: once the first has left the window: refused (%v), want accepted", name, v.retry)
+		}
+	}
+}
+
 // TestAnthropicAccounting: input and output tokens have their own limits,
 // the output counts at max_tokens until the call ends; the headers state
 // each counter with RFC 3339 resets, and a 429 has retry-after.

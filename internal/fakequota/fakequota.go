@@ -165,18 +165,36 @@ func (a *API) WindowStart(at time.Time) time.Time { return at.Truncate(a.cfg.Win
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
 	consumer := r.Header.Get(ConsumerHeader)
-	foreign := a.foreign(consumer)
+	ans := a.answer(consumer, a.foreign(consumer), r.Header.Get(TraceHeader), w.Header())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ans.Status)
+	switch {
+	case ans.Secondary:
+		fmt.Fprintf(w, `{"message":%q}`+"\n", SecondaryMessage)
+	case ans.Status == http.StatusForbidden:
+		io.WriteString(w, `{"message":"API rate limit exceeded."}`+"\n")
+	case ans.Status == http.StatusTooManyRequests:
+		io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`+"\n")
+	default:
+		io.WriteString(w, `{"ok":true}`+"\n")
+	}
+}
 
+// answer decides consumer's request as it arrives (foreign: its use is
+// not the others' to see), records the answer, and sets the headers that
+// state the quota in h.
+func (a *API) answer(consumer string, foreign bool, trace string, h http.Header) Answer {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	now := a.cfg.Now()
 	live := a.counted(now)
-	ans := Answer{Consumer: consumer, At: now, Status: http.StatusOK, Trace: r.Header.Get(TraceHeader)}
+	ans := Answer{Consumer: consumer, At: now, Status: http.StatusOK, Trace: trace}
 	switch {
 	case a.cfg.Style == GitHub && a.cfg.Secondary > 0 && a.recent(now) >= a.cfg.Secondary:
 		ans.Status, ans.Secondary = a.cfg.SecondaryStatus, true
 		if a.cfg.SecondaryRetryAfter {
 			room := a.seconds[len(a.seconds)-a.cfg.Secondary].Add(a.cfg.SecondaryWindow).Sub(now)
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((room+time.Second-1)/time.Second), 10))
+			h.Set("Retry-After", strconv.FormatInt(int64((room+time.Second-1)/time.Second), 10))
 		}
 	case len(live) >= a.cfg.Limit && a.cfg.Style == OpenAI:
 		// Refused, and counted all the same.
@@ -197,40 +215,33 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ans.Ours = len(live) - ans.Foreign
-	h := w.Header()
+	ans.Reset = a.state(h, now, live, ans.Remaining)
+	a.answers = append(a.answers, ans)
+	return ans
+}
+
+// state sets the headers that state the quota at now, live the calls it
+// counts, in the Style's shape, and returns the reset as sent.
+func (a *API) state(h http.Header, now time.Time, live []call, remaining int) (reset string) {
 	switch a.cfg.Style {
 	case GitHub:
 		h.Set("X-RateLimit-Limit", strconv.Itoa(a.cfg.Limit))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(ans.Remaining))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
 		h.Set("X-RateLimit-Used", strconv.Itoa(len(live)))
-		ans.Reset = strconv.FormatInt(a.WindowStart(now).Add(a.cfg.Window).Unix(), 10)
-		h.Set("X-RateLimit-Reset", ans.Reset)
+		reset = strconv.FormatInt(a.WindowStart(now).Add(a.cfg.Window).Unix(), 10)
+		h.Set("X-RateLimit-Reset", reset)
 		h.Set("X-RateLimit-Resource", "core")
 	case OpenAI:
-		reset := time.Duration(0)
+		d := time.Duration(0)
 		if len(live) > 0 {
-			reset = live[len(live)-1].at.Add(a.cfg.Window).Sub(now)
+			d = live[len(live)-1].at.Add(a.cfg.Window).Sub(now)
 		}
 		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(a.cfg.Limit))
-		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(ans.Remaining))
-		ans.Reset = reset.Round(time.Millisecond).String()
-		h.Set("X-Ratelimit-Reset-Requests", ans.Reset)
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(remaining))
+		reset = d.Round(time.Millisecond).String()
+		h.Set("X-Ratelimit-Reset-Requests", reset)
 	}
-	a.answers = append(a.answers, ans)
-	a.mu.Unlock()
-
-	h.Set("Content-Type", "application/json")
-	w.WriteHeader(ans.Status)
-	switch {
-	case ans.Secondary:
-		fmt.Fprintf(w, `{"message":%q}`+"\n", SecondaryMessage)
-	case ans.Status == http.StatusForbidden:
-		io.WriteString(w, `{"message":"API rate limit exceeded."}`+"\n")
-	case ans.Status == http.StatusTooManyRequests:
-		io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`+"\n")
-	default:
-		io.WriteString(w, `{"ok":true}`+"\n")
-	}
+	return reset
 }
 
 // counted returns the accepted calls the quota counts at now, oldest
