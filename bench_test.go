@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,78 @@ func BenchmarkPing(b *testing.B) {
 	for b.Loop() {
 		if err := c.Ping(ctx).Err(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkThreeCommands is the floor of an unthrottled Wait's round trip:
+// the pipeline it sends (ZADD of one member, ZCOUNT of its neighbourhood,
+// ZMSCORE of the key's seven meta members), on the same kind of client,
+// without the library. Beside BenchmarkPing it shows what the protocol
+// costs; beside BenchmarkWaitUnthrottled, what the library adds.
+func BenchmarkThreeCommands(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		configure func(*redis.Options)
+	}{
+		{"client=default", func(*redis.Options) {}},
+		{"client=ContextTimeoutEnabled", func(o *redis.Options) { o.ContextTimeoutEnabled = true }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			c := srv.NewClient(tc.configure)
+			key := srv.Key(b, "bench")
+			meta := []string{redisstore.Marker, redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember,
+				redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember}
+			ctx := context.Background()
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				now := time.Now().UnixMicro()
+				n++
+				_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.ZAdd(ctx, key, redis.Z{Score: float64(now), Member: n})
+					p.ZCount(ctx, key, "("+strconv.FormatInt(now-1_050_000, 10), "("+strconv.FormatInt(now+1_050_000, 10))
+					p.ZMScore(ctx, key, meta...)
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n%1000 == 0 { // trim, as the library does every 100ms
+					c.ZRemRangeByScore(ctx, key, "0", "("+strconv.FormatInt(now-2_000_000, 10))
+				}
+			}
+		})
+	}
+}
+
+// oneScript is BenchmarkThreeCommands' pipeline as one script: what a
+// round trip of one command would cost.
+var oneScript = redis.NewScript(`
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+return {redis.call('ZCOUNT', KEYS[1], ARGV[3], ARGV[4]), redis.call('ZMSCORE', KEYS[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])}
+`)
+
+// BenchmarkOneScript: the same as BenchmarkThreeCommands in one EVALSHA.
+func BenchmarkOneScript(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.NewClient(func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	key := srv.Key(b, "bench")
+	ctx := context.Background()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		now := time.Now().UnixMicro()
+		n++
+		err := oneScript.Run(ctx, c, []string{key}, now, n, "("+strconv.FormatInt(now-1_050_000, 10), "("+strconv.FormatInt(now+1_050_000, 10),
+			redisstore.Marker, redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember,
+			redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember).Err()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n%1000 == 0 {
+			c.ZRemRangeByScore(ctx, key, "0", "("+strconv.FormatInt(now-2_000_000, 10))
 		}
 	}
 }

@@ -469,3 +469,19 @@ func TestSmokeKeys(t *testing.T) {
 		t.Errorf("no keys table in:\n%s", md)
 	}
 }
+
+// The implementations that are no limiters run only where they mean
+// something: floor in the keys scenario, three-commands in the latency
+// scenario.
+func TestScenariosRunNoLimiterElsewhere(t *testing.T) {
+	only := map[string]string{"floor": "keys", "three-commands": "latency"}
+	for _, quick := range []bool{false, true} {
+		for _, sc := range Scenarios(quick) {
+			for _, impl := range sc.Impls {
+				if where, ok := only[impl]; ok && sc.Name != where {
+					t.Errorf("scenario %s runs %s, which is for %s only", sc.Name, impl, where)
+				}
+			}
+		}
+	}
+}

@@ -146,10 +146,14 @@ func Scenarios(quick bool) []Scenario {
 		}
 		return full
 	}
-	// Every implementation but throttler-log, which only the scenarios
-	// where this library compacts (a limit of 5,000 or more) add, and
-	// throttler-compact, which the saturating ones add where it does not.
-	all := slices.DeleteFunc(slices.Clone(impls.Names), func(n string) bool { return n == "throttler-log" || n == "throttler-compact" })
+	// Every limiter but throttler-log, which only the scenarios where this
+	// library compacts (a limit of 5,000 or more) add, and
+	// throttler-compact, which the saturating ones add where it does not;
+	// floor and three-commands are no limiters (the keys and the latency
+	// scenarios name them).
+	all := slices.DeleteFunc(slices.Clone(impls.Names), func(n string) bool {
+		return slices.Contains([]string{"throttler-log", "throttler-compact", "floor", "three-commands"}, n)
+	})
 	withLog := slices.Concat(all, []string{"throttler-log"})
 	withCompact := slices.Concat(all, []string{"throttler-compact"})
 	return []Scenario{
@@ -158,7 +162,7 @@ func Scenarios(quick bool) []Scenario {
 		{Name: "herd", Kind: KindAPI, Procs: 3, Goroutines: 300, Limit: 50, Interval: time.Second,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: withCompact},
 		{Name: "latency", Kind: KindLatency, Procs: 1, Goroutines: 1, Limit: 1_000_000, Interval: time.Second,
-			Duration: pick(3*time.Second, 1500*time.Millisecond), Warmup: 250 * time.Millisecond, Impls: withLog},
+			Duration: pick(3*time.Second, 1500*time.Millisecond), Warmup: 250 * time.Millisecond, Impls: append(withLog, "three-commands")},
 		{Name: "ceiling", Kind: KindCeiling, Procs: 2, Goroutines: 64, Limit: 1_000_000, Interval: time.Second,
 			Duration: pick(5*time.Second, 2*time.Second), Warmup: pick(time.Second, 500*time.Millisecond), Impls: withLog},
 		{Name: "memory", Kind: KindMemory, Goroutines: 16, Limit: 20_000, Interval: time.Hour, Calls: 10_000,

@@ -40,13 +40,16 @@ type Config struct {
 // "floor" is no limiter, and runs only in the keys scenario: a byte with
 // a TTL under each key, named as a Group names its keys, what Redis
 // charges a key of its own with a TTL before it holds anything: no layout
-// that keeps a key per credential costs less.
-var Names = []string{"throttler", "throttler-ctx", "throttler-log", "throttler-compact", "seed", "redis_rate", "xrate", "floor"}
+// that keeps a key per credential costs less. "three-commands" is no
+// limiter either, and runs only in the latency scenario: the pipeline an
+// unthrottled Wait sends, on a ContextTimeoutEnabled client, without the
+// library (see threeCommands).
+var Names = []string{"throttler", "throttler-ctx", "throttler-log", "throttler-compact", "seed", "redis_rate", "xrate", "floor", "three-commands"}
 
 // ClientOptions adjusts the go-redis options an implementation's client is
 // built with.
 func ClientOptions(name string, o *redis.Options) {
-	if name == "throttler-ctx" {
+	if name == "throttler-ctx" || name == "three-commands" {
 		o.ContextTimeoutEnabled = true
 	}
 }
@@ -69,6 +72,8 @@ func New(name string, rdb *redis.Client, cfg Config) (Waiter, error) {
 		return newRedisRate(rdb, cfg), nil
 	case "xrate":
 		return newXRate(cfg), nil
+	case "three-commands":
+		return newThreeCommands(rdb, cfg), nil
 	case "floor":
 		return nil, errors.New("impls: floor is no limiter; it runs in the keys scenario only")
 	}
