@@ -3,6 +3,7 @@ package throttler
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"sync/atomic"
 )
 
@@ -41,6 +42,10 @@ func newMemberSource() *memberSource {
 
 // id names the process's Throttler: its members' common prefix.
 func (s *memberSource) id() string { return string(s.prefix[:]) }
+
+// name is id in hex, as the news the Throttler publishes names it (see
+// redisstore.Store.Name).
+func (s *memberSource) name() string { return hex.EncodeToString(s.prefix[:]) }
 
 func (s *memberSource) next() string {
 	var b [prefixLen + binary.MaxVarintLen64]byte

@@ -20,7 +20,16 @@ import (
 // reserved under a higher limit, back and reserve again (see await), and
 // its worker, which plans with what it now knows.
 //
-// A process listens from its first waiting call until it has had none for
+// Near the limit, the same channel carries the slots a process claims
+// while it contends for them (core.Known.Announce: after it lost a turn):
+// its round trip publishes their scores with the claims. The others drop
+// them from the free slots they know (core.Known.Take) and claim the next
+// ones, instead of racing for the same slots, losing the turn and taking a
+// round trip to give them back. A message missed or late costs only that
+// race: the count decides every admission.
+//
+// A process listens from its first call sleeping toward its slot, or
+// queued near the limit while it contends, until it has had none for
 // newsLinger, on a Pub/Sub connection of its own. News published before
 // its subscription took would be missed: once Redis confirms the
 // subscription (again after a reconnect), the listener reads the pause and
@@ -35,15 +44,41 @@ const newsLinger = 250 * time.Millisecond
 // Throttler's mu.
 type newsState struct {
 	sleeping int           // calls sleeping toward their slot (see await)
+	queued   bool          // calls stay queued near the limit (see queue)
 	woke     chan struct{} // closed when news comes, for the sleepers to look again
 	running  bool          // a listener goroutine runs
 	kick     chan struct{} // wakes the listener: the last sleeper woke
 }
 
 // wanted reports whether the process has calls that news concerns: calls
-// sleeping toward their slot. (A queued call learns of a pause or a
-// lowered limit with the round trip that reserves it.)
-func (n *newsState) wanted() bool { return n.sleeping > 0 }
+// sleeping toward their slot, and calls queued near the limit while the
+// process contends for slots, whose next round claims the free slots it
+// knows, less those other processes announce they take (see
+// core.Known.Take). (A queued call learns of a pause or a lowered limit
+// with the round trip that reserves it.)
+func (n *newsState) wanted() bool { return n.sleeping > 0 || n.queued }
+
+// queue notes whether calls stay queued near the limit after a round's
+// plan, and reports whether a listener is to start (it is then counted as
+// running).
+func (n *newsState) queue(near bool) (start bool) {
+	was := n.queued
+	n.queued = near
+	switch {
+	case near && !n.running:
+		n.running = true
+		if n.kick == nil {
+			n.kick = make(chan struct{}, 1)
+		}
+		return true
+	case was && !near && !n.wanted() && n.running:
+		select { // the listener lingers from now on
+		case n.kick <- struct{}{}:
+		default:
+		}
+	}
+	return false
+}
 
 // minNewsSleep is the shortest sleep toward a slot that starts a listener:
 // news about a slot a few milliseconds away could not come in time.
@@ -208,6 +243,12 @@ func (l *listener) readNews() {
 // round trip that read them would; then sleepers look again, and the
 // worker plans anew.
 func (t *Throttler) newsLocked(n core.News) {
+	if len(n.Taken) > 0 {
+		if n.From != t.ids.name() {
+			t.known.Take(n.Taken, len(t.worker.queue) > 0)
+		}
+		return
+	}
 	changed := false
 	if n.Pause > t.shared.pausedTill {
 		t.pauseLocked(n.Pause)

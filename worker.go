@@ -76,6 +76,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 	t.owed.trimReplay(t.clock.Server(t.now()), t.rules.LongestW())
 	if !t.worker.pending(&t.owed) {
 		t.worker.running = false
+		t.news.queue(false)
 		t.mu.Unlock()
 		return 0, false
 	}
@@ -195,8 +196,15 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	rd.Plan = core.Plan(&t.rules, in, rd.Reqs, rd.Plan)
 	p := rd.Plan
 	t.applyPlanLocked(rd)
+	// Calls queued near the limit listen for the slots others take while
+	// this process contends for slots (see core.Known.Announce): alone, it
+	// would open a Pub/Sub connection per key for nothing.
+	if t.news.queue(p.Exact && len(t.worker.queue) > 0 && t.known.Announce > 0) {
+		go runListener(t)
+	}
 	a.Checks = append(a.Checks, p.Checks...)
 	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.Exact, p.Slots, p.Soonest, p.Room, p.PrioMask
+	t.announceLocked(a, p)
 	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
 	rd.sleep = p.Sleep
 	if p.Jitter {
@@ -206,6 +214,22 @@ func (t *Throttler) planLocked(now time.Time) *round {
 		}
 	}
 	return rd
+}
+
+// announceLocked has attempt a publish the slots plan p claims near the
+// limit while this process contends for slots (see core.Known.Announce).
+func (t *Throttler) announceLocked(a *core.Attempt, p core.PlanOut) {
+	if !a.Exact || len(p.Claims) == 0 || t.known.Announce == 0 {
+		return
+	}
+	t.known.Announce--
+	for _, c := range p.Claims {
+		// One score per unit, core.MaxTaken at most: the rest of a costly
+		// call's units go unannounced, a hint missed (the count decides).
+		for range min(c.N, core.MaxTaken-len(a.Taken)) {
+			a.Taken = append(a.Taken, c.Score)
+		}
+	}
 }
 
 // applyPlanLocked applies round rd's plan to each queued waiter: those
@@ -274,6 +298,7 @@ func (t *Throttler) resolveLocked(rd *round) {
 		t.known.Lost = 0
 	} else if len(requeue) > 0 {
 		t.known.Lost++
+		t.known.Announce = core.ContendedRounds
 	}
 	t.fallback.recoveredLocked()
 	if t.hooks.onResolved != nil {

@@ -336,9 +336,10 @@ func (p *planner) finish(reqs []Request) PlanOut {
 	// share.)
 	probe := in.Probe && in.QuietDue
 	if out.Exact && (len(out.Claims) > 0 || (p.firstKept >= 0 && out.Sleep == 0) || probe) {
-		// A round near the limit claims at most a fair share: learning more
-		// upcoming slots than that only costs Redis time.
-		k := max(c.FairShare(), p.maxNow)
+		// A round near the limit claims at most a fair share; it learns a
+		// few more (see LearnShares), and more than a batch only costs
+		// Redis time.
+		k := max(min(LearnShares*c.FairShare(), c.BatchUnits()), p.maxNow)
 		if p.firstKept >= 0 {
 			k = max(k, reqs[p.firstKept].N)
 		}
@@ -374,6 +375,64 @@ type Known struct {
 	// took them first). A process that lost more wakes for the next slots
 	// ahead of those that lost fewer (see Rules.TurnJitter).
 	Lost int
+	// Announce is how many more rounds that claim slots near the limit
+	// tell the other processes which slots they take (see News.Taken):
+	// ContendedRounds after a lost turn, for a process that never loses
+	// one has nobody to tell.
+	Announce int
+}
+
+// LearnShares is how many fair shares of upcoming free slots a round near
+// the limit learns, a batch at most: its own and the next ones, which the
+// processes that announce their claims (see Known.Take) take from it
+// without racing for the same.
+const LearnShares = 8
+
+// ContendedRounds is how many of its claiming rounds near the limit a
+// process announces after it lost a turn (see Known.Announce).
+const ContendedRounds = 64
+
+// Take tells k that another process claims the slots at scores (one per
+// unit): each stops being a known free slot, so that this process claims
+// the next ones instead of racing for those and losing its turn. The slots
+// are a hint either way: the next round's count decides. When waiting (a
+// call of this process is queued for a slot) and the others take every
+// slot it knew, it lost its turn as surely as by claiming them: Lost
+// counts it, so that it wakes for the next slots ahead of those that lost
+// fewer (see Rules.TurnJitter), as it would have had it raced them.
+func (k *Known) Take(scores []int64, waiting bool) {
+	had := len(k.Slots) > 0
+	take := func(slots []int64) []int64 {
+		if len(slots) == 0 {
+			return slots
+		}
+		// A new array (slots may share its own with a reply's buffers), and
+		// not nil when empty: every known slot taken, the next round
+		// learns more rather than claim blind.
+		out := make([]int64, 0, len(slots))
+		i := 0
+		for _, s := range slots {
+			for i < len(scores) && scores[i] < s {
+				i++
+			}
+			if i < len(scores) && scores[i] == s {
+				i++ // one unit taken at s
+				continue
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	scores = slices.Sorted(slices.Values(scores))
+	k.Slots = take(k.Slots)
+	for p := range k.Capped {
+		if k.Capped[p] != nil {
+			k.Capped[p] = take(k.Capped[p])
+		}
+	}
+	if waiting && had && len(k.Slots) == 0 {
+		k.Lost++
+	}
 }
 
 // Free tells k that a call of n units admitted at score, of priority p,

@@ -45,7 +45,7 @@ func TestPlanFarFromLimitClaimsNow(t *testing.T) {
 }
 
 func TestPlanNearLimitTakesKnownSlotsInOrder(t *testing.T) {
-	c := testConfig(64, time.Second, time.Second) // a fair share of 4
+	c := testConfig(64, time.Second, time.Second) // a fair share of 3
 	in := planAt(64)
 	in.Known = Known{Near: true, Slots: []int64{0, 1_200_000, 1_300_000}}
 	p := Plan(c, in, []Request{{Prio: Normal, N: 1}, {Prio: Normal, N: 1}, {Prio: Normal, N: 2}}, PlanOut{})
@@ -270,5 +270,64 @@ func TestKnownFree(t *testing.T) {
 	p := Plan(c, in, []Request{{N: 1, Prio: Normal}}, PlanOut{})
 	if len(p.Claims) != 1 || p.Claims[0].Score != p.Soonest {
 		t.Fatalf("claims %+v, want one at soonest %d", p.Claims, p.Soonest)
+	}
+}
+
+// Slots another process claims stop being known free, one per unit, in
+// the whole limit's list and each capped priority's; a list emptied stays
+// learned (not nil: the next round learns more instead of claiming blind),
+// one never learned stays so, and the reply's buffer is not written.
+func TestKnownTake(t *testing.T) {
+	reply := []int64{10, 20, 20, 30, 40}
+	k := Known{Near: true, Slots: reply, Capped: [Levels][]int64{Low: {20, 40}}}
+	k.Take([]int64{40, 20, 5}, true)
+	if want := []int64{10, 20, 30}; !slices.Equal(k.Slots, want) {
+		t.Errorf("Slots = %v, want %v", k.Slots, want)
+	}
+	if want := []int64{}; !slices.Equal(k.Capped[Low], want) || k.Capped[Low] == nil {
+		t.Errorf("Capped[Low] = %#v, want empty, not nil", k.Capped[Low])
+	}
+	if k.Capped[Normal] != nil {
+		t.Errorf("Capped[Normal] = %v, want none learned", k.Capped[Normal])
+	}
+	if !slices.Equal(reply, []int64{10, 20, 20, 30, 40}) {
+		t.Errorf("the reply's buffer was written: %v", reply)
+	}
+	if k.Lost != 0 {
+		t.Errorf("Lost = %d with slots left, want 0", k.Lost)
+	}
+	// Every slot known taken while a call waits: a turn lost; not while
+	// none waits, nor when nothing was known.
+	k.Take([]int64{10, 20, 30}, true)
+	k.Take([]int64{50}, true)
+	if len(k.Slots) != 0 || k.Lost != 1 {
+		t.Errorf("all taken: Slots %v, Lost %d; want none and 1", k.Slots, k.Lost)
+	}
+	idle := Known{Near: true, Slots: []int64{10}}
+	idle.Take([]int64{10}, false)
+	if idle.Lost != 0 {
+		t.Errorf("none waiting: Lost %d, want 0", idle.Lost)
+	}
+	// The planner then claims the first slot left, and one beyond what is
+	// left learns first.
+	c := testConfig(64, time.Second, time.Second)
+	in := planAt(64)
+	base := in.Clock.Server(in.Now)
+	in.Known = Known{Near: true, Slots: []int64{base + 100_000, base + 200_000}}
+	in.Known.Take([]int64{base + 100_000}, true)
+	p := Plan(c, in, []Request{{N: 1, Prio: Normal}, {N: 1, Prio: Normal}}, PlanOut{})
+	if p.Each[0].Action != Take || p.Each[0].Score != base+200_000 || p.Each[1].Action != Keep {
+		t.Fatalf("plan %+v, want the slot left claimed and the second request kept", p.Each)
+	}
+}
+
+// A round near the limit takes about a twenty-fourth of the limit, one at
+// least, a batch at most.
+func TestFairShare(t *testing.T) {
+	for _, tc := range []struct{ limit, want int }{{50, 3}, {100, 5}, {24, 1}, {25, 2}, {1, 1}, {10_000, 64}} {
+		c := testConfig(tc.limit, time.Second, time.Second)
+		if got := c.FairShare(); got != tc.want {
+			t.Errorf("limit %d: FairShare = %d, want %d", tc.limit, got, tc.want)
+		}
 	}
 }

@@ -42,6 +42,9 @@ type Attempt struct {
 
 	Margin Margin
 	Places PlaceAsk
+	// Taken, when set, is published with the claims, in their round trip:
+	// the scores they claim, one per unit (see News.Taken).
+	Taken []int64
 }
 
 // Learning is what a round trip learns of the free slots ahead.

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -118,6 +119,9 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	PEXPIRE key <ttl>                    (a second after the last, on a new
 //	                                      key, and with a heal's pause)
 //	... the same for the key of every other limit (WithLimit) ...
+//	PUBLISH <news channel> t <name> <g>...  (exact attempts that announce
+//	                                      the slots they claim: see
+//	                                      core.Known.Announce)
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>] [<epoch>]
 //	                                     (the epoch when the first window
 //	                                      counts from a copy)
@@ -286,6 +290,11 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 			}
 			p.PExpire(c.ctx, s.wins[wi].Key, a.Expire.TTLs[wi])
 		}
+	}
+	if len(a.Taken) > 0 {
+		// After the claims' ZADDs: a process that hears it and counts
+		// finds them.
+		p.Publish(c.ctx, NewsChannel(s.wins[0].Key), core.News{Taken: a.Taken, From: s.Name()}.String())
 	}
 	c.queueMeta(p)
 	return nil
@@ -977,6 +986,10 @@ func (s *Store) Usage(ctx context.Context, limits func(now int64, m core.Meta) [
 	}
 	return u, nil
 }
+
+// Name names this Throttler in the news it publishes: its members'
+// prefix, in hex.
+func (s *Store) Name() string { return hex.EncodeToString([]byte(s.self)) }
 
 // errTimeout reports a Redis call that did not answer in time.
 var errTimeout = errors.New("no answer within the Redis timeout")

@@ -7,12 +7,14 @@ import (
 
 // Scales names the fixed scenarios whose figures docs/simulator.md gives: sizes
 // the real-time harness cannot reach on a small machine.
-var Scales = []string{"hour", "herd", "herd-faults"}
+var Scales = []string{"hour", "herd", "herd-faults", "herd3"}
 
 // Scale returns the named fixed scenario:
 //
 //   - hour: 50 replicas x 20 callers on 5000 per hour, for 10 hours;
 //   - herd: 24 replicas x 25 callers on 100 per second, for 2 minutes;
+//   - herd3: 3 replicas x 300 callers on 50 per second, for 2 minutes (the
+//     bench harness's herd);
 //   - herd-faults: the herd with replica clocks up to 1s apart and one of
 //     each fault: a reply delay, dropped connections both ways, a stall, a
 //     clock step, a flush, a failover to a copy 300ms behind, a kill.
@@ -30,6 +32,10 @@ func Scale(name string) (Scenario, bool) {
 	case "herd", "herd-faults":
 		s.Replicas, s.Goroutines = 24, 25
 		s.Limits = []Limit{{Key: "{sim}:a", Limit: 100, Interval: time.Second}}
+		s.Run = 2 * time.Minute
+	case "herd3":
+		s.Replicas, s.Goroutines = 3, 300
+		s.Limits = []Limit{{Key: "{sim}:a", Limit: 50, Interval: time.Second}}
 		s.Run = 2 * time.Minute
 	default:
 		return Scenario{}, false
