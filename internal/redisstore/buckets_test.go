@@ -35,7 +35,7 @@ func TestCompactedReadFromACopy(t *testing.T) {
 		}
 		const other = 7_000 // the width of the process that compacted first
 		compact := func() {
-			if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, other, x.Age, x.W+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember).Err(); err != nil {
+			if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, other, x.Age, x.W+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -23,7 +23,6 @@ import (
 //	base     the calls in every bucket before lo (dropped, or never kept)
 //	n        the calls in every bucket up to hi
 //	<k>      for lo <= k <= hi: the calls in every bucket up to k
-//	d<k>     the debt among bucket k's calls (see core.DebtPrefix), when any
 //	cut      every call scored before cut (µs) has been moved, or was absent
 //
 // A count of the calls in (x, y) counts the set's members there plus every
@@ -59,6 +58,13 @@ const BucketMember = "\x00bucketed"
 // leaves the rest to the round trip after it.
 const CompactBatch = 20_000
 
+// DenseBucket is how many calls a bucket must hold, on average, for
+// CompactScript to count them with a ZCOUNT per bucket rather than read
+// them: a ZCOUNT costs Redis about as much as reading one or two members
+// (BenchmarkCompactScript), and each is one more command; calls this dense
+// are moved for a fraction of that.
+const DenseBucket = 8
+
 // RebuildFrom is the fewest calls a CompactScript run must move before it
 // writes the set anew (when at most a quarter of it is left). A sorted set
 // keeps the hashtable the most members it held grew, shrinking it one
@@ -78,9 +84,10 @@ const RebuildFrom = 128
 // moves too, whatever its age. A run that moves at least ARGV[7] calls
 // (RebuildFrom) and leaves at most a quarter as many writes the set anew,
 // so its memory shrinks with it; the set keeps its TTL. Every run writes
-// a new epoch into the member ARGV[9] (see EpochMember). It returns the
-// number of calls moved, and 1 when the run stopped at the batch (more may
-// be left to move), else 0.
+// a new epoch into the member ARGV[9] (see EpochMember). Calls at least
+// ARGV[10] (DenseBucket) a bucket are counted without being read. It
+// returns the number of calls moved, and 1 when the run stopped at the
+// batch (more may be left to move), else 0.
 //
 // A call that arrives scored before the cut (a late writer) is moved by the
 // next run: added to its bucket's count and every later one, the counts
@@ -113,39 +120,60 @@ end
 -- Tables keyed by bucket take the bucket's digits, not the number: an
 -- interpreter may keep a table with integer keys as an array, and bucket
 -- numbers (server µs / width) would make that array enormous.
-local late, fresh, debt = {}, {}, {}
+local late, fresh = {}, {}
 local moved = 0
+-- c calls of bucket k move: a bucket kept takes them late, one after the
+-- buckets kept fresh; one dropped already (before lo) no longer counts.
+local function tally(k, c)
+  moved = moved + c
+  local key = f(k)
+  if k > hi then
+    fresh[key] = (fresh[key] or 0) + c
+  elseif k >= lo then
+    late[key] = (late[key] or 0) + c
+  end
+end
 -- The calls to move, oldest first, at most a batch a run: a set that
 -- starts compacting with a long log behind it is moved over several runs.
 local batch = tonumber(ARGV[6])
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut), 'WITHSCORES', 'LIMIT', 0, batch)
 local full = 0
-if #r == 2 * batch then
+if redis.call('ZCOUNT', KEYS[1], '(0', '(' .. f(cut)) >= batch then
   full = 1
-  local s0, s1 = tonumber(r[2]), tonumber(r[#r])
-  if s1 > s0 then
-    cut = s1
-  else
-    r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', f(s1), 'WITHSCORES')
-    cut = s1 + 1
-  end
+  local s0 = tonumber(redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2])
+  local s1 = tonumber(redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '+inf', 'WITHSCORES', 'LIMIT', batch - 1, 1)[2])
+  if s1 > s0 then cut = s1 else cut = s1 + 1 end
 end
 local last = math.max(hi, idx(cut - 1))
-if #r > 0 then
-  for i = 1, #r, 2 do
-    local s = tonumber(r[i + 1])
-    if s < cut then
-      moved = moved + 1
-      local k = idx(s)
-      local key = f(k)
-      if k > hi then
-        fresh[key] = (fresh[key] or 0) + 1
-      elseif k >= lo then
-        late[key] = (late[key] or 0) + 1
-      end
-      if string.sub(r[i], 1, 2) == '\0d' then debt[key] = (debt[key] or 0) + 1 end
+-- The calls scored from the last cut on are counted a bucket at a time
+-- (ZCOUNT) when they are at least ARGV[10] (DenseBucket) a bucket, as
+-- calls close together are: moving them then reads no member. The others
+-- (calls behind the last cut, late writers, and calls sparser than that)
+-- are read and counted per bucket here, in score order.
+was = was or 0
+local upto = cut
+if was > 0 and cut > was then
+  local k0, k1 = idx(was), idx(cut - 1)
+  if redis.call('ZCOUNT', KEYS[1], f(was), '(' .. f(cut)) >= tonumber(ARGV[10]) * (k1 - k0 + 1) then
+    upto = was
+    for k = k0, k1 do
+      local c = redis.call('ZCOUNT', KEYS[1], f(math.max(k * b, was)), '(' .. f(math.min((k + 1) * b, cut)))
+      if c > 0 then tally(k, c) end
     end
   end
+end
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '(' .. f(upto), 'WITHSCORES')
+local k, from, to, c = 0, 0, -1, 0
+for i = 2, #r, 2 do
+  local s = tonumber(r[i])
+  if s < from or s >= to then
+    if c > 0 then tally(k, c) end
+    k = idx(s)
+    from, to, c = k * b, (k + 1) * b, 0
+  end
+  c = c + 1
+end
+if c > 0 then tally(k, c) end
+do
   if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut)) end
   -- A set that shrank to a quarter or less is written anew: a sorted set
   -- keeps the hashtable its largest size grew (it shrinks one step per
@@ -177,7 +205,6 @@ if keep > lo then
     local del = {}
     for j = lo, dropTo do
       del[#del + 1] = f(j)
-      del[#del + 1] = 'd' .. f(j)
     end
     for i = 1, #del, 200 do
       redis.call('HDEL', KEYS[2], unpack(del, i, math.min(i + 199, #del)))
@@ -201,9 +228,6 @@ if last > hi then
     redis.call('HSET', KEYS[2], unpack(set, i, math.min(i + 399, #set)))
   end
   hi = last
-end
-for key, c in pairs(debt) do
-  if tonumber(key) >= lo then redis.call('HINCRBY', KEYS[2], 'd' .. key, c) end
 end
 redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base), 'cut', f(math.max(was or 0, cut)))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])

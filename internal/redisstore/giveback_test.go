@@ -49,7 +49,7 @@ func TestGiveBackLeavesBuckets(t *testing.T) {
 		group("other", now-2_000_000, 5) // the settled calls' bucket holds these too
 		early := group("early", now-4_000_000, 3)
 		late := group("late", now-1_500_000, 3)
-		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember).Err(); err != nil {
+		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
 			t.Fatal(err)
 		}
 		young := group("young", now+5_000_000, 3) // after the cut: still members

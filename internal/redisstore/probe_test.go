@@ -71,7 +71,7 @@ func TestProbesReadEveryWay(t *testing.T) {
 					return
 				}
 				// Moved into its bucket, a probe is no member, and not gone.
-				if err := CompactScript.Run(ctx, c, []string{long.Key, CompactKey(long.Key)}, long.Bucket, long.Age, long.W+2_000_000, 120_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember).Err(); err != nil {
+				if err := CompactScript.Run(ctx, c, []string{long.Key, CompactKey(long.Key)}, long.Bucket, long.Age, long.W+2_000_000, 120_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
 					t.Fatal(err)
 				}
 				if err := c.ZScore(ctx, long.Key, held.Member).Err(); err != redis.Nil {

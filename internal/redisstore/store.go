@@ -362,7 +362,7 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 func (c *attemptCmds) queueCompact(p redis.Pipeliner, x core.Window) *redis.Cmd {
 	keep := x.W + core.TrimSlack + core.MaxSpread
 	ttl := keep/1000 + 1000 // ms
-	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch, RebuildFrom, x.Keep, EpochMember)
+	return CompactScript.Eval(c.ctx, p, []string{x.Key, CompactKey(x.Key)}, x.Bucket, x.Age, keep, ttl, BucketMember, CompactBatch, RebuildFrom, x.Keep, EpochMember, DenseBucket)
 }
 
 // queueReads queues the reads of the key of window wi, after its writes:
