@@ -66,7 +66,7 @@ func TestCompactCountsWholeBuckets(t *testing.T) {
 			// Calls counted a bucket at a time (ZCOUNT) whenever there are
 			// any, when they are at least one a bucket, or as in production.
 			dense := []int{0, 1, DenseBucket}[iter%3]
-			calls := map[string]int64{}             // every call added, by member
+			calls := map[string]int64{} // every call added, by member
 			now := serverNow(t, c)
 			for run := range 4 {
 				if mr != nil {
