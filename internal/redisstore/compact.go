@@ -146,12 +146,14 @@ end
 local last = math.max(hi, idx(cut - 1))
 -- The calls scored from the last cut on are counted a bucket at a time
 -- (ZCOUNT) when they are at least ARGV[10] (DenseBucket) a bucket, as
--- calls close together are: moving them then reads no member. The others
--- (calls behind the last cut, late writers, and calls sparser than that)
--- are read and counted per bucket here, in score order.
+-- calls close together are, over at most 128 buckets (each ZCOUNT is
+-- O(log n) on Redis, but O(n) on miniredis): moving them then reads no
+-- member. The others (calls behind the last cut, late writers, and calls
+-- sparser or spread wider than that) are read and counted per bucket
+-- here, in score order.
 was = was or 0
 local upto = cut
-if was > 0 and cut > was then
+if was > 0 and cut > was and idx(cut - 1) - idx(was) < 128 then
   local k0, k1 = idx(was), idx(cut - 1)
   if redis.call('ZCOUNT', KEYS[1], f(was), '(' .. f(cut)) >= tonumber(ARGV[10]) * (k1 - k0 + 1) then
     upto = was
