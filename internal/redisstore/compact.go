@@ -153,8 +153,8 @@ local last = math.max(hi, idx(cut - 1))
 -- here, in score order.
 was = was or 0
 local upto = cut
-if was > 0 and cut > was and idx(cut - 1) - idx(was) < 128 then
-  local k0, k1 = idx(was), idx(cut - 1)
+local k0, k1 = idx(was), idx(cut - 1)
+if was > 0 and cut > was and k1 - k0 < 128 then
   if redis.call('ZCOUNT', KEYS[1], f(was), '(' .. f(cut)) >= tonumber(ARGV[10]) * (k1 - k0 + 1) then
     upto = was
     for k = k0, k1 do
@@ -175,29 +175,27 @@ for i = 2, #r, 2 do
   c = c + 1
 end
 if c > 0 then tally(k, c) end
-do
-  if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut)) end
-  -- A set that shrank to a quarter or less is written anew: a sorted set
-  -- keeps the hashtable its largest size grew (it shrinks one step per
-  -- write), and a small one rebuilt takes the compact encoding again.
-  local left = redis.call('ZCARD', KEYS[1])
-  if moved >= tonumber(ARGV[7]) and left * 4 <= moved then
-    local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-    redis.call('DEL', KEYS[1])
-    for i = 1, #all, 400 do
-      local zs = {}
-      for j = i, math.min(i + 399, #all), 2 do
-        zs[#zs + 1] = all[j + 1]
-        zs[#zs + 1] = all[j]
-      end
-      redis.call('ZADD', KEYS[1], unpack(zs))
+if moved > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', '(' .. f(cut)) end
+-- A set that shrank to a quarter or less is written anew: a sorted set
+-- keeps the hashtable its largest size grew (it shrinks one step per
+-- write), and a small one rebuilt takes the compact encoding again.
+local left = redis.call('ZCARD', KEYS[1])
+if moved >= tonumber(ARGV[7]) and left * 4 <= moved then
+  local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  redis.call('DEL', KEYS[1])
+  for i = 1, #all, 400 do
+    local zs = {}
+    for j = i, math.min(i + 399, #all), 2 do
+      zs[#zs + 1] = all[j + 1]
+      zs[#zs + 1] = all[j]
     end
+    redis.call('ZADD', KEYS[1], unpack(zs))
   end
-  -- A late call counts in its bucket and in every later one's total.
-  for key, c in pairs(late) do
-    for j = tonumber(key), hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
-    n = n + c
-  end
+end
+-- A late call counts in its bucket and in every later one's total.
+for key, c in pairs(late) do
+  for j = tonumber(key), hi do redis.call('HINCRBY', KEYS[2], f(j), c) end
+  n = n + c
 end
 -- The buckets that end before the oldest window still counted go.
 if keep > lo then
