@@ -34,6 +34,9 @@ func (w *waiter) enter(t *Throttler) error {
 			return err
 		}
 	}
+	if w.front {
+		return nil // no new demand: WithMaxQueue does not count it
+	}
 	return t.worker.enter(w, t.opt.maxQueue)
 }
 

@@ -21,6 +21,12 @@ type meter struct {
 	// taken only while an Observer has InFlight set.
 	inFlightMu sync.Mutex
 
+	// sendDelay counts how long after their slots calls' connections
+	// came, and watch tells when that keeps costing new slots (see
+	// sendgate.go).
+	sendDelay delayCounts
+	watch     sendWatch
+
 	logger   *slog.Logger
 	logAttrs []any     // the Throttler's key and failure policy
 	lastLog  time.Time // the last Redis failure logged; under the Throttler's mu
@@ -44,6 +50,7 @@ type statCounters struct {
 	heals, lateWakes                            atomic.Uint64
 	settled, returned, debt                     atomic.Uint64
 	placeWaits                                  atomic.Uint64
+	reslotted, sentLate, roundsRetried          atomic.Uint64
 	inFlight                                    atomic.Int64
 	waited                                      atomic.Int64 // nanoseconds
 }

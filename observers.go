@@ -82,6 +82,7 @@ func (a *Observer) join(b Observer) Observer {
 		Rejected:     join1(a.Rejected, b.Rejected),
 		Degraded:     join1(a.Degraded, b.Degraded),
 		Waited:       join2(a.Waited, b.Waited),
+		Sent:         join1(a.Sent, b.Sent),
 	}
 }
 

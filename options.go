@@ -125,8 +125,10 @@ func WithFailurePolicy(p FailurePolicy) Option {
 	}
 }
 
-// WithLogger sets where Redis failures and fallback changes are logged.
-// Default slog.Default(). Errors are logged at most once per second.
+// WithLogger sets where Redis failures and fallback changes are logged,
+// and the warning, given once, that calls keep getting their connections
+// later than their slots allow (see Transport). Default slog.Default().
+// Errors are logged at most once per second.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {
@@ -140,7 +142,16 @@ func WithLogger(l *slog.Logger) Option {
 // WithRedisTimeout bounds each Redis round trip the Throttler makes (Usage's
 // two share one bound; Pub/Sub subscriptions have none); one that times out
 // is a Redis failure (see WithFailurePolicy). Default 1s; d must be
-// positive. A round trip that gives a slot back (a call refused, abandoned
+// positive. A reservation round trip that fails within it on its
+// connection (reset, closed, refused, a socket timeout of the client's) or
+// on a server state that passes (LOADING, READONLY, MASTERDOWN, TRYAGAIN,
+// CLUSTERDOWN) is sent again on another connection while the bound leaves
+// time, after pauses of none, then 2ms, doubling up to 64ms
+// (Stats.RoundsRetried counts them): a blip of the network costs its
+// calls a delay, not an error. A round trip sent again may have been
+// applied already: each of its writes is safe to apply twice, and its
+// counts may then refuse a call the first would have admitted, never
+// admit one it refused (docs/design.md, "A blip is not an outage"). A round trip that gives a slot back (a call refused, abandoned
 // or settled for less) is bounded by the shorter of d and 250ms.
 //
 // With ContextTimeoutEnabled, or a *redis.Client whose ReadTimeout and

@@ -121,7 +121,7 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 	}
 	ahead := 0
 	for _, x := range t.worker.queue {
-		if x.now || x.prio >= w.prio {
+		if !w.before(x) {
 			ahead += x.n
 		}
 	}

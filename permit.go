@@ -33,7 +33,7 @@ type Permit struct {
 // when the call ends, or the place stays taken for as long as the process
 // lives.
 func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) {
-	res, lease, err := t.wait(ctx, "Reserve", estimate, true)
+	res, lease, err := t.wait(ctx, "Reserve", estimate, wantPlace)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *
 	start := t.now()
 	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
 	for {
-		res, lease, err := t.waitSlot(ctx, where, n, true)
+		res, lease, err := t.waitSlot(ctx, where, n, wantPlace)
 		if err != nil {
 			return nil, err
 		}
@@ -176,15 +176,24 @@ func (p *Permit) settle(ctx context.Context, actual int) error {
 		return nil
 	}
 	t.stats.debt.Add(uint64(actual - p.estimate))
-	debt := make([]core.Entry, actual-p.estimate)
-	members := make([]string, len(debt))
+	return t.addDebt(ctx, p.score, actual-p.estimate)
+}
+
+// addDebt adds n units as debt at score (server µs): members every later
+// call counts, never given back, that leave with the window. What Redis
+// does not take (the error is returned, wrapping ErrRedis) is written by
+// the next round trip that works, and counts in this process's own calls
+// meanwhile.
+func (t *Throttler) addDebt(ctx context.Context, score int64, n int) error {
+	debt := make([]core.Entry, n)
+	members := make([]string, n)
 	for i := range debt {
 		members[i] = core.DebtPrefix + t.ids.next()
-		debt[i] = core.Entry{Score: p.score, Member: members[i]}
+		debt[i] = core.Entry{Score: score, Member: members[i]}
 	}
 	t.mu.Lock()
 	if t.hooks.onAdmit != nil {
-		t.hooks.onAdmit(p.score, members)
+		t.hooks.onAdmit(score, members)
 	}
 	t.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opt.redisTimeout)

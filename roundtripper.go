@@ -15,12 +15,14 @@ import (
 // with Retry-After, every Throttler on t's key pauses until then.
 //
 // It keeps to net/http's contract for a RoundTripper in all but one point:
-// it does not modify the request or read its body; it returns next's
-// response and error unchanged (a 429 is a response, not an error), but
-// for the response's Body, which it wraps, passing the same bytes through,
-// when t has WithInFlight (the place goes back once the body is read to
-// the end or closed); and when the wait fails it closes the request body
-// and returns the wait's error, so that errors.Is(err,
+// it does not modify the request or read its body (next gets a shallow
+// copy, Request.WithContext, whose context holds the request's write at
+// its connection until the call's slot holds: see Transport); it returns
+// next's response and error unchanged (a 429 is a response, not an error),
+// but for the response's Body, which it wraps, passing the same bytes
+// through, when t has WithInFlight (the place goes back once the body is
+// read to the end or closed); and when the wait fails it closes the
+// request body and returns the wait's error, so that errors.Is(err,
 // context.DeadlineExceeded) and the like hold through http.Client's
 // *url.Error. The exception: the contract asks a RoundTripper not to
 // interpret the response, and this one reads the status and Retry-After
@@ -55,12 +57,34 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 //   - with LimitHeader set, a response stating a lower limit than the
 //     Throttler's lowers it for every replica (see Throttler.SetLimit).
 //
+// A call's slot holds where the API counts it: when its request is
+// written. The Transport hands Base the request on a context that carries
+// an httptrace.ClientTrace (composed with any trace already there); its
+// GotConn, which net/http calls in the sending goroutine right before it
+// writes the request (HTTP/1) or opens its stream (HTTP/2), checks the
+// slot. A connection that came within the slot's allowance (see
+// WithBuffer) lets the write go; one that came later (a dial, TCP and TLS
+// to an API far away, or a wait for a pooled connection) has the call
+// give its slot back and take a new one, ahead of the calls waiting for
+// their first, while it holds the connection, and the write goes on the
+// new slot. A call that cannot get a new slot in time (its context ends,
+// or the earliest slot lies past its deadline) is written all the same,
+// for net/http writes a request once it holds its connection: its slot
+// goes back and its units count as debt at the time it goes (see
+// Permit.Settle), so that later calls count it where the API does.
+// Stats.SendDelay, Reslotted and SentLate, and Observer.Sent, report what
+// the connections cost; a Throttler whose calls keep taking new slots
+// logs a warning once (see WithLogger). A Base that is not net/http's, or
+// does not call GotConn, is not held: its calls go when handed on. Nested
+// Transports hold their request once, until every slot holds.
+//
 // Like RoundTripper, it keeps to net/http's contract except that it
 // interprets responses: it reads the status and headers named above (and,
 // when Counters asks, the first bytes of a refusal's body, which the caller
 // then reads unchanged), and with Retries set it answers a refusal itself
 // by sending the request again, which the contract leaves to the client.
-// It never modifies the request (a retry sends a clone with a fresh body),
+// It never modifies the request (Base gets a shallow copy, on the context
+// above; a retry sends a clone with a fresh body),
 // and closes the request body on every path where it does not hand it to
 // Base. It returns Base's response (the last one, when it retries)
 // unchanged, but for its Body, which it wraps, passing the same bytes
@@ -198,7 +222,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		sent := t.now()
-		resp, err := tr.base().RoundTrip(send)
+		resp, err := tr.base().RoundTrip(send.WithContext(gateSend(send.Context(), t, permit)))
 		if err != nil {
 			permit.Done() // it keeps its estimate: the request may have reached the API
 			return nil, err

@@ -5,10 +5,12 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
 // send makes attempt a's round trip, and learns from its reply the server's
-// clock.
+// clock. A round trip that fails on its connection, or on a server state
+// that passes, is sent again within the Redis timeout (see resendable).
 func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
@@ -33,12 +35,28 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 			a.Expire.TTLs = append(a.Expire.TTLs, ttl)
 		}
 	}
-	sent := t.now()
-	r, err := t.st.Reserve(ctx, a)
-	recv := t.now()
-	if err != nil {
+	var (
+		r          core.Reply
+		err        error
+		sent, recv time.Time
+	)
+	for try := 0; ; try++ {
+		sent = t.now()
+		r, err = t.st.Reserve(ctx, a)
+		recv = t.now()
+		if err == nil {
+			break
+		}
 		t.stats.redisError(err)
-		return core.Reply{}, err
+		if !resendable(ctx, err, try) {
+			return core.Reply{}, err
+		}
+		// The connection broke, or the server said it was busy for a
+		// moment: send the round again, on another connection, within
+		// what is left of its timeout, rather than fail its calls for a
+		// blip. It may have been applied: see core.Attempt.Resent.
+		t.stats.roundsRetried.Add(1)
+		a.Resent()
 	}
 	t.stats.roundTrips.Add(1)
 	if !r.ServerTime.IsZero() {
@@ -123,4 +141,24 @@ func (t *Throttler) writeLater(err error, then string, owe func(*owed)) {
 // back, so that cancellation stays prompt when Redis hangs.
 func (c *config) releaseTimeout() time.Duration {
 	return min(c.opt.redisTimeout, 250*time.Millisecond)
+}
+
+// resendable reports whether a round trip that failed with err, after try
+// resends, goes again: err is transient (see redisstore.Transient), and
+// once a pause before it has passed (none before the first resend, for a
+// broken connection is replaced at once; then 2ms, doubling up to 64ms)
+// at least that much again is left of ctx's deadline. It sleeps that
+// pause.
+func resendable(ctx context.Context, err error, try int) bool {
+	if !redisstore.Transient(err) {
+		return false
+	}
+	pause := time.Duration(0)
+	if try > 0 {
+		pause = 2 * time.Millisecond << min(try-1, 5)
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < 2*pause+time.Millisecond {
+		return false
+	}
+	return pause == 0 || sleepCtx(ctx, pause)
 }

@@ -47,13 +47,32 @@ type Stats struct {
 	// Settled is how many permits were settled (see Permit.Settle);
 	// Returned is how many units their surpluses gave back in Redis, and
 	// Debt how many their excesses added (a permit admitted without Redis
-	// adds to neither).
+	// adds to neither), and the calls written off their slots (see
+	// SendInfo.Late).
 	Settled, Returned, Debt uint64
 	// InFlight is how many calls of this process hold a place in flight
 	// now (see WithInFlight); PlaceWaits how many times a call found no
 	// place free and waited for one.
 	InFlight   int
 	PlaceWaits uint64
+	// SendDelay is how long after their slots calls' connections came,
+	// for the calls sent through net/http by a Transport, or by Do,
+	// DoCost, Wrap or WrapCost with the context they pass (see
+	// Transport): the dial and the wait for a pooled connection are
+	// there. A connection later than the slot allows (half the buffer,
+	// see WithBuffer) costs the call a new slot (Reslotted); delays near
+	// or past half the buffer call for a larger pool in the base
+	// transport, or a longer buffer.
+	SendDelay Histogram
+	// Reslotted is how many of those calls took a new slot at their
+	// connection, which came later than their slot allowed; SentLate how
+	// many were written later than their slot allowed all the same (see
+	// SendInfo.Late).
+	Reslotted, SentLate uint64
+	// RoundsRetried is how many reservation round trips failed on a
+	// broken connection to Redis and were sent again (see
+	// WithRedisTimeout).
+	RoundsRetried uint64
 	// Rejected counts the waits turned away, by Rejection: their
 	// slot lay past their deadline or their maximum wait, or the queue
 	// was full. Those past their deadline count in Abandoned too.
@@ -99,6 +118,11 @@ func (t *Throttler) Stats() Stats {
 		Debt:        t.stats.debt.Load(),
 		InFlight:    int(t.stats.inFlight.Load()),
 		PlaceWaits:  t.stats.placeWaits.Load(),
+		SendDelay:   t.stats.sendDelay.snapshot(),
+		Reslotted:   t.stats.reslotted.Load(),
+		SentLate:    t.stats.sentLate.Load(),
+
+		RoundsRetried: t.stats.roundsRetried.Load(),
 	}
 	for i := range s.Rejected {
 		s.Rejected[i] = t.stats.rejected[i].Load()
@@ -176,6 +200,11 @@ type Observer struct {
 	// the caller's trace. For an admitted wait it comes after Admitted;
 	// for a wait turned away, after Rejected.
 	Waited func(ctx context.Context, w WaitInfo)
+	// Sent is called once for each call sent through net/http by a
+	// Transport, or by Do, DoCost, Wrap or WrapCost with the context they
+	// pass, as its request is written (see SendInfo), on the goroutine
+	// that writes it.
+	Sent func(s SendInfo)
 }
 
 // WithObserver sets the functions that receive t's events, in place of

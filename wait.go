@@ -44,17 +44,22 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //
 // WaitN returns at the call's slot: the promise that no window of the API
 // holds more than the limit assumes the call reaches the API no earlier
-// than its slot and within half the buffer after it (see WithBuffer).
-// WaitN keeps its own part: a call it would return later than that (a
-// machine too loaded to wake it in time, the clock estimate corrected
-// since the slot was reserved) gives the slot back and reserves again, and
-// one it would return early sleeps on. What the caller does after WaitN
-// returns is the caller's: a call sent d after the slot, past half the
-// buffer, can share a window of the API with calls admitted up to
+// than its slot and within half the buffer after it (see WithBuffer), give
+// or take a network delay that is the same for every call. WaitN keeps its
+// own part: a call it would return later than that (a machine too loaded
+// to wake it in time, the clock estimate corrected since the slot was
+// reserved) gives the slot back and reserves again, and one it would
+// return early sleeps on. The rest is the caller's: send the call at once,
+// on a connection already open. A call that must first dial (TCP and TLS:
+// one to three round trips to the API), or wait for a connection of a
+// pool, goes that much later; sent d after its slot, past half the
+// buffer, it can share a window of the API with calls admitted up to
 // d - buffer/2 after that window would have closed for it, and each such
-// call can put a window one over the limit. Do, Wrap and the Transport
-// send right after their admission, and check the slot once more just
-// before they do.
+// call can put a window one over the limit. The Transport, and Do, DoCost,
+// Wrap and WrapCost for a call they send through net/http, hold the
+// request at its connection instead, and take a new slot when the
+// connection came too late (see Transport); for any other call, make the
+// buffer cover the time between WaitN's return and the call's arrival.
 //
 // Waiters on one Throttler are served by priority (see
 // ContextWithPriority), then in the order they joined the queue; AllowN
@@ -69,22 +74,35 @@ func (t *Throttler) Wait(ctx context.Context) error {
 // passed to WithClock step back meanwhile); a pause or a lowered limit set
 // meanwhile, by any replica, reaches it at once (see PauseUntil).
 func (t *Throttler) WaitN(ctx context.Context, n int) error {
-	_, _, err := t.wait(ctx, "WaitN", n, false)
+	_, _, err := t.wait(ctx, "WaitN", n, 0)
 	return err
 }
 
 // wait is WaitN, named where for errors; it returns the reservation the
-// call went with. With place (and WithInFlight), the call also takes a
+// call went with. With wantPlace (and WithInFlight), the call also takes a
 // place in flight, whose lease it returns.
-func (t *Throttler) wait(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
+func (t *Throttler) wait(ctx context.Context, where string, n int, want waitWants) (res reservation, lease string, err error) {
 	start := t.now()
 	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
-	return t.waitSlot(ctx, where, n, place)
+	return t.waitSlot(ctx, where, n, want)
 }
+
+// waitWants are what a wait asks for besides its slot.
+type waitWants uint8
+
+const (
+	// wantPlace: a place in flight too, with WithInFlight.
+	wantPlace waitWants = 1 << iota
+	// wantFront: a call admitted once whose request came to its
+	// connection too late for its slot (see sendgate.go): it queues ahead
+	// of every wait but AllowN calls, and is neither counted by
+	// WithMaxQueue nor bounded by WithMaxWait, for it is no new demand.
+	wantFront
+)
 
 // waitSlot is wait without counting its outcome in Stats, for a face that
 // may wait again before its call goes (see reserveToSend) and counts once.
-func (t *Throttler) waitSlot(ctx context.Context, where string, n int, place bool) (res reservation, lease string, err error) {
+func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want waitWants) (res reservation, lease string, err error) {
 	prio := PriorityFromContext(ctx)
 	if err := t.checkN(where, n, prio); err != nil {
 		return reservation{}, "", err
@@ -92,15 +110,18 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, place boo
 	if ctx.Err() != nil {
 		return reservation{}, "", ctxError(ctx)
 	}
-	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: place && t.lease != nil, prio: prio}
-	ctx, cancel := t.opt.withMaxWait(ctx, w)
-	defer cancel()
+	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, prio: prio, front: want&wantFront != 0}
+	if !w.front {
+		var cancel context.CancelFunc
+		ctx, cancel = t.opt.withMaxWait(ctx, w)
+		defer cancel()
+	}
 	if d, ok := ctx.Deadline(); ok {
 		// On the local clock, which WithClock may set apart from the
 		// clock context deadlines are read on (time.Now).
 		w.deadline = t.now().Add(time.Until(d))
 	}
-	if t.opt.maxQueue > 0 || !w.deadline.IsZero() {
+	if t.opt.maxQueue > 0 && !w.front || !w.deadline.IsZero() {
 		if err := w.enter(t); err != nil {
 			return reservation{}, "", err
 		}

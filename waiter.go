@@ -7,7 +7,7 @@ import (
 )
 
 // waiter is one call waiting for quota in this process (a wait of any face,
-// or an AllowN). n, deadline, cause, now, prio, wake and wantLease are set
+// or an AllowN). n, deadline, cause, now, prio, front, wake and wantLease are set
 // when the call begins; the other fields change under the Throttler's mu.
 type waiter struct {
 	n        int
@@ -15,6 +15,7 @@ type waiter struct {
 	cause    error     // ErrMaxWait when WithMaxWait set deadline, nil when ctx did
 	now      bool      // AllowN: admitted now or refused, never given a later slot
 	prio     Priority
+	front    bool // queues ahead of every WaitN (see wantFront)
 	wake     chan struct{}
 	counted  bool // it counts as waiting (see WithMaxQueue); under mu
 	// Woken late: how many times in a row, and the margin its next claims
@@ -70,6 +71,19 @@ const (
 	leaving          // its context ended while its reservation was in flight: it waits for the reply
 	gone             // it returned: what it holds is the worker's to give back
 )
+
+// before reports whether w queues ahead of x, which was queued first: an
+// AllowN ahead of every WaitN, then a call that queues at the front (see
+// wantFront) ahead of every other WaitN, then by priority.
+func (w *waiter) before(x *waiter) bool {
+	switch {
+	case w.now || x.now:
+		return w.now && !x.now
+	case w.front || x.front:
+		return w.front && !x.front
+	}
+	return x.prio < w.prio
+}
 
 // needsPlace reports whether w still has to get a place in flight.
 func (w *waiter) needsPlace() bool { return w.wantLease && w.lease == "" }

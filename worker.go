@@ -408,14 +408,15 @@ type workerState struct {
 	spawn   func(sleep time.Duration) // starts a worker goroutine that first sleeps sleep
 }
 
-// insert queues w behind every call it does not go before: an AllowN
-// (which does not wait behind WaitNs) behind the AllowNs, a WaitN behind
-// those of its priority and higher. It reports whether w is first in the
+// insert queues w behind every call it does not go before (see
+// waiter.before): an AllowN (which does not wait behind WaitNs) behind the
+// AllowNs, a WaitN behind those of its priority and higher, and behind
+// every call that queues at the front. It reports whether w is first in the
 // queue while a worker runs, and whether no worker ran (inline: the
 // caller serves one round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
 	i := len(q.queue)
-	for i > 0 && (w.now && !q.queue[i-1].now || !w.now && !q.queue[i-1].now && q.queue[i-1].prio < w.prio) {
+	for i > 0 && w.before(q.queue[i-1]) {
 		i--
 	}
 	q.queue = slices.Insert(q.queue, i, w)

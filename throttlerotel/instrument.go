@@ -45,7 +45,14 @@
 //     gives nothing back and adds no debt: Stats.Returned and Stats.Debt
 //     leave it out, and can be less;
 //   - throttler.in_flight.count ({call}), an up-down counter: calls
-//     holding a place in flight.
+//     holding a place in flight;
+//   - throttler.send.delay (histogram, s): how long after its slot each
+//     call sent through net/http (a Transport's, or Do's) got its
+//     connection (throttler.SendInfo), with throttler.send.reslotted (it
+//     took a new slot for it) and throttler.send.late (written later than
+//     its slot allows all the same). Delays near or past half the buffer
+//     call for a larger pool in the base transport, or a longer buffer.
+//     Buckets: SendDelayBuckets (1ms to 5s).
 //
 // Read at each collection, for InstrumentThrottler and InstrumentGroup
 // alike, throttler.degraded ({throttler}) is an asynchronous up-down
@@ -61,7 +68,9 @@
 // know read at each collection, by asynchronous instruments:
 // throttler.redis.round_trips ({round_trip}), throttler.allow.refusals
 // ({call}, AllowN's refusals), throttler.late_wakes ({wake}),
-// throttler.heals ({heal}), and the gauges throttler.limit ({unit}, the
+// throttler.heals ({heal}), throttler.redis.round_trips.resent
+// ({round_trip}: round trips sent again after a broken connection, see
+// throttler.WithRedisTimeout), and the gauges throttler.limit ({unit}, the
 // first limit in force) and throttler.pause.remaining (s). A Group's
 // Throttlers come and go, so their Stats cannot be summed into counters
 // that only grow: a Group has the event-fed instruments only.

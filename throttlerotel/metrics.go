@@ -40,6 +40,12 @@ const (
 	// read at collection only (those read from Stats, and
 	// throttler.degraded). See the package's documentation.
 	InstanceAttribute = attribute.Key("throttler.instance.id")
+	// SendReslottedAttribute reports whether a call sent through net/http
+	// took a new slot at its connection (throttler.SendInfo.Reslotted).
+	SendReslottedAttribute = attribute.Key("throttler.send.reslotted")
+	// SendLateAttribute reports whether such a call was written later than
+	// its slot allows all the same (throttler.SendInfo.Late).
+	SendLateAttribute = attribute.Key("throttler.send.late")
 )
 
 // instruments are what one Instrument call records with: the meter and
@@ -61,6 +67,7 @@ type instruments struct {
 	inFlight  inFlightInstruments
 	settle    settleInstruments
 	transport transportInstruments
+	send      sendInstruments
 }
 
 // recording is what the Options chose of what is recorded, and how.
@@ -94,6 +101,16 @@ type inFlightInstruments struct {
 type settleInstruments struct {
 	permits, overestimate, underestimate metric.Int64Counter
 }
+
+// sendInstruments record how late after their slots calls got their
+// connections (throttler.SendInfo).
+type sendInstruments struct {
+	delay metric.Float64Histogram
+}
+
+// SendDelayBuckets are throttler.send.delay's bucket bounds, in seconds:
+// Stats.SendDelay's.
+var SendDelayBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
 
 // transportInstruments record what a Transport reads of the API.
 type transportInstruments struct {
@@ -141,6 +158,12 @@ func newInstruments(c *config) (*instruments, error) {
 		metric.WithExplicitBucketBoundaries(c.buckets...)); err != nil {
 		return nil, err
 	}
+	if in.send.delay, err = m.Float64Histogram("throttler.send.delay",
+		metric.WithUnit("s"),
+		metric.WithDescription("How long after its slot each call sent through net/http got its connection (throttler.SendInfo.Delay), by whether it took a new slot for it (throttler.send.reslotted) and whether it was written later than its slot allows all the same (throttler.send.late)."),
+		metric.WithExplicitBucketBoundaries(SendDelayBuckets...)); err != nil {
+		return nil, err
+	}
 	k := instrumentMaker{m: m}
 	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Reserve's estimate, AllowN) counts n.")
 	in.quota.pauses = k.counter("throttler.pauses", "{pause}", "Shared pauses set or learned of (PauseUntil, an API's Retry-After).")
@@ -166,6 +189,7 @@ type metricAttrs struct {
 	kv      []attribute.KeyValue // what base holds, not to be modified
 	base    metric.MeasurementOption
 	outcome [numOutcomes]metric.MeasurementOption
+	send    [2][2]metric.MeasurementOption // by reslotted, then late
 }
 
 // metricAttrsOf makes the measurement attributes of a Throttler whose own
@@ -181,6 +205,12 @@ func (in *instruments) metricAttrsOf(base []attribute.KeyValue) *metricAttrs {
 			kv = append(kv, semconv.ErrorTypeKey.String(o.String()))
 		}
 		a.outcome[o] = metric.WithAttributeSet(attribute.NewSet(kv...))
+	}
+	for i, reslotted := range []bool{false, true} {
+		for j, late := range []bool{false, true} {
+			kv := append(base, SendReslottedAttribute.Bool(reslotted), SendLateAttribute.Bool(late))
+			a.send[i][j] = metric.WithAttributeSet(attribute.NewSet(kv...))
+		}
 	}
 	return a
 }
@@ -223,10 +253,21 @@ func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) thrott
 				in.inFlight.count.Add(bg, d, ma.base)
 			}
 		},
+		Sent: func(s throttler.SendInfo) {
+			in.send.delay.Record(bg, max(0, s.Delay.Seconds()), ma.send[b2i(s.Reslotted)][b2i(s.Late)])
+		},
 		Waited: func(ctx context.Context, w throttler.WaitInfo) {
 			o := outcomeOf(w.Err)
 			in.wait.duration.Record(ctx, w.End.Sub(w.Start).Seconds(), ma.outcome[o])
 			in.traceWait(ctx, w, o, ta)
 		},
 	}
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -32,6 +32,7 @@ func (in *instruments) asyncAttrs(base []attribute.KeyValue) attribute.Set {
 // Stats at each collection.
 type statInstruments struct {
 	roundTrips, allowRefusals, lateWakes, heals metric.Int64ObservableCounter
+	resent                                      metric.Int64ObservableCounter
 	limit                                       metric.Int64ObservableGauge
 	pauseRemaining                              metric.Float64ObservableGauge
 	degraded                                    metric.Int64ObservableUpDownCounter
@@ -54,6 +55,7 @@ func newStatInstruments(m metric.Meter) (*statInstruments, error) {
 		{&si.allowRefusals, "throttler.allow.refusals", "{call}", "AllowN calls that answered Allowed: false."},
 		{&si.lateWakes, "throttler.late_wakes", "{wake}", "Calls that gave their slot back and reserved again because they were woken too late."},
 		{&si.heals, "throttler.heals", "{heal}", "Times Redis was found to have lost the window, and every process paused until the calls held stopped counting."},
+		{&si.resent, "throttler.redis.round_trips.resent", "{round_trip}", "Reservation round trips that failed on their connection, or on a server state that passes, and were sent again (Stats.RoundsRetried)."},
 	} {
 		if *c.dst, err = m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.about)); err != nil {
 			return nil, err
@@ -95,6 +97,7 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 		o.ObserveInt64(si.allowRefusals, int64(s.Refused), attrs)
 		o.ObserveInt64(si.lateWakes, int64(s.LateWakes), attrs)
 		o.ObserveInt64(si.heals, int64(s.Heals), attrs)
+		o.ObserveInt64(si.resent, int64(s.RoundsRetried), attrs)
 		o.ObserveInt64(si.limit, int64(s.Limit), attrs)
 		left := 0.0
 		if !s.PausedUntil.IsZero() {
@@ -103,7 +106,7 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 		o.ObserveFloat64(si.pauseRemaining, left, attrs)
 		o.ObserveInt64(si.degraded, count(s.Degraded), attrs)
 		return nil
-	}, si.roundTrips, si.allowRefusals, si.lateWakes, si.heals, si.limit, si.pauseRemaining, si.degraded)
+	}, si.roundTrips, si.allowRefusals, si.lateWakes, si.heals, si.resent, si.limit, si.pauseRemaining, si.degraded)
 	if err != nil {
 		return err
 	}

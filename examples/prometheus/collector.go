@@ -27,6 +27,7 @@ type Collector struct {
 	roundTrips, redisErrors, pauses, heals, lateWakes        *prometheus.Desc
 	settled, returned, debt                                  *prometheus.Desc
 	inFlight, placeWaits, rejected                           *prometheus.Desc
+	sendDelay, reslotted, sentLate, roundsRetried            *prometheus.Desc
 	limit, interval, pausedUntil, degraded                   *prometheus.Desc
 }
 
@@ -58,10 +59,14 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		rejected: prometheus.NewDesc("throttler_rejected_total",
 			"WaitN calls turned away without their slot, by reason: deadline, max wait, queue full, shed (see throttler.Rejection).",
 			[]string{"key", "reason"}, nil),
-		limit:       desc("throttler_limit", "The first limit in force: New's, or lower while SetLimit or an API's answer lowers it."),
-		interval:    desc("throttler_interval_seconds", "The length of the sliding window."),
-		pausedUntil: desc("throttler_paused_until_seconds", "End of the shared pause in force, in Unix seconds; 0 when none."),
-		degraded:    desc("throttler_degraded", "1 while Redis has failed recently and calls follow the failure policy, else 0."),
+		sendDelay:     desc("throttler_send_delay_seconds", "How long after their slots calls sent through net/http got their connections (throttler.Stats.SendDelay)."),
+		reslotted:     desc("throttler_reslotted_total", "Calls whose connection came later than their slot allowed, and that took a new slot for it."),
+		sentLate:      desc("throttler_sent_late_total", "Calls written later than their slot allowed all the same."),
+		roundsRetried: desc("throttler_redis_round_trips_resent_total", "Reservation round trips sent again after a broken Redis connection."),
+		limit:         desc("throttler_limit", "The first limit in force: New's, or lower while SetLimit or an API's answer lowers it."),
+		interval:      desc("throttler_interval_seconds", "The length of the sliding window."),
+		pausedUntil:   desc("throttler_paused_until_seconds", "End of the shared pause in force, in Unix seconds; 0 when none."),
+		degraded:      desc("throttler_degraded", "1 while Redis has failed recently and calls follow the failure policy, else 0."),
 	}
 }
 
@@ -71,6 +76,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.admitted, c.waits, c.waitSeconds, c.abandoned, c.failed, c.refused,
 		c.roundTrips, c.redisErrors, c.pauses, c.heals, c.lateWakes,
 		c.settled, c.returned, c.debt, c.inFlight, c.placeWaits, c.rejected,
+		c.sendDelay, c.reslotted, c.sentLate, c.roundsRetried,
 		c.limit, c.interval, c.pausedUntil, c.degraded,
 	} {
 		ch <- d
@@ -107,6 +113,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for why, n := range s.Rejected {
 			ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n), key, throttler.Rejection(why).String())
 		}
+		ch <- sendDelayHistogram(c.sendDelay, s.SendDelay, key)
+		counter(c.reslotted, float64(s.Reslotted))
+		counter(c.sentLate, float64(s.SentLate))
+		counter(c.roundsRetried, float64(s.RoundsRetried))
 		gauge(c.limit, float64(s.Limit))
 		gauge(c.interval, t.Interval().Seconds())
 		gauge(c.pausedUntil, unixSeconds(s.PausedUntil))
@@ -183,4 +193,16 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// sendDelayHistogram exports h, a Stats histogram, as a Prometheus
+// histogram: its buckets are cumulative, in seconds.
+func sendDelayHistogram(d *prometheus.Desc, h throttler.Histogram, key string) prometheus.Metric {
+	buckets := map[float64]uint64{}
+	var cum uint64
+	for i, b := range h.Bounds() {
+		cum += h.Counts[i]
+		buckets[b.Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count(), h.Sum.Seconds(), buckets, key)
 }

@@ -196,8 +196,8 @@ func TestCollectorKeys(t *testing.T) {
 			t.Errorf("throttler_wait_seconds_count{key=%q} = %d, want %d", key, n, want)
 		}
 	}
-	if n, want := testutil.CollectAndCount(c), 2*24; n != want {
-		t.Errorf("Collector sent %d metrics, want %d (24 per Throttler)", n, want)
+	if n, want := testutil.CollectAndCount(c), 2*28; n != want {
+		t.Errorf("Collector sent %d metrics, want %d (28 per Throttler)", n, want)
 	}
 	if v := value(t, got, "throttler_paused_until_seconds", "a"); v != 0 {
 		t.Errorf("throttler_paused_until_seconds without a pause = %v, want 0", v)

@@ -47,6 +47,27 @@ type Attempt struct {
 	Taken []int64
 }
 
+// Resent makes a ready to be sent again after its round trip failed,
+// when it may have been applied (see redisstore.Transient): every write of
+// an attempt but one is idempotent, or applied by a script only while the
+// state it finds calls for it, so that a second application changes
+// nothing the first did not (members added again at the same scores,
+// removals, trims, a compaction that finds the calls it moved gone, a
+// lease already granted, the largest margin, the earliest pause); the
+// one that is not, a give-back that drops a compacted call's count from
+// its bucket, would drop it twice, and goes as a plain removal instead,
+// which leaves such a call counted in its bucket until the bucket leaves
+// the window. The reads of a resent attempt see its own members once, as
+// the first application left them, and whatever others wrote since: each
+// counted this attempt's members, so the resend can refuse a claim the
+// first application would have admitted, never admit one it refused.
+func (a *Attempt) Resent() {
+	for _, e := range a.GiveBack {
+		a.Remove = append(a.Remove, e.Member)
+	}
+	a.GiveBack = nil
+}
+
 // Learning is what a round trip learns of the free slots ahead.
 type Learning struct {
 	Slots    int   // k: how many upcoming free slots to learn (0 = none)

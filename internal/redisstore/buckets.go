@@ -25,7 +25,8 @@ import (
 // trip's earliest range starts, named from the width last found in the
 // hash (Store.width). The first window reads its epoch in the first key's
 // ZMSCORE, the probes' window in the ZMSCORE of its probes (after them:
-// a probe missing from the set is told compacted by the copy's cut), any
+// a probe missing from the set is told compacted by the copy, see
+// mayHold), any
 // other in one ZMSCORE of its own, as a log reads its flag. So a
 // compacted window costs a round trip the commands of the log, and a
 // ZMSCORE and an HMGET per compaction.
@@ -148,6 +149,29 @@ func (c *bucketCopy) count(x, y int64) (int64, bool) {
 	upper, ok1 := c.upTo(k1)
 	lower, ok2 := c.upTo(k0 - 1)
 	return upper - lower, ok1 && ok2
+}
+
+// mayHold reports whether a call scored s, missing from the set, may have
+// been moved into the copy's buckets, as CountScript tells a probe: it was
+// scored before the cut, in a bucket that holds a call or that was dropped
+// (a compacted call counts in its bucket while the bucket is kept). A
+// bucket the copy does not hold counts as holding one: a recount for it
+// would cost a round trip each time a quiet process's newest call, its
+// probe, has been compacted. ok is false when the copy cannot tell: a
+// score from its cut on (it may have been moved since the copy was
+// taken), or a copy of no hash.
+func (c *bucketCopy) mayHold(s int64) (held, ok bool) {
+	if c.b == 0 || s >= c.cut {
+		return false, false
+	}
+	k := bucketIndex(s, c.b)
+	if k < c.lo {
+		return true, true
+	}
+	if n, known := c.count(k*c.b-1, (k+1)*c.b); known {
+		return n > 0, true
+	}
+	return true, true
 }
 
 // copyFrom is the first bucket a copy taken for ranges holds, in width b:

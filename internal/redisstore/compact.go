@@ -251,7 +251,11 @@ return {moved, full}
 // last, from 0: see tail); then the number of probes, per probe a member
 // and its score. It returns, per range, the calls in (x, y): members there
 // and every bucket overlapping it; then per probe 1 when it is a member, or
-// was scored before the cut (it may have been compacted), else 0; then per
+// was scored before the cut in a bucket that holds a call or was dropped
+// from the hash (it may have been compacted there), else 0 (a compacted
+// call counts in its bucket while the bucket is kept: a probe scored in an
+// empty one was lost, as after a failover to a copy behind that another
+// process compacted since); then per
 // tail its length and its entries, ascending, a score and a
 // member each, ranked among the members at their scores and the compacted
 // calls at their buckets' last microsecond with an empty member: that is
@@ -304,12 +308,15 @@ local at = 2 + 2 * c
 local tails = tonumber(ARGV[at])
 local pat = at + 1 + 2 * tails
 for j = 1, tonumber(ARGV[pat]) do
-  local probe = ARGV[pat + 2 * j - 1]
-  if redis.call('ZSCORE', KEYS[1], probe) or tonumber(ARGV[pat + 2 * j]) < cut then
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+  local probe, s = ARGV[pat + 2 * j - 1], tonumber(ARGV[pat + 2 * j])
+  local held = redis.call('ZSCORE', KEYS[1], probe)
+  if not held and s < cut then
+    -- Moved into its bucket, if that bucket holds a call, or was dropped
+    -- from the hash (nothing tells then); an empty one never held it.
+    local k = idx(s)
+    held = k < lo or cum(k) > cum(k - 1)
   end
+  if held then out[#out + 1] = 1 else out[#out + 1] = 0 end
 end
 for j = 0, tails - 1 do
   local oldest, newest = tonumber(ARGV[at + 1 + 2 * j]), tonumber(ARGV[at + 2 + 2 * j])

@@ -2,8 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,4 +111,75 @@ func TestGiveBackLeavesBuckets(t *testing.T) {
 		}
 		checkCompacted(t, c, key, calls, rng, "after giving back more than the bucket holds")
 	})
+}
+
+// A give-back of calls written for sure whose reply is lost after Redis
+// applied it is not sent again by the client (it goes as a transaction):
+// each call leaves its bucket once, never twice, which would let a window
+// hold more than its limit.
+func TestGiveBackOnceWhenItsReplyIsLost(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, mr *miniredis.Miniredis) {
+		ctx := context.Background()
+		key := redistest.Key(t, "give-back-once")
+		x := core.Window{Key: key, Limit: 100_000, Interval: 10 * time.Second, W: 10_000_000, Bucket: 10_000, Age: 1_000}
+		now := serverNow(t, c)
+		calls := map[string]int64{}
+		var zs []redis.Z
+		var settled []string
+		for i := range 10 {
+			m := fmt.Sprint("call", i)
+			calls[m] = now - 2_000_000
+			zs = append(zs, redis.Z{Score: float64(calls[m]), Member: m})
+			if i < 4 {
+				settled = append(settled, m)
+			}
+		}
+		if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		checkCompacted(t, c, key, calls, rng, "compacted")
+
+		cutter := &redistest.Cutter{}
+		o := *c.Options()
+		o.Dialer = cutter.Dial
+		cut := redis.NewClient(&o)
+		t.Cleanup(func() { cut.Close() })
+		s := NewStore(cut, []core.Window{x}, 0, nil, "self")
+		cutter.Cut(1, "eval")
+		if err := s.Remove(ctx, settled, now-2_000_000); err == nil || cutter.Cuts() != 1 {
+			t.Fatalf("Remove: %v, %d replies lost; want an error for the one reply lost", err, cutter.Cuts())
+		}
+		for _, m := range settled {
+			delete(calls, m)
+		}
+		checkCompacted(t, c, key, calls, rng, "after a give-back whose reply was lost")
+	})
+}
+
+func TestTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{io.EOF, true},
+		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{&net.OpError{Op: "read", Err: syscall.ECONNRESET}, true},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{redis.ErrPoolTimeout, true},
+		{redis.ErrClosed, false},
+		{context.DeadlineExceeded, false},
+		{fmt.Errorf("%w: %w", errTimeout, context.DeadlineExceeded), false},
+		{errors.New("LOADING Redis is loading the dataset in memory"), true},
+		{errors.New("ERR user_script:1: Script attempted to access nonexistent global variable"), false},
+		{redis.Nil, false},
+	} {
+		if got := Transient(c.err); got != c.want {
+			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

@@ -88,6 +88,15 @@ func TestProbesReadEveryWay(t *testing.T) {
 				}
 				check([2]core.Entry{held, young}, [2]bool{false, true})
 				check([2]core.Entry{young, held}, [2]bool{true, false})
+				// Behind the cut in a bucket that holds no call (its call
+				// lost, say, by a failover to a copy behind that another
+				// process compacted since), a probe is gone, as CountScript
+				// tells it.
+				lost := core.Entry{Member: "lost", Score: held.Score + 2*long.Bucket}
+				r, err := CountScript.Run(ctx, c, []string{long.Key, CompactKey(long.Key)}, 0, 0, 2, held.Member, held.Score, lost.Member, lost.Score).Slice()
+				if err != nil || len(r) != 2 || r[0] != int64(1) || r[1] != int64(0) {
+					t.Fatalf("CountScript told the probes held, lost: %v (%v), want [1 0]", r, err)
+				}
 			})
 		}
 	})

@@ -80,7 +80,9 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 // Reserve applies one attempt in one round trip and returns what it read.
 // An error means the attempt may or may not have been applied. It sends:
 //
-//	MULTI                                (exact attempts only)
+//	MULTI                                (exact attempts, and those with
+//	                                      calls written for sure to give
+//	                                      back: see pipelined)
 //	EVAL <LeaseScript> <lease keys> ...  (places in flight asked for)
 //	EVAL <WideScript> key <margin> ...   (a round that publishes a margin)
 //	ZREM key <given back>...             (when there are any)
@@ -141,7 +143,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	                                      copy of its buckets, or compacts;
 //	                                      and with a recount: see
 //	                                      buckets.go)
-//	EXEC                                 (exact attempts only)
+//	EXEC                                 (with MULTI)
 //
 // Adding before counting makes the decision safe without atomicity: two
 // clients adding at once each count the other, so a race can only refuse
@@ -161,11 +163,7 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		var err error
 		cmds.ctx = ctx
-		if a.Exact {
-			_, err = s.rdb.TxPipelined(ctx, cmds.queue)
-		} else {
-			_, err = s.rdb.Pipelined(ctx, cmds.queue)
-		}
+		_, err = s.pipelined(a.Exact || len(a.GiveBack) > 0)(ctx, cmds.queue)
 		return err
 	})
 	if err != nil {
@@ -680,8 +678,9 @@ func (c *attemptCmds) winReply(r *core.Reply, wi int) error {
 // bucketReply reads into r window wi's counts, read without CountScript
 // (see buckets.go): its members' and its buckets', from its copy. A
 // window whose copy went stale (another epoch), or could not be taken,
-// and a probe found neither in the set nor before the copy's cut (moved
-// after it was taken, or lost), go to c.again, to be read with CountScript.
+// and a probe found neither in the set nor in the copy's buckets, when the
+// copy cannot tell (see bucketCopy.mayHold), go to c.again, to be read
+// with CountScript.
 func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
 	a, wc := c.a, &c.win[wi]
 	r.Counts[wi] = make([]int64, len(wc.counts))
@@ -716,10 +715,14 @@ func (c *attemptCmds) bucketReply(r *core.Reply, wi int) {
 	}
 	if wi == c.s.probeIn {
 		for i, e := range c.probes() {
-			if r.Gone[i] && e.Score < cp.cut {
-				r.Gone[i] = false // compacted
-			} else if r.Gone[i] {
+			if !r.Gone[i] {
+				continue
+			}
+			switch held, ok := cp.mayHold(e.Score); {
+			case !ok:
 				c.again = append(c.again, wi)
+			case held:
+				r.Gone[i] = false // compacted
 			}
 		}
 	}
@@ -799,7 +802,7 @@ func (s *Store) Remove(ctx context.Context, members []string, at int64) error {
 		}
 	}
 	return s.bounded(ctx, func(ctx context.Context) error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.pipelined(calls != nil)(ctx, func(p redis.Pipeliner) error {
 			for wi, x := range s.wins {
 				if calls != nil {
 					s.queueGiveBack(ctx, p, wi, calls)
@@ -811,6 +814,20 @@ func (s *Store) Remove(ctx context.Context, members []string, at int64) error {
 		})
 		return err
 	})
+}
+
+// pipelined returns the client's TxPipelined when once is set, else its
+// Pipelined. go-redis sends a plain pipeline again when its reply is lost
+// after it was written, and a transaction only when it could not be
+// written: a pipeline that gives back calls written for sure is sent as a
+// transaction (once), for GiveBackScript must not run twice (a call's
+// count would leave its bucket twice). A caller that sends it again after
+// an error gives those calls back plainly (see core.Attempt.Resent).
+func (s *Store) pipelined(once bool) func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	if once {
+		return s.rdb.TxPipelined
+	}
+	return s.rdb.Pipelined
 }
 
 // queueGiveBack queues the removal of calls, written for sure, from the

@@ -9,6 +9,8 @@
 //	go run ./cmd/harness -scenarios storm,storm10,herd24  # opt-in: run only when named
 //	go run ./cmd/harness -scenarios priority,priority-calm -low-share 0.95
 //	go run ./cmd/harness -scenarios herd24 -impls throttler -runs 10 -json out.json
+//	go run ./cmd/harness -scenarios far-h1,far-h2 -impls throttler -runs 2  # the API 40ms away over HTTPS
+//	go run ./cmd/harness -scenarios redis-reset,redis-stall,redis-lopsided   # broken Redis links
 package main
 
 import (

@@ -3,19 +3,23 @@
 // (time.Now() on arrival, in the harness process), which replica sent it,
 // and the times the replica put in its headers (the server time the call
 // was counted at, when its Wait returned, when it was sent).
-// It enforces no rate; the harness works out afterwards what a strict
-// sliding-window API would have rejected. With SetInFlight it caps the calls
-// it serves at once and holds each one for a while (the inflight scenario).
+// By default it enforces no rate; the harness works out afterwards what a
+// strict sliding-window API would have rejected. With SetInFlight it caps
+// the calls it serves at once and holds each one for a while (the inflight
+// scenario). StartConfig serves it over TLS, with HTTP/2 or without, and
+// can make it enforce a strict sliding window itself (the far scenarios).
 package fakeapi
 
 import (
 	"context"
+	"crypto/tls"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +41,9 @@ const (
 	// SentHeader: right before the replica sent the request, in Unix
 	// nanoseconds.
 	SentHeader = "X-Bench-Sent"
+	// CallHeader: the replica's name for the call, to join what the API
+	// saw of it with what the replica recorded (Arrival.Call).
+	CallHeader = "X-Bench-Call"
 )
 
 // Arrival is one recorded call.
@@ -57,13 +64,19 @@ type Arrival struct {
 	// accepted at ConnAt (the server's accept loop took it then).
 	NewConn bool
 	ConnAt  time.Time
+	// Refused: answered 429 by the strict window (Config.Limit), and not
+	// counted in it.
+	Refused bool
+	// Call is the request's CallHeader ("" when it had none), and Proto
+	// its protocol ("HTTP/1.1", "HTTP/2.0").
+	Call, Proto string
 }
 
 // connInfo is what the API knows of a connection: when it was accepted,
 // and how many requests came on it.
 type connInfo struct {
 	at       time.Time
-	requests int
+	requests atomic.Int64 // HTTP/2 serves a connection's requests at once
 }
 
 type connKey struct{}
@@ -94,6 +107,29 @@ type Server struct {
 	holdMin  time.Duration // each call held for a uniform time in [holdMin, holdMax]
 	holdMax  time.Duration
 	inFlight int
+
+	strict   int           // Config.Limit; 0: no window enforced
+	window   time.Duration // Config.Window
+	accepted []time.Time   // with strict: the accepted arrivals, in order
+}
+
+// Config is how StartConfig serves the API. The zero Config is Start's.
+type Config struct {
+	// TLS, when set, serves HTTPS with it (its Certificates): URL is
+	// https://.
+	TLS *tls.Config
+	// HTTP2 offers HTTP/2 besides HTTP/1.1 (over TLS); false: HTTP/1.1
+	// only.
+	HTTP2 bool
+	// IdleTimeout closes a connection that has carried no request for
+	// that long; 0: never (http.Server's default without ReadTimeout).
+	IdleTimeout time.Duration
+	// Limit, when above 0, makes the API enforce a strict sliding window:
+	// a request that arrives when Limit accepted requests lie in the
+	// window of length Window ending at its arrival, (at-Window, at], is
+	// answered 429 and not counted (Arrival.Refused).
+	Limit  int
+	Window time.Duration
 }
 
 // SetInFlight makes the API hold every call for a uniform random time in
@@ -107,17 +143,33 @@ func (s *Server) SetInFlight(n int, holdMin, holdMax time.Duration) {
 }
 
 // Start listens on a free loopback port and serves until Close.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartConfig(Config{}) }
+
+// StartConfig is Start, served as cfg says.
+func StartConfig(cfg Config) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String() + "/call", ln: ln, stop: make(chan struct{})}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second,
+	scheme := "http://"
+	if cfg.TLS != nil {
+		scheme = "https://"
+	}
+	s := &Server{URL: scheme + ln.Addr().String() + "/call", ln: ln, stop: make(chan struct{}),
+		strict: max(cfg.Limit, 0), window: cfg.Window}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout,
 		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, &connInfo{at: time.Now()})
 		}}
-	go func() { _ = s.srv.Serve(ln) }()
+	if cfg.TLS != nil {
+		s.srv.TLSConfig = cfg.TLS.Clone()
+		s.srv.Protocols = new(http.Protocols)
+		s.srv.Protocols.SetHTTP1(true)
+		s.srv.Protocols.SetHTTP2(cfg.HTTP2)
+		go func() { _ = s.srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { _ = s.srv.Serve(ln) }()
+	}
 	go s.watch()
 	return s, nil
 }
@@ -142,6 +194,9 @@ func (s *Server) watch() {
 	}
 }
 
+// Addr is the address the API listens on: 127.0.0.1 and its port.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
 // Stalls returns the stalls recorded since the last call, and forgets
 // them.
 func (s *Server) Stalls() []Stall {
@@ -163,17 +218,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Score:    header(r, ScoreHeader, time.UnixMicro),
 		Started:  header(r, StartedHeader, nanos),
 		Returned: header(r, ReturnedHeader, nanos),
-		Sent:     header(r, SentHeader, nanos)}
+		Sent:     header(r, SentHeader, nanos),
+		Call:     r.Header.Get(CallHeader), Proto: r.Proto}
 	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {
-		// A connection's requests come one after another (HTTP/1.1):
-		// its handler runs one at a time.
-		ci.requests++
-		if ci.requests == 1 {
+		if ci.requests.Add(1) == 1 {
 			a.NewConn, a.ConnAt = true, ci.at
 		}
 	}
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
+	if s.strict > 0 && !s.admit(a) {
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
 	if s.limit == 0 {
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
@@ -198,6 +256,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// admit decides a's fate under the strict window, with s.mu held: it
+// takes a's arrival time anew under the lock, so that the arrivals the
+// window counts come in order, and reports whether a is accepted (else it
+// is marked Refused).
+func (s *Server) admit(a *Arrival) bool {
+	a.At = time.Now()
+	if n := len(s.accepted); n >= s.strict && a.At.Sub(s.accepted[n-s.strict]) < s.window {
+		a.Refused = true
+		return false
+	}
+	s.accepted = append(s.accepted, a.At)
+	return true
+}
+
 // header reads an integer time header with conv; zero when it is absent or
 // not an integer.
 func header(r *http.Request, name string, conv func(int64) time.Time) time.Time {
@@ -219,6 +291,7 @@ func (s *Server) Take() []Arrival {
 		a[i] = *p
 	}
 	s.arrivals = nil
+	s.accepted = nil
 	s.mu.Unlock()
 	slices.SortStableFunc(a, func(x, y Arrival) int { return x.At.Compare(y.At) })
 	return a

@@ -58,6 +58,10 @@ type ReplicaConfig struct {
 	HighRate float64        `json:"high_rate,omitempty"`
 	LowShare float64        `json:"low_share,omitempty"`
 	LowAhead *time.Duration `json:"low_ahead,omitempty"`
+	// KindFar: the API's CA certificate (PEM), the client's only root.
+	CAPEM []byte `json:"ca_pem,omitempty"`
+	// KindRedisFault: each Wait's deadline (0: none).
+	WaitTimeout time.Duration `json:"wait_timeout,omitempty"`
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.
@@ -100,6 +104,19 @@ type ReplicaResult struct {
 	// carried a TIME (this library's clock samples), as its hook timed
 	// them: see metrics.ClockSample.
 	ClockSamples []metrics.ClockSample `json:"clock_samples,omitempty"`
+	// Stats is this library's Stats at the end, whole (JSON), in the
+	// scenarios that report it (KindFar, KindRedisFault): the fields the
+	// library adds appear without a change here.
+	Stats json.RawMessage `json:"stats,omitempty"`
+	// KindFar: every admitted call, and how many the API answered 429.
+	Calls  []CallTrace `json:"calls,omitempty"`
+	API429 int64       `json:"api_429,omitempty"`
+	// KindRedisFault: the failed Waits (Errors) that failed by their
+	// deadline and by a Redis timeout, and every failed Wait by message
+	// (see FaultRow).
+	DeadlineErrors int64        `json:"deadline_errors,omitempty"`
+	TimeoutErrors  int64        `json:"timeout_errors,omitempty"`
+	ErrorMessages  []ErrorCount `json:"error_messages,omitempty"`
 }
 
 // ReplicaMain runs a replica from the configuration in ReplicaEnv, talking to
@@ -209,6 +226,11 @@ type goroutineLog struct {
 	failedAt                            []int64
 	// An open-loop call's (see arrive): when it arrived.
 	arrived time.Time
+	// KindFar: the admitted calls' traces, and the 429s among them.
+	calls  []CallTrace
+	api429 int64
+	// KindRedisFault: failed Waits by message and kind (see sortError).
+	errMsgs map[[2]string]int64
 }
 
 func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Writer) error {
@@ -257,6 +279,11 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		if w, low, err = priorityWaiters(cfg, rdb, icfg); err != nil {
 			return err
 		}
+	case KindFar:
+		var err error
+		if client, th, err = farClient(cfg, rdb); err != nil {
+			return err
+		}
 	default:
 		var err error
 		if w, err = impls.New(cfg.Impl, rdb, icfg); err != nil {
@@ -300,6 +327,10 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		case KindPriority:
 			lowCtx := throttler.ContextWithPriority(runCtx, throttler.PriorityLow)
 			wg.Go(func() { loop(lowCtx, cfg, low, rdb, client, warmEnd, l) })
+		case KindFar:
+			wg.Go(func() { loopFar(runCtx, cfg, client, g, warmEnd, l) })
+		case KindRedisFault:
+			wg.Go(func() { loopFault(runCtx, cfg, w, client, warmEnd, l) })
 		default:
 			wg.Go(func() { loop(runCtx, cfg, w, rdb, client, warmEnd, l) })
 		}
@@ -307,7 +338,12 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	wg.Wait()
 
 	res := ReplicaResult{Index: cfg.Index}
-	if th != nil {
+	if cfg.Kind == KindFar || cfg.Kind == KindRedisFault {
+		if err := res.addStats(w, th); err != nil {
+			return err
+		}
+	}
+	if th != nil && cfg.Kind == KindInFlight {
 		// Places granted to calls cancelled at the end go back from the
 		// library's keeper goroutine, which nothing public waits for: a
 		// moment for it, so that its ZREMs fall inside the run's counts.
@@ -325,9 +361,14 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	if admitted != nil {
 		res.Admitted = int64(admitted())
 	}
+	msgs := map[[2]string]int64{}
 	for _, l := range logs {
 		res.add(l)
+		for k, n := range l.errMsgs {
+			msgs[k] += n
+		}
 	}
+	res.addErrors(msgs)
 	res.HighArrived = int64(len(high))
 	for _, l := range high {
 		res.add(l)
@@ -361,6 +402,36 @@ func (res *ReplicaResult) add(l *goroutineLog) {
 	if l.firstErr != nil && res.FirstError == "" {
 		res.FirstError = l.firstErr.Error()
 	}
+	res.Calls = append(res.Calls, l.calls...)
+	res.API429 += l.api429
+}
+
+// addErrors lists the failed Waits by message, and counts those that
+// failed by their deadline and by a Redis timeout.
+func (res *ReplicaResult) addErrors(msgs map[[2]string]int64) {
+	for k, n := range msgs {
+		res.ErrorMessages = append(res.ErrorMessages, ErrorCount{Message: k[0], Kind: k[1], N: n})
+		switch k[1] {
+		case errDeadline:
+			res.DeadlineErrors += n
+		case errRedisTimeout:
+			res.TimeoutErrors += n
+		}
+	}
+}
+
+// addStats keeps this library's Stats, whole, when the process waited on
+// it (th, or w).
+func (res *ReplicaResult) addStats(w impls.Waiter, th *throttler.Throttler) error {
+	if th == nil {
+		th, _ = w.(*throttler.Throttler)
+	}
+	if th == nil {
+		return nil
+	}
+	b, err := json.Marshal(th.Stats())
+	res.Stats = b
+	return err
 }
 
 // priorityWaiters builds a KindPriority replica's Throttler for the high-

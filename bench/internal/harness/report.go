@@ -110,6 +110,17 @@ type Row struct {
 	// Priority: a KindPriority run's figures.
 	Priority *PriorityRow `json:"priority,omitempty"`
 
+	// Far: a KindFar run's figures.
+	Far *FarRow `json:"far,omitempty"`
+
+	// Fault: a KindRedisFault run's figures.
+	Fault *FaultRow `json:"redis_fault,omitempty"`
+
+	// Stats is this library's Stats from each replica at its end, whole
+	// (by replica; KindFar and KindRedisFault runs of this library): see
+	// libstats.go.
+	Stats []json.RawMessage `json:"library_stats,omitempty"`
+
 	// Attrib attributes the windows over the limit at the API to their
 	// calls, in the scenarios that call it.
 	Attrib *AttribRow `json:"attribution,omitempty"`
@@ -231,9 +242,13 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
 	multi := r.Meta.Runs > 1
-	var rows, llm, inflight, storm, prio []Row
+	var rows, llm, inflight, storm, prio, far, faults []Row
 	for _, row := range r.grouped() {
 		switch {
+		case row.Far != nil:
+			far = append(far, row)
+		case row.Fault != nil:
+			faults = append(faults, row)
 		case row.LLM != nil:
 			llm = append(llm, row)
 		case row.InFlight != nil:
@@ -296,6 +311,13 @@ func (r *Report) Markdown() string {
 	if len(prio) > 0 {
 		writePriority(&b, prio, multi)
 	}
+	if len(far) > 0 {
+		writeFar(&b, far, multi)
+	}
+	if len(faults) > 0 {
+		writeFaults(&b, faults, multi)
+	}
+	writeStats(&b, slices.Concat(far, faults), multi)
 	if multi {
 		writeSummary(&b, r.Summary)
 	}
@@ -412,6 +434,16 @@ func (row Row) summary() string {
 		s += fmt.Sprintf(", low share %.2f (%s Throttler), high: %d arrived, %d admitted, wait p50 %s p99 %s max %s; low: %d admitted (%s/s)",
 			f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted, fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs),
 			f.LowAdmitted, fmtRate(f.LowPerSec))
+	}
+	if f := row.Far; f != nil {
+		s += fmt.Sprintf(", %d 429s at the API, utilization %.1f%% (after 2 windows %.1f%%), admissions in Redis max %d in a window",
+			f.Refused, 100*f.UtilRun, 100*f.UtilAfter, f.AdmissionsMax)
+	}
+	if f := row.Fault; f != nil {
+		s += fmt.Sprintf(", %d Wait errors (%d deadline, %d Redis timeout, %d other), shares", f.WaitErrors, f.Deadline, f.RedisTimeout, f.Other)
+		for _, sh := range f.Shares {
+			s += fmt.Sprintf(" %.1f%%", 100*sh)
+		}
 	}
 	if f := row.InFlight; f != nil {
 		s += fmt.Sprintf(", in flight max %d/%d mean %.1f%% of the cap, %d refused over it", f.Max, f.Cap, 100*f.Utilization, f.OverCap)

@@ -261,6 +261,22 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		defer stop()
 		llm, apiURL = api, url
 	}
+	var far *farRun
+	if sc.Kind == KindFar {
+		var err error
+		if far, err = startFar(sc); err != nil {
+			return Row{}, nil, err
+		}
+		defer far.close()
+	}
+	var faults *faultRun
+	if sc.Kind == KindRedisFault {
+		var err error
+		if faults, err = startFaults(sc.Fault, h.redis.Addr, sc.Procs); err != nil {
+			return Row{}, nil, err
+		}
+		defer faults.close()
+	}
 
 	reps := make([]*replica, sc.Procs)
 	defer func() {
@@ -270,15 +286,20 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			}
 		}
 	}()
+	key := "bench:" + sc.Name
 	for i := range reps {
-		r, err := h.spawn(ctx, ReplicaConfig{
-			Index: i, Impl: impl, Kind: sc.Kind, RedisAddr: h.redis.Addr, Key: "bench:" + sc.Name,
+		cfg := ReplicaConfig{
+			Index: i, Impl: impl, Kind: sc.Kind, RedisAddr: h.redis.Addr, Key: key,
 			Limit: sc.Limit, Interval: sc.Interval, Buffer: h.opt.Buffer, Procs: sc.Procs,
 			Goroutines: sc.Goroutines, Duration: sc.Duration, Warmup: sc.Warmup, APIURL: apiURL,
 			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
 			DeadlineMin: sc.DeadlineMin, DeadlineMax: sc.DeadlineMax,
 			HighRate: sc.HighRate, LowShare: h.lowShare(), LowAhead: h.opt.LowAhead,
-		})
+			WaitTimeout: sc.WaitTimeout,
+		}
+		far.configure(&cfg)
+		faults.configure(&cfg)
+		r, err := h.spawn(ctx, cfg)
 		if err != nil {
 			return Row{}, nil, err
 		}
@@ -295,7 +316,17 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	t0 := time.Now()
-	for _, r := range reps {
+	far.start(h.rdb, key, t0)
+	faults.run()
+	for i, r := range reps {
+		if d := startsAt(sc, i); d > 0 {
+			// A process joining later: told to go then (it runs until the
+			// others end). Should the write fail, its result never comes,
+			// and the wait for it below says so.
+			join := time.AfterFunc(d, func() { _, _ = io.WriteString(r.stdin, "go\n") })
+			defer join.Stop()
+			continue
+		}
 		if _, err := io.WriteString(r.stdin, "go\n"); err != nil {
 			return Row{}, nil, fmt.Errorf("starting replica: %w", err)
 		}
@@ -324,7 +355,32 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	}
 	arrivals := h.api.Take()
 	stalls := h.api.Stalls()
+	var (
+		adm      []Admission
+		prefixes map[int]string
+	)
+	if far != nil {
+		if arrivals, stalls, adm, prefixes, err = far.take(results, h.opt.Buffer); err != nil {
+			return Row{}, nil, fmt.Errorf("reading the admissions: %w", err)
+		}
+	}
 	row, lat := compute(sc, impl, h.opt.Buffer, h.opt.Calls, t0, results, arrivals, stalls, before, after)
+	if far != nil {
+		row.Far = farFigures(sc, h.opt.Buffer, t0, arrivals, results, adm, prefixes)
+		row.Utilization = ptr(row.Far.UtilAfter)
+		row.AdmittedPerSec = row.Far.UtilAfter * float64(sc.Limit) / sc.Interval.Seconds()
+	}
+	if faults != nil {
+		row.Fault = faultFigures(sc, row, results, faults.close())
+	}
+	if sc.Kind == KindFar || sc.Kind == KindRedisFault {
+		row.Stats = make([]json.RawMessage, sc.Procs)
+		for _, r := range results {
+			if r.Index >= 0 && r.Index < sc.Procs {
+				row.Stats[r.Index] = r.Stats
+			}
+		}
+	}
 	if row.Priority != nil {
 		row.Priority.LowShare = h.lowShare()
 		if h.opt.LowAhead != nil {

@@ -54,13 +54,25 @@ const (
 	// then GET the API. Only this library takes part: the peers have no
 	// priorities.
 	KindPriority Kind = "priority"
+	// KindFar: the API over HTTPS, OneWay away each way through a
+	// netfault proxy, enforcing the strict window itself (429s); each
+	// replica's goroutines GET it through
+	// &http.Client{Transport: thr.RoundTripper(base)}, base a clone of
+	// http.DefaultTransport trusting the API's CA; the last Joiners
+	// processes start JoinAt after the others (see far.go). Only this
+	// library takes part: the peers have no RoundTripper.
+	KindFar Kind = "far"
+	// KindRedisFault: as KindAPI, with each replica's Redis connections
+	// through a netfault proxy of its own, which Fault breaks (see
+	// faults.go); with WaitTimeout, each Wait has that deadline.
+	KindRedisFault Kind = "redis-fault"
 )
 
 // callsAPI reports whether the replicas of this kind call the fake API
 // (internal/fakeapi) after each admission: its arrivals there give the
 // rate's figures.
 func (k Kind) callsAPI() bool {
-	return k == KindAPI || k == KindInFlight || k == KindStorm || k == KindPriority
+	return k == KindAPI || k == KindInFlight || k == KindStorm || k == KindPriority || k == KindFar || k == KindRedisFault
 }
 
 // Scenario is one workload, run once per implementation.
@@ -94,6 +106,18 @@ type Scenario struct {
 	DeadlineMin, DeadlineMax time.Duration
 	// KindPriority: high-priority arrivals per second, per process.
 	HighRate float64
+	// KindFar: the API's delay each way, whether it offers HTTP/2, how
+	// long it keeps an idle connection, and the processes (the last
+	// Joiners of Procs) that start JoinAt after the others.
+	OneWay      time.Duration
+	HTTP2       bool
+	IdleTimeout time.Duration
+	Joiners     int
+	JoinAt      time.Duration
+	// KindRedisFault: what breaks the replicas' Redis links, and each
+	// Wait's deadline (0: none).
+	Fault       *Fault
+	WaitTimeout time.Duration
 	// OptIn: left out when no scenario is named (see Select), because it
 	// would make the default run much longer.
 	OptIn bool
@@ -122,6 +146,20 @@ func (s Scenario) String() string {
 	case KindPriority:
 		return fmt.Sprintf("%s: %d procs, each with high-priority calls arriving at %g/s (Poisson, each in its own goroutine) and %d low-priority goroutines, limit %d per %s, %s, wait then GET the API",
 			s.Name, s.Procs, s.HighRate, s.Goroutines, s.Limit, s.Interval, s.Duration)
+	case KindFar:
+		proto := "HTTP/1.1 only"
+		if s.HTTP2 {
+			proto = "HTTP/2 offered"
+		}
+		return fmt.Sprintf("%s: the API over HTTPS (%s, idle connections closed after %s) %s away each way, enforcing %d per %s (429 over it), %d procs x %d goroutines (%d of them joining at %s), %s, GET through thr.RoundTripper(a clone of http.DefaultTransport)",
+			s.Name, proto, s.IdleTimeout, s.OneWay, s.Limit, s.Interval, s.Procs, s.Goroutines, s.Joiners, s.JoinAt, s.Duration)
+	case KindRedisFault:
+		deadline := "no deadline"
+		if s.WaitTimeout > 0 {
+			deadline = fmt.Sprintf("a %s deadline", s.WaitTimeout)
+		}
+		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s, each replica's Redis link through a proxy: %s; each Wait with %s, then GET the API",
+			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration, s.Fault, deadline)
 	case KindLatency:
 		return fmt.Sprintf("%s: %d proc x %d goroutine, limit %d per %s (never reached), %s, PING then Wait",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
@@ -131,12 +169,14 @@ func (s Scenario) String() string {
 }
 
 // ScenarioNames lists the scenarios in the order they run.
-var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys"}
+var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys",
+	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
 // minute or more for all its implementations, or measures one feature of
 // this library.
-var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys"}
+var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys",
+	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -156,7 +196,7 @@ func Scenarios(quick bool) []Scenario {
 	})
 	withLog := slices.Concat(all, []string{"throttler-log"})
 	withCompact := slices.Concat(all, []string{"throttler-compact"})
-	return []Scenario{
+	return slices.Concat([]Scenario{
 		{Name: "saturate", Kind: KindAPI, Procs: 3, Goroutines: 50, Limit: 100, Interval: time.Second,
 			Duration: pick(10*time.Second, 4*time.Second), Warmup: time.Second, Impls: withCompact},
 		{Name: "herd", Kind: KindAPI, Procs: 3, Goroutines: 300, Limit: 50, Interval: time.Second,
@@ -202,6 +242,39 @@ func Scenarios(quick bool) []Scenario {
 		// A quota per customer: many small keys.
 		{Name: "keys", Kind: KindKeys, Goroutines: 64, Limit: 10, Interval: time.Minute,
 			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate", "floor"}, OptIn: true},
+	}, farScenarios(pick), faultScenarios(pick))
+}
+
+// farScenarios are the API 40ms away over HTTPS (issue 40): 3 processes
+// start cold at once and a fourth joins; the warm-up is the first two
+// windows, where new connections make the first calls late.
+func farScenarios(pick func(full, short time.Duration) time.Duration) []Scenario {
+	far := Scenario{Kind: KindFar, Procs: 4, Joiners: 1, JoinAt: pick(5*time.Second, 2*time.Second), Goroutines: 10,
+		Limit: 20, Interval: time.Second, OneWay: 20 * time.Millisecond, IdleTimeout: 2 * time.Second,
+		Duration: pick(12*time.Second, 4*time.Second), Warmup: 2 * time.Second, Impls: []string{"throttler"}, OptIn: true}
+	h1, h2 := far, far
+	h1.Name = "far-h1"
+	h2.Name, h2.HTTP2 = "far-h2", true
+	return []Scenario{h1, h2}
+}
+
+// faultScenarios are saturate's load with each replica's Redis link
+// broken (see Fault).
+func faultScenarios(pick func(full, short time.Duration) time.Duration) []Scenario {
+	sc := func(name string, f *Fault) Scenario {
+		return Scenario{Name: name, Kind: KindRedisFault, Procs: 3, Goroutines: 50, Limit: 100, Interval: time.Second,
+			Duration: pick(12*time.Second, 4*time.Second), Warmup: time.Second, Fault: f,
+			Impls: []string{"throttler", "seed", "redis_rate"}, OptIn: true}
+	}
+	stall := sc("redis-stall", &Fault{Replica: 0, Stall: 4 * time.Second, First: 2 * time.Second, Every: 6 * time.Second})
+	stall.Duration, stall.WaitTimeout = pick(14*time.Second, 4*time.Second), 2*time.Second
+	return []Scenario{
+		sc("redis-reset", &Fault{Replica: -1, Reset: 200 * time.Millisecond, First: time.Second, Every: time.Second}),
+		sc("redis-cut", &Fault{Replica: -1, Cut: 200 * time.Millisecond, First: time.Second, Every: time.Second}),
+		sc("redis-jitter", &Fault{Replica: -1, JitterUp: 20 * time.Millisecond, JitterDown: 20 * time.Millisecond}),
+		sc("redis-slow", &Fault{Replica: -1, Rate: 64 << 10, Up: 5 * time.Millisecond, Down: 5 * time.Millisecond}),
+		stall,
+		sc("redis-lopsided", &Fault{Replica: 0, Down: 150 * time.Millisecond}),
 	}
 }
 

@@ -1,0 +1,237 @@
+package throttler
+
+import (
+	"context"
+	"net/http/httptrace"
+	"sync"
+	"time"
+)
+
+// Sending on time: a call's slot must hold where the API counts the call,
+// when its request is written, not when it is handed to the next
+// RoundTripper. Between the two, net/http may dial a connection (TCP and
+// TLS: one to three round trips to the API) or wait for one of its pool
+// to come free; calls admitted in time then reach the API late, while
+// those that found a connection ready go at once, and the two can land in
+// one window of the API.
+//
+// So a call sent through net/http waits at its connection. httptrace's
+// GotConn, which net/http calls in the goroutine that sends the request,
+// right before it writes it (HTTP/1) or opens its stream (HTTP/2), finds
+// the call's slot (see gatedCall.hold):
+//   - a connection that came within the slot's allowance (half the
+//     buffer, less the clock estimate's error, plus any margin: see
+//     WithBuffer) lets the write go at once;
+//   - one that came later has the call give its slot back and wait for a
+//     new one, ahead of the calls that wait for their first (wantFront),
+//     while it holds the connection, which no other request can use
+//     meanwhile; the write follows the new slot at once;
+//   - a call that cannot wait for a new slot (its context ends, or the
+//     earliest slot lies past its deadline) is written all the same, for
+//     net/http writes a request once it has its connection, whatever its
+//     context: its slot goes back and its units count as debt at the time
+//     it goes (see Permit.Settle), so that the calls admitted after it
+//     count it where the API does.
+//
+// WroteHeaders marks the write: Stats.SendDelay counts how long after its
+// slot each call's connection came (a pool too small, or a buffer too
+// short for the API's distance, shows there), and the send is reported to
+// the Observers (Observer.Sent) and to the sends' watch (see sendWatch).
+// One gate serves a request through nested Transports: the outermost puts
+// it on the request's context, the others add their calls to it, and the
+// connection is let go once every call's slot holds at once.
+
+type gateKey struct{}
+
+// sendGate holds one request at its connection until the slots of the
+// calls it stands for hold. Its fields are guarded by mu; GotConn holds mu
+// while it waits, and WroteHeaders, which comes after, takes it.
+type sendGate struct {
+	mu      sync.Mutex
+	calls   []*gatedCall
+	written bool // its headers were written: nothing more to hold or measure
+}
+
+// gatedCall is one call a gate holds: its Throttler and permit, and the
+// context a new slot is waited for with (the request's, as its Transport
+// saw it).
+type gatedCall struct {
+	t   *Throttler
+	p   *Permit
+	ctx context.Context
+
+	delay     time.Duration // how long after its first slot its connection came
+	measured  bool          // delay is known
+	reslotted bool          // it took a new slot at its connection
+	late      bool          // written past its allowance all the same
+}
+
+// maxGatePasses bounds how many times a gate looks at its calls again once
+// one of them took a new slot (which may make another late): past that,
+// the request goes as it stands, and a call written late is counted so.
+const maxGatePasses = 3
+
+// gateSend returns ctx with p's call, admitted by t, held at the
+// connection of a request made with it through net/http (see above). A
+// permit admitted without Redis has no slot to keep: ctx comes back as it
+// was.
+func gateSend(ctx context.Context, t *Throttler, p *Permit) context.Context {
+	if p.score == 0 {
+		return ctx
+	}
+	c := &gatedCall{t: t, p: p, ctx: ctx}
+	if g, _ := ctx.Value(gateKey{}).(*sendGate); g != nil && g.join(c) {
+		return ctx
+	}
+	g := &sendGate{calls: []*gatedCall{c}}
+	ctx = context.WithValue(ctx, gateKey{}, g)
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: g.gotConn, WroteHeaders: g.wroteHeaders})
+}
+
+// join adds c to g, unless g's request was written already: a request
+// made afterwards with its context is another send.
+func (g *sendGate) join(c *gatedCall) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.written {
+		return false
+	}
+	g.calls = append(g.calls, c)
+	return true
+}
+
+// gotConn holds the request until every call's slot holds (see hold).
+// net/http may call it more than once for one request (a connection that
+// failed before the write is replaced): each connection is held anew.
+func (g *sendGate) gotConn(httptrace.GotConnInfo) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.written {
+		return
+	}
+	for range maxGatePasses {
+		held := true
+		for _, c := range g.calls {
+			if !c.hold() {
+				held = false
+			}
+		}
+		if held {
+			return
+		}
+	}
+}
+
+// wroteHeaders counts the send: once, for the first write.
+func (g *sendGate) wroteHeaders() {
+	g.mu.Lock()
+	if g.written {
+		g.mu.Unlock()
+		return
+	}
+	g.written = true
+	calls := g.calls
+	g.mu.Unlock()
+	for _, c := range calls {
+		c.sent()
+	}
+}
+
+// hold keeps c's call to its slot as its connection comes, and reports
+// whether the call may be written now on the slot it had when hold began.
+// It sleeps on while the slot is still ahead by the clock estimate as it
+// stands (which may have changed since the call was admitted); it takes a
+// new slot when the connection came past the allowance (see reslot), and
+// reports false, so that the gate looks at every call again.
+func (c *gatedCall) hold() bool {
+	t, p := c.t, c.p
+	if p.score == 0 {
+		return true // counted where it goes already (see reslot)
+	}
+	if !c.measured {
+		c.measured, c.delay = true, t.now().Sub(t.clock.Local(p.score))
+	}
+	for {
+		t.mu.Lock()
+		target, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
+		t.mu.Unlock()
+		if !target.IsZero() {
+			if !sleepCtx(c.ctx, target.Sub(t.now())) {
+				c.late = true
+				t.sendAnyway(c.ctx, p)
+				return true
+			}
+			continue
+		}
+		if late <= 0 {
+			return true
+		}
+		c.reslotted = true
+		if err := t.reslot(c.ctx, p); err != nil {
+			c.late = true
+		}
+		return false
+	}
+}
+
+// sent counts c's call as written now.
+func (c *gatedCall) sent() {
+	t, p := c.t, c.p
+	if !c.measured && p.score != 0 {
+		// A RoundTripper that reported the write but not the connection.
+		c.measured, c.delay = true, t.now().Sub(t.clock.Local(p.score))
+	}
+	if !c.late && p.score != 0 {
+		// Held on time, and late all the same: an HTTP/2 stream that
+		// waited for the server to allow one more after GotConn.
+		t.mu.Lock()
+		_, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
+		t.mu.Unlock()
+		c.late = late > 0
+	}
+	t.stats.sent(t.now(), SendInfo{Delay: c.delay, Reslotted: c.reslotted, Late: c.late})
+}
+
+// reslot gives back the slot of p, whose request came to its connection
+// later than the slot allows, and waits with ctx for a new one, ahead of
+// the calls that wait for their first; p keeps its place in flight. When
+// no new slot comes (ctx ends, or the earliest slot lies past its
+// deadline), the call is written all the same (see sendAnyway), and
+// reslot returns the wait's error.
+func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
+	t.unslot(ctx, p)
+	res, _, err := t.waitSlot(ctx, "send", p.estimate, wantFront)
+	if err != nil {
+		t.countAnyway(ctx, p)
+		return err
+	}
+	p.score, p.margin, p.members = res.score, res.margin, res.members
+	return nil
+}
+
+// sendAnyway counts p's call, about to be written off its slot, where it
+// goes: its slot goes back, its units count as debt now.
+func (t *Throttler) sendAnyway(ctx context.Context, p *Permit) {
+	t.unslot(ctx, p)
+	t.countAnyway(ctx, p)
+}
+
+// unslot gives back the slot p holds: it leaves the journal and the free
+// slots this process knows of, and Redis.
+func (t *Throttler) unslot(ctx context.Context, p *Permit) {
+	t.mu.Lock()
+	t.health.forget(p.members, &t.hooks)
+	t.known.Free(p.score, p.estimate, PriorityFromContext(ctx).level())
+	t.mu.Unlock()
+	t.release(ctx, p.members, p.score)
+	p.score, p.members = 0, nil
+}
+
+// countAnyway counts the units of p, which holds no slot, as debt at the
+// server's time now, where its call is about to go; p then holds nothing
+// to settle (see Permit.Settle).
+func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
+	t.stats.debt.Add(uint64(p.estimate))
+	t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
+	p.score, p.members = 0, nil
+}
