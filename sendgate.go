@@ -231,7 +231,6 @@ func (t *Throttler) unslot(ctx context.Context, p *Permit) {
 // server's time now, where its call is about to go; p then holds nothing
 // to settle (see Permit.Settle).
 func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
-	t.stats.debt.Add(uint64(p.estimate))
 	t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
 	p.score, p.members = 0, nil
 }

@@ -47,8 +47,7 @@ type Stats struct {
 	// Settled is how many permits were settled (see Permit.Settle);
 	// Returned is how many units their surpluses gave back in Redis, and
 	// Debt how many their excesses added (a permit admitted without Redis
-	// adds to neither), and the calls written off their slots (see
-	// SendInfo.Late).
+	// adds to neither).
 	Settled, Returned, Debt uint64
 	// InFlight is how many calls of this process hold a place in flight
 	// now (see WithInFlight); PlaceWaits how many times a call found no
@@ -67,7 +66,8 @@ type Stats struct {
 	// Reslotted is how many of those calls took a new slot at their
 	// connection, which came later than their slot allowed; SentLate how
 	// many were written later than their slot allowed all the same (see
-	// SendInfo.Late).
+	// SendInfo.Late: those that could not wait for a new slot count as
+	// debt where they went, which Debt leaves out).
 	Reslotted, SentLate uint64
 	// RoundsRetried is how many reservation round trips failed on a
 	// broken connection to Redis and were sent again (see
