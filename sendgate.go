@@ -5,6 +5,8 @@ import (
 	"net/http/httptrace"
 	"sync"
 	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // Sending on time: a call's slot must hold where the API counts the call,
@@ -194,12 +196,13 @@ func (c *gatedCall) sent() {
 
 // reslot gives back the slot of p, whose request came to its connection
 // later than the slot allows, and waits with ctx for a new one, ahead of
-// the calls that wait for their first; p keeps its place in flight. When
-// no new slot comes (ctx ends, or the earliest slot lies past its
-// deadline), the call is written all the same (see sendAnyway), and
-// reslot returns the wait's error.
+// the calls that wait for their first; p keeps its place in flight. The
+// slot goes back with the round trip that claims the new one, which frees
+// it before it counts. When no new slot comes (ctx ends, or the earliest
+// slot lies past its deadline), the call is written all the same (see
+// sendAnyway), and reslot returns the wait's error.
 func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
-	t.unslot(ctx, p)
+	t.unslot(ctx, p, false)
 	res, _, err := t.waitSlot(ctx, "send", p.estimate, wantFront)
 	if err != nil {
 		t.countAnyway(ctx, p)
@@ -212,25 +215,35 @@ func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
 // sendAnyway counts p's call, about to be written off its slot, where it
 // goes: its slot goes back, its units count as debt now.
 func (t *Throttler) sendAnyway(ctx context.Context, p *Permit) {
-	t.unslot(ctx, p)
+	t.unslot(ctx, p, true)
 	t.countAnyway(ctx, p)
 }
 
 // unslot gives back the slot p holds: it leaves the journal and the free
-// slots this process knows of, and Redis.
-func (t *Throttler) unslot(ctx context.Context, p *Permit) {
+// slots this process knows of at once, and Redis with the next round trip
+// (written for sure: see core.Attempt.GiveBack), which start has a worker
+// make when no wait of the caller's follows to make it.
+func (t *Throttler) unslot(ctx context.Context, p *Permit, start bool) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.health.forget(p.members, &t.hooks)
 	t.known.Free(p.score, p.estimate, PriorityFromContext(ctx).level())
-	t.mu.Unlock()
-	t.release(ctx, p.members, p.score)
+	for _, m := range p.members {
+		t.owed.returned = append(t.owed.returned, core.Entry{Score: p.score, Member: m})
+	}
+	if start {
+		t.worker.start(&t.owed)
+	}
 	p.score, p.members = 0, nil
 }
 
 // countAnyway counts the units of p, which holds no slot, as debt at the
 // server's time now, where its call is about to go; p then holds nothing
-// to settle (see Permit.Settle).
+// to settle (see Permit.Settle). A worker writes what Redis did not take.
 func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
 	t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
 	p.score, p.members = 0, nil
+	t.mu.Lock()
+	t.worker.start(&t.owed)
+	t.mu.Unlock()
 }

@@ -320,3 +320,22 @@ func TestHistogram(t *testing.T) {
 		t.Fatalf("Bounds %v", b)
 	}
 }
+
+// A call that takes a new slot at its connection queues ahead of every
+// wait but the AllowN calls, whatever their priorities, and behind the
+// calls that did so before it.
+func TestFrontQueuesAheadOfWaits(t *testing.T) {
+	var q workerState
+	add := func(w *waiter) *waiter { q.insert(w); return w }
+	low := add(&waiter{prio: PriorityLow})
+	high := add(&waiter{prio: PriorityHigh})
+	front1 := add(&waiter{prio: PriorityLow, front: true})
+	allow := add(&waiter{now: true})
+	front2 := add(&waiter{prio: PriorityHigh, front: true})
+	want := []*waiter{allow, front1, front2, high, low}
+	for i, w := range q.queue {
+		if w != want[i] {
+			t.Fatalf("queue position %d holds %+v, want %+v", i, *w, *want[i])
+		}
+	}
+}
