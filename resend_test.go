@@ -3,7 +3,6 @@ package throttler
 import (
 	"context"
 	"errors"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -54,8 +53,11 @@ func TestRoundResentWhenItsReplyIsLost(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				cutter.Cut(1, "exec")
-				time.Sleep(40 * time.Millisecond)
+				// The reservations near the limit (MULTI ... ZCOUNT ...
+				// EXEC): give-backs fail too when theirs is cut, and
+				// are written later, which this test does not try.
+				cutter.Cut(1, "zcount")
+				time.Sleep(60 * time.Millisecond)
 			}
 		})
 		for _, th := range ths {
@@ -91,6 +93,5 @@ func TestRoundResentWhenItsReplyIsLost(t *testing.T) {
 			}
 		}
 		t.Logf("%d replies lost, %d round trips sent again, %d calls admitted", cutter.Cuts(), retried, len(rec.scores()))
-		_ = maps.Keys(admitted)
 	})
 }

@@ -44,11 +44,14 @@ func (c *slowFirstRead) Read(p []byte) (int, error) {
 }
 
 // Calls admitted on time by every replica reach a strict API within its
-// limit though new connections take 150ms to set up (TLS with a slow
+// limit though new connections take 300ms to set up (TLS with a slow
 // handshake) and the replicas' transports keep Go's default two idle
 // connections per host, so that bursts keep dialing: the Transport holds
 // each request at its connection, and one that came too late takes a new
-// slot. Over HTTP/1.1 and HTTP/2, on every backend.
+// slot. Over HTTP/1.1 and HTTP/2, on every backend. The buffer is 200ms,
+// so that a machine loaded by the race detector and other tests has 100ms
+// to write a request once its connection came, and a new connection is
+// still three times as late as that.
 func TestTransportColdConnectionsAtTheAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
@@ -59,7 +62,7 @@ func TestTransportColdConnectionsAtTheAPI(t *testing.T) {
 				const limit, replicas, goroutines = 20, 3, 10
 				api := fakeapi.New(limit, time.Second)
 				srv := httptest.NewUnstartedServer(api)
-				srv.Listener = slowHandshakes{Listener: srv.Listener, delay: 150 * time.Millisecond}
+				srv.Listener = slowHandshakes{Listener: srv.Listener, delay: 300 * time.Millisecond}
 				srv.EnableHTTP2 = h2
 				srv.StartTLS()
 				defer srv.Close()
@@ -69,7 +72,7 @@ func TestTransportColdConnectionsAtTheAPI(t *testing.T) {
 				var wg sync.WaitGroup
 				ths := make([]*Throttler, replicas)
 				for r := range replicas {
-					ths[r] = mustNew(t, dial(), key, limit, time.Second)
+					ths[r] = mustNew(t, dial(), key, limit, time.Second, WithBuffer(200*time.Millisecond))
 					base := srv.Client().Transport.(*http.Transport).Clone() // MaxIdleConnsPerHost: Go's default, 2
 					defer base.CloseIdleConnections()
 					client := &http.Client{Transport: ths[r].RoundTripper(base)}
