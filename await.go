@@ -73,13 +73,13 @@ func (w *waiter) await(ctx context.Context, t *Throttler) (outcome, error) {
 }
 
 // toSlot sleeps toward the slot of res, w's admitted reservation, and
-// reports whether w reached it (reached); when it did not, the outcome and
-// error are await's (see await).
+// reports whether w reached it, or came within w.lead of it (reached);
+// when it did not, the outcome and error are await's (see await).
 func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ outcome, reached bool, _ error) {
 	at, immediate := res.at, res.immediate
 	for {
 		woken := false // by news, before at
-		if d := at.Sub(t.now()); d > 0 && !immediate {
+		if d := at.Sub(t.now()) - w.lead; d > 0 && !immediate {
 			if !w.deadline.IsZero() && core.TooLate(at, w.deadline) {
 				w.abandon(ctx, t)
 				return proceed, false, deadlineError(at, w.deadline, w.cause)
@@ -103,7 +103,7 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 			// Woken by news that did not concern this slot: sleep on.
 			t.mu.Unlock()
 			continue
-		} else if target.After(now) {
+		} else if target.After(now.Add(w.lead)) {
 			// Early, by the estimate as it stands now (it changed since
 			// the slot was reserved): sleep on.
 			t.mu.Unlock()

@@ -68,7 +68,7 @@ type Cost struct {
 // returns (see reserveToSend). It returns the permit that ends the call.
 func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if tr.Cost == nil {
-		return t.reserveToSend(req.Context(), "Transport", 1)
+		return t.reserveToSend(req.Context(), "Transport", 1, t.sends.lead())
 	}
 	var (
 		n  int
@@ -82,7 +82,7 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	if !ok {
 		return nil, invalidf("Transport.Cost: Estimate is nil and the request's context carries no cost (see ContextWithCost)")
 	}
-	return t.reserveToSend(req.Context(), "Transport", n)
+	return t.reserveToSend(req.Context(), "Transport", n, t.sends.lead())
 }
 
 // refusal reports whether resp, read as verdict, is the API refusing the

@@ -22,7 +22,7 @@ import "context"
 // make it at once, on a connection already open, or give the buffer the
 // time it takes (see WaitN).
 func (t *Throttler) Do(ctx context.Context, fn func(context.Context) error) error {
-	p, err := t.reserveToSend(ctx, "Do", 1)
+	p, err := t.reserveToSend(ctx, "Do", 1, 0)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func Wrap[In, Out any](t *Throttler, fn func(context.Context, In) (Out, error)) 
 // that never reached the API, the estimate to keep it, or a negative cost
 // to keep it too. DoCost returns fn's error, or else the settle's.
 func (t *Throttler) DoCost(ctx context.Context, estimate int, fn func(context.Context) (cost int, err error)) error {
-	p, err := t.reserveToSend(ctx, "DoCost", estimate)
+	p, err := t.reserveToSend(ctx, "DoCost", estimate, 0)
 	if err != nil {
 		return err
 	}

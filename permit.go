@@ -18,6 +18,11 @@ type Permit struct {
 	margin   int64    // the margin it was counted with (µs; see core.Rules.Margin)
 	members  []string // its members in every key (nil: admitted without Redis)
 	lease    string   // its place in flight (WithInFlight; "" = none)
+	// For a send held at its connection (see sendgate.go): the limit
+	// epoch its slot was reserved in, and whether it was one to go as
+	// its reply came (which a lowered limit does not move).
+	epoch     int
+	immediate bool
 
 	once, doneOnce sync.Once
 	err            error
@@ -45,17 +50,18 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 // checked against the clock once more, and a permit whose call would now
 // go later than its allowance (its goroutine ran late after it was
 // admitted) is given back, and the call waits again, as a late sleeper
-// does (see WaitN).
+// does (see WaitN). With lead, it returns up to lead before the slot, for
+// a send that holds its write until then (see sendgate.go).
 // It counts one wait in Stats, however many times it waited.
-func (t *Throttler) reserveToSend(ctx context.Context, where string, n int) (_ *Permit, err error) {
+func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead time.Duration) (_ *Permit, err error) {
 	start := t.now()
 	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
 	for {
-		res, lease, err := t.waitSlot(ctx, where, n, wantPlace)
+		res, lease, err := t.waitSlot(ctx, where, n, wantPlace, lead)
 		if err != nil {
 			return nil, err
 		}
-		p := &Permit{t: t, estimate: n, score: res.score, margin: res.margin, members: res.members, lease: lease}
+		p := &Permit{t: t, estimate: n, score: res.score, margin: res.margin, members: res.members, lease: lease, epoch: res.epoch, immediate: res.immediate}
 		t.mu.Lock()
 		_, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
 		if late <= 0 {

@@ -62,12 +62,17 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 // an httptrace.ClientTrace (composed with any trace already there); its
 // GotConn, which net/http calls in the sending goroutine right before it
 // writes the request (HTTP/1) or opens its stream (HTTP/2), checks the
-// slot. A connection that came within the slot's allowance (see
-// WithBuffer) lets the write go; one that came later (a dial, TCP and TLS
-// to an API far away, or a wait for a pooled connection) has the call
-// give its slot back and take a new one, ahead of the calls waiting for
-// their first, while it holds the connection, and the write goes on the
-// new slot. A call that cannot get a new slot in time (its context ends,
+// slot. A connection that came before the slot holds the write until
+// then; one within the slot's allowance (see WithBuffer) lets it go; one
+// that came later (a dial, TCP and TLS to an API far away, or a wait for
+// a pooled connection) has the call give its slot back and take a new
+// one, ahead of the calls waiting for their first, while it holds the
+// connection, and the write goes on the new slot. So that dials are made
+// while calls wait, not after their slots, the Transport hands a request
+// on ahead of its slot, by as long as the Throttler's recent calls took
+// to get their connections (their 90th percentile, at most 500ms), and a
+// shared pause or a lowered limit that comes meanwhile has the call take
+// a new slot, as its wait would have. A call that cannot get a new slot in time (its context ends,
 // or the earliest slot lies past its deadline) is written all the same,
 // for net/http writes a request once it holds its connection: its slot
 // goes back and its units count as debt at the time it goes (see

@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"net/http/httptrace"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,9 @@ import (
 //     net/http writes a request once it has its connection, whatever its
 //     context: its slot goes back and its units count as debt at the time
 //     it goes (see Permit.Settle), so that the calls admitted after it
-//     count it where the API does.
+//     count it where the API does. A call held ahead of its slot whose
+//     context ends goes at its slot (at most maxLead later), where it
+//     counts already.
 //
 // WroteHeaders marks the write: Stats.SendDelay counts how long after its
 // slot each call's connection came (a pool too small, or a buffer too
@@ -42,6 +45,19 @@ import (
 // One gate serves a request through nested Transports: the outermost puts
 // it on the request's context, the others add their calls to it, and the
 // connection is let go once every call's slot holds at once.
+//
+// A call that takes a new slot at its connection goes later than the slot
+// it had, and the window frees the slot that much later too: where calls
+// keep dialing (a pool smaller than a burst, as Go's default of two idle
+// connections per host is for most), every window would start that much
+// later, and the quota go that much less used. So a Transport hands its
+// request on ahead of its slot, by as long as recent calls of its
+// Throttler took to get their connections (sendLead: the 90th percentile
+// of the last 64, at most maxLead), and the gate holds the write from the
+// connection until the slot: the dial is made while the call waits. The
+// gate then also does what the call's own wait does at its slot: a
+// shared pause that began, or a limit lowered, since the slot was reserved
+// has the call take a new slot.
 
 type gateKey struct{}
 
@@ -58,9 +74,10 @@ type sendGate struct {
 // context a new slot is waited for with (the request's, as its Transport
 // saw it).
 type gatedCall struct {
-	t   *Throttler
-	p   *Permit
-	ctx context.Context
+	t      *Throttler
+	p      *Permit
+	ctx    context.Context
+	handed time.Time // when the request was handed on, by t's clock
 
 	delay     time.Duration // how long after its first slot its connection came
 	measured  bool          // delay is known
@@ -81,7 +98,7 @@ func gateSend(ctx context.Context, t *Throttler, p *Permit) context.Context {
 	if p.score == 0 {
 		return ctx
 	}
-	c := &gatedCall{t: t, p: p, ctx: ctx}
+	c := &gatedCall{t: t, p: p, ctx: ctx, handed: t.now()}
 	if g, _ := ctx.Value(gateKey{}).(*sendGate); g != nil && g.join(c) {
 		return ctx
 	}
@@ -151,14 +168,35 @@ func (c *gatedCall) hold() bool {
 		return true // counted where it goes already (see reslot)
 	}
 	if !c.measured {
-		c.measured, c.delay = true, t.now().Sub(t.clock.Local(p.score))
+		now := t.now()
+		c.measured, c.delay = true, now.Sub(t.clock.Local(p.score))
+		t.sends.took(now.Sub(c.handed))
 	}
 	for {
 		t.mu.Lock()
 		target, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
+		if t.shared.paused(t.clock.Server(t.now())) || (p.epoch != t.shared.epoch && !p.immediate) {
+			// As a call's own wait at its slot (see toSlot): a shared
+			// pause in force, or a limit lowered since the slot was
+			// reserved, which a slot reserved ahead may not fit.
+			t.mu.Unlock()
+			c.reslotted = true
+			if err := t.reslot(c.ctx, p); err != nil {
+				c.late = true
+			}
+			return false
+		}
 		t.mu.Unlock()
 		if !target.IsZero() {
-			if !sleepCtx(c.ctx, target.Sub(t.now())) {
+			// Ahead of the slot: handed on early (see sendLead), or an
+			// estimate corrected since. net/http writes the request once
+			// this returns, whatever its context: one whose context
+			// ends now still goes at its slot, where it counts, rather
+			// than at once, where it would not. Only a slot further off
+			// than any lead (a clock step) gives way to the context.
+			if d := target.Sub(t.now()); d <= maxLead+time.Duration(t.rules.EarlyTolerance())*time.Microsecond {
+				time.Sleep(d)
+			} else if !sleepCtx(c.ctx, d) {
 				c.late = true
 				t.sendAnyway(c.ctx, p)
 				return true
@@ -203,12 +241,12 @@ func (c *gatedCall) sent() {
 // sendAnyway), and reslot returns the wait's error.
 func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
 	t.unslot(ctx, p, false)
-	res, _, err := t.waitSlot(ctx, "send", p.estimate, wantFront)
+	res, _, err := t.waitSlot(ctx, "send", p.estimate, wantFront, 0)
 	if err != nil {
 		t.countAnyway(ctx, p)
 		return err
 	}
-	p.score, p.margin, p.members = res.score, res.margin, res.members
+	p.score, p.margin, p.members, p.epoch, p.immediate = res.score, res.margin, res.members, res.epoch, res.immediate
 	return nil
 }
 
@@ -246,4 +284,47 @@ func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
 	t.mu.Lock()
 	t.worker.start(&t.owed)
 	t.mu.Unlock()
+}
+
+// sendLead is how long a Transport's calls took to get their connections
+// once handed on, lately: how long before its slot a call is handed on,
+// so that it need not take a new slot for a dial (see above).
+type sendLead struct {
+	mu   sync.Mutex
+	waits []time.Duration // the last leadSamples, a ring
+	next int
+}
+
+// leadSamples is how many sends sendLead looks at, and maxLead the most
+// ahead of its slot it hands a call on: a connection held idle that long
+// before its write is one the pool cannot lend.
+const (
+	leadSamples = 64
+	maxLead     = 500 * time.Millisecond
+)
+
+// took notes that a call got its connection d after it was handed on.
+func (l *sendLead) took(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waits) < leadSamples {
+		l.waits = append(l.waits, d)
+		return
+	}
+	l.waits[l.next] = d
+	l.next = (l.next + 1) % leadSamples
+}
+
+// lead is how long before its slot to hand a call on: the 90th percentile
+// of the last sends' waits for their connections, at most maxLead; none
+// before a tenth of leadSamples were seen.
+func (l *sendLead) lead() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waits) < leadSamples/10 {
+		return 0
+	}
+	s := slices.Clone(l.waits)
+	slices.Sort(s)
+	return min(max(s[len(s)*9/10], 0), maxLead)
 }

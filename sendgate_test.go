@@ -339,3 +339,31 @@ func TestFrontQueuesAheadOfWaits(t *testing.T) {
 		}
 	}
 }
+
+// Once its calls have shown how long their connections take, a Transport
+// hands a request on that much ahead of its slot, and holds the write
+// until the slot: a call that waits for its slot dials meanwhile, and
+// takes no new slot.
+func TestTransportDialsAheadOfTheSlot(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		var rec recorder
+		th, base := gatedThrottler(t, dial(), key, 3, 400*time.Millisecond, &rec, func(int) time.Duration {
+			return 150 * time.Millisecond // every request dials
+		})
+		c := &http.Client{Transport: th.RoundTripper(base)}
+		for i := range 12 {
+			if err := getVia(t, c, context.Background()); err != nil {
+				t.Fatalf("request %d: %v", i+1, err)
+			}
+		}
+		waitIdle(t, th)
+		s := th.Stats()
+		if early := s.SendDelay.Counts[0]; early == 0 || s.Reslotted >= 12 {
+			t.Fatalf("%d of 12 connections came by their slot, %d calls reslotted; want some handed on ahead, which need no new slot", early, s.Reslotted)
+		}
+		if lead := th.sends.lead(); lead < 150*time.Millisecond || lead > maxLead {
+			t.Fatalf("lead %s, want the connections' 150ms", lead)
+		}
+		assertWrittenOnSlots(t, th, base, &rec)
+	})
+}

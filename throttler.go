@@ -54,6 +54,8 @@ type Throttler struct {
 	lease    *leases     // places in flight (WithInFlight), or nil
 	news     newsState   // listening for pauses and lowered limits (see news.go)
 	hooks    testHooks
+
+	sends sendLead // how long before their slots a Transport's calls go to get their connections (see sendgate.go)
 }
 
 // New returns a Throttler that admits at most limit calls in any window of

@@ -84,7 +84,7 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 func (t *Throttler) wait(ctx context.Context, where string, n int, want waitWants) (res reservation, lease string, err error) {
 	start := t.now()
 	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
-	return t.waitSlot(ctx, where, n, want)
+	return t.waitSlot(ctx, where, n, want, 0)
 }
 
 // waitWants are what a wait asks for besides its slot.
@@ -102,7 +102,9 @@ const (
 
 // waitSlot is wait without counting its outcome in Stats, for a face that
 // may wait again before its call goes (see reserveToSend) and counts once.
-func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want waitWants) (res reservation, lease string, err error) {
+// With lead, it returns up to lead before the slot, for a call whose send
+// holds its write until the slot comes (see sendgate.go).
+func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want waitWants, lead time.Duration) (res reservation, lease string, err error) {
 	prio := PriorityFromContext(ctx)
 	if err := t.checkN(where, n, prio); err != nil {
 		return reservation{}, "", err
@@ -110,7 +112,7 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 	if ctx.Err() != nil {
 		return reservation{}, "", ctxError(ctx)
 	}
-	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, prio: prio, front: want&wantFront != 0}
+	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, prio: prio, front: want&wantFront != 0, lead: lead}
 	if !w.front {
 		var cancel context.CancelFunc
 		ctx, cancel = t.opt.withMaxWait(ctx, w)

@@ -7,7 +7,7 @@ import (
 )
 
 // waiter is one call waiting for quota in this process (a wait of any face,
-// or an AllowN). n, deadline, cause, now, prio, front, wake and wantLease are set
+// or an AllowN). n, deadline, cause, now, prio, front, lead, wake and wantLease are set
 // when the call begins; the other fields change under the Throttler's mu.
 type waiter struct {
 	n        int
@@ -15,7 +15,8 @@ type waiter struct {
 	cause    error     // ErrMaxWait when WithMaxWait set deadline, nil when ctx did
 	now      bool      // AllowN: admitted now or refused, never given a later slot
 	prio     Priority
-	front    bool // queues ahead of every WaitN (see wantFront)
+	front    bool          // queues ahead of every WaitN (see wantFront)
+	lead     time.Duration // returns up to this much before its slot (see waitSlot)
 	wake     chan struct{}
 	counted  bool // it counts as waiting (see WithMaxQueue); under mu
 	// Woken late: how many times in a row, and the margin its next claims
