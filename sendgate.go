@@ -290,9 +290,9 @@ func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
 // once handed on, lately: how long before its slot a call is handed on,
 // so that it need not take a new slot for a dial (see above).
 type sendLead struct {
-	mu   sync.Mutex
+	mu    sync.Mutex
 	waits []time.Duration // the last leadSamples, a ring
-	next int
+	next  int
 }
 
 // leadSamples is how many sends sendLead looks at, and maxLead the most
