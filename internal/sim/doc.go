@@ -9,9 +9,12 @@
 // Dialer that returns this package's connections, in-memory pipes on which
 // Network injects delays, stalls and cuts; Store adds data loss (a restart
 // empty, a failover to a stale copy); Clock skews and steps a replica's
-// local clock (WithClock). Generate draws a seed's Scenario; Recorder keeps
-// what callers were admitted and a trace, and Overfull checks the sliding-
-// window invariant over it.
+// local clock (WithClock); API is the third-party API that HTTP callers'
+// requests reach, through a transport that may take its time to set up
+// a connection before the write. Generate draws a seed's Scenario;
+// Recorder keeps what callers were admitted and a trace, and Overfull
+// checks the sliding-window invariant over it (OverfullAtAPI, over the
+// calls' arrivals at the API).
 //
 // Nothing here changes the library: it is driven through its public API
 // plus the test hooks its own tests use (simulation_test.go in the root

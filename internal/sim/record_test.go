@@ -60,3 +60,34 @@ func TestOverfullHalfOpen(t *testing.T) {
 		t.Fatalf("calls 1ns less than an interval apart: got %v, want a window of 2", v)
 	}
 }
+
+// At the API, a call made at its admission arrives a way later, and a
+// request at its arrival: a request written late joins the next window's
+// calls there, where Overfull, which skips requests, sees nothing.
+func TestOverfullAtAPI(t *testing.T) {
+	const way = 3 * time.Millisecond
+	adms := []Admission{
+		{At: 0, N: 1},
+		{At: 0, N: 1, Sent: true, Arrive: 7*time.Millisecond + way}, // handed over at 0, written 7ms late
+		{At: 10 * time.Millisecond, N: 1},
+		{At: 10 * time.Millisecond, N: 1, Sent: true, Arrive: 10*time.Millisecond + way},
+	}
+	if v := Overfull("k", adms, 10*time.Millisecond, 2, 0); v != nil {
+		t.Fatalf("admissions: %s, want none over", v)
+	}
+	v := OverfullAtAPI("k", adms, 10*time.Millisecond, 2, 0, way)
+	if v == nil || v.Units != 3 || v.From != 7*time.Millisecond+way || !v.AtAPI {
+		t.Fatalf("at the API: got %v, want the window from 10ms holding 3", v)
+	}
+	// The same calls all written on time: a way the same for all moves
+	// every window alike.
+	adms[1].Arrive = way
+	if v := OverfullAtAPI("k", adms, 10*time.Millisecond, 2, 0, way); v != nil {
+		t.Fatalf("written on time: %s, want none over", v)
+	}
+	// Debt and exempt calls are skipped there too.
+	adms[1].Arrive, adms[1].Debt = 7*time.Millisecond+way, true
+	if v := OverfullAtAPI("k", adms, 10*time.Millisecond, 2, 0, way); v != nil {
+		t.Fatalf("the late request counted as debt: %s, want none over", v)
+	}
+}

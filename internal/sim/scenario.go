@@ -56,12 +56,17 @@ const (
 	DelayRequests Kind = numKinds + iota // Replica's requests reach Redis D late (Jitter: up to D) for Span
 	ColdStart                            // Replica's process restarts as process K; for Span its round trips are late by up to D, one way at random
 	ColdFleet                            // every replica starts with its round trips late by up to D, one way at random, for Span
+	// Replica's (World: every replica's) HTTP requests find at most K idle
+	// connections to the API for Span; each of the others sets up a new
+	// one, in 0..D drawn per request, between Base and the write. Drawn
+	// after the kinds above, from a source of its own (see Generate).
+	ConnSetup
 	numAllKinds
 )
 
 var kindNames = [...]string{"delay", "drop-before-send", "drop-after-apply", "stall",
 	"flush", "failover", "kill", "clock-step", "pause", "lower-limit",
-	"delay-requests", "cold-start", "cold-fleet"}
+	"delay-requests", "cold-start", "cold-fleet", "conn-setup"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -93,7 +98,7 @@ type Fault struct {
 // up to D after the span ends, a stall lasts D; the other kinds act at once.
 func (f Fault) End() time.Duration {
 	switch f.Kind {
-	case Delay, DelayRequests, ColdStart, ColdFleet:
+	case Delay, DelayRequests, ColdStart, ColdFleet, ConnSetup:
 		return f.At + f.Span + f.D
 	case Stall:
 		return f.At + f.D
@@ -119,6 +124,13 @@ func (f Fault) String() string {
 	case ColdFleet:
 		s += fmt.Sprintf(": every replica starts with round trips +0..%s one way (drawn per round trip) for %s",
 			fmtDur(f.D), fmtDur(f.Span))
+	case ConnSetup:
+		who := fmt.Sprintf("r%d's", f.Replica)
+		if f.Replica == World {
+			who = "every replica's"
+		}
+		s += fmt.Sprintf(": %s HTTP requests find at most %d idle connections, others set one up in 0..%s (drawn per request), for %s",
+			who, f.K, fmtDur(f.D), fmtDur(f.Span))
 	case DropBefore, DropAfter:
 		s += fmt.Sprintf(": r%d's next %d requests", f.Replica, f.K)
 	case Stall:
@@ -177,6 +189,15 @@ type Scenario struct {
 	// Keep is how many calls, the newest, a compaction leaves as members
 	// whatever their age (0: no such bound; see core.Window.Keep).
 	Keep int
+	// Calls made as HTTP requests to a simulated API (seeds that draw
+	// ConnSetup only): the share of callers whose calls go through a
+	// Transport (Send), and through Do, whose function makes the request
+	// with the context Do passes it (SendDo); and the one-way delay from
+	// a request's write to its arrival at the API (APIOneWay), the same
+	// for every call of the run (a call made with Wait goes at its
+	// admission).
+	Send, SendDo float64
+	APIOneWay    time.Duration
 
 	Faults []Fault
 }
@@ -266,11 +287,15 @@ func (s Scenario) String() string {
 	if slices.ContainsFunc(s.Skew, func(d time.Duration) bool { return d != 0 }) {
 		fmt.Fprintf(&b, ", skews %v", s.Skew)
 	}
-	// The faults on the clock estimate, which came later than the others
-	// (those are in FaultLines only): a report that prints only this line
-	// still names them.
+	if s.Send+s.SendDo > 0 {
+		fmt.Fprintf(&b, ", HTTP callers %.2f through a Transport and %.2f through Do, the API %s away one way",
+			s.Send, s.SendDo, s.APIOneWay)
+	}
+	// The faults on the clock estimate and on connections to the API,
+	// which came later than the others (those are in FaultLines only): a
+	// report that prints only this line still names them.
 	for _, f := range s.Faults {
-		if f.onClock() {
+		if f.onClock() || f.Kind == ConnSetup {
 			fmt.Fprintf(&b, "; %s", f)
 		}
 	}
@@ -279,7 +304,13 @@ func (s Scenario) String() string {
 
 // onClock reports a fault of those that try the clock estimate, drawn
 // after the others from sources of their own (see Generate).
-func (f Fault) onClock() bool { return f.Kind >= numKinds || f.Jitter }
+func (f Fault) onClock() bool {
+	switch f.Kind {
+	case DelayRequests, ColdStart, ColdFleet:
+		return true
+	}
+	return f.Jitter
+}
 
 // WithoutClockFaults is the scenario without the faults that try the clock
 // estimate: as Generate drew it before they existed.
@@ -291,6 +322,18 @@ func (s Scenario) WithoutClockFaults() Scenario {
 		}
 	}
 	s.Faults = faults
+	return s
+}
+
+// WithoutConnSetup is the scenario without the connection-setup fault and
+// the HTTP callers that come with it: as Generate drew it before they
+// existed.
+func (s Scenario) WithoutConnSetup() Scenario {
+	s.Faults = slices.DeleteFunc(slices.Clone(s.Faults), func(f Fault) bool { return f.Kind == ConnSetup })
+	if len(s.Faults) == 0 {
+		s.Faults = nil
+	}
+	s.Send, s.SendDo, s.APIOneWay = 0, 0, 0
 	return s
 }
 
@@ -448,6 +491,15 @@ func Generate(seed uint64) Scenario {
 		s.Faults = append(s.Faults, Fault{Kind: ColdFleet, Replica: World,
 			D: logDur(fr, time.Millisecond, min(time.Second, timeout/2)), Span: logDur(fr, 100*time.Millisecond, 10*time.Second)})
 	}
+	// And for calls made as HTTP requests, on a quarter of the seeds
+	// with faults (not with a zero buffer, as above): callers that call
+	// through a Transport or Do, and a connection-setup fault.
+	if hr := rand.New(rand.NewPCG(seed, 0x636f6e6e)); !calm && s.Buffer > 0 && hr.IntN(4) == 0 {
+		s.Send = []float64{0.3, 0.5, 0.8}[hr.IntN(3)]
+		s.SendDo = (1 - s.Send) * []float64{0, 0.5}[hr.IntN(2)]
+		s.APIOneWay = logDur(hr, 100*time.Microsecond, 100*time.Millisecond)
+		s.Faults = append(s.Faults, drawConnSetup(hr, s))
+	}
 	// In time order, those drawn later after those drawn first at the
 	// same time; a restarted process takes the next number after the
 	// replicas'.
@@ -483,6 +535,25 @@ func drawClockFault(r *rand.Rand, s Scenario) Fault {
 	default:
 		f.Kind, f.D, f.Span = ColdStart, logDur(r, time.Millisecond, time.Second), logDur(r, 100*time.Millisecond, 10*time.Second)
 	}
+	return f
+}
+
+// drawConnSetup draws a connection-setup fault: on one replica, or on
+// every one, from the start (a process's first requests) or later (the
+// API closed the idle connections), for one to three windows, with at
+// most 0 to 3 idle connections kept and new ones set up in up to half to
+// four times the buffer: what the buffer covers, and well past it.
+func drawConnSetup(r *rand.Rand, s Scenario) Fault {
+	f := Fault{Kind: ConnSetup, Replica: r.IntN(s.Replicas)}
+	if r.IntN(4) == 0 {
+		f.Replica = World
+	}
+	if r.IntN(3) > 0 {
+		f.At = time.Duration(float64(s.Run) * 0.8 * r.Float64())
+	}
+	f.Span = logDur(r, s.W(), 3*s.W())
+	f.D = max(time.Microsecond, time.Duration(float64(s.Buffer)*logFloat(r, 0.5, 4)))
+	f.K = r.IntN(4)
 	return f
 }
 
