@@ -377,7 +377,8 @@ func TestCompactCatchesUpWithoutTrims(t *testing.T) {
 
 // A compaction that leaves at most a quarter of a set writes it anew, so
 // a set a burst grew takes a small set's memory and encoding again (on
-// redis-server; without the rewrite it keeps the burst's hashtable), and
+// redis-server; without the rewrite it stays a skiplist, and on 7.0 keeps
+// the burst's hashtable), and
 // keeps every member left at its score and its TTL. A set the compaction
 // empties keeps its TTL too.
 func TestCompactRebuildsShrunkSets(t *testing.T) {
@@ -440,8 +441,12 @@ func TestCompactRebuildsShrunkSets(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// Without the rewrite the set stays a skiplist; how much of
+				// its hashtable is left depends on the server's version (some
+				// shrink a dict as members go), so only the rewrite's size is
+				// checked.
 				small := enc == "listpack" || enc == "ziplist"
-				if rebuilt := rebuild == RebuildFrom; small != rebuilt || (size < 8192) != rebuilt {
+				if rebuilt := rebuild == RebuildFrom; small != rebuilt || (rebuilt && size >= 8192) {
 					t.Fatalf("rebuild from %d: a set of %d members left is %s, %d B", rebuild, young+2, enc, size)
 				}
 			}
