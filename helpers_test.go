@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -155,6 +156,9 @@ func waitLocked(t testing.TB, th *Throttler, within time.Duration, failure strin
 			return
 		}
 		if time.Now().After(deadline) {
+			// What the worker and the listener are doing, for the log.
+			buf := make([]byte, 1<<20)
+			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 			t.Fatal(failure)
 		}
 		time.Sleep(time.Millisecond)

@@ -276,6 +276,15 @@ func (tr *Transport) retry(req *http.Request, verdict Verdict, try int) *http.Re
 	return next
 }
 
+// CloseIdleConnections closes the idle connections of Base, when it has
+// such a method (as http.Transport does), so that http.Client's
+// CloseIdleConnections reaches through the Transport.
+func (tr *Transport) CloseIdleConnections() {
+	if c, ok := tr.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (tr *Transport) base() http.RoundTripper {
 	if tr.Base != nil {
 		return tr.Base

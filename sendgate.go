@@ -65,9 +65,10 @@ type gateKey struct{}
 // calls it stands for hold. Its fields are guarded by mu; GotConn holds mu
 // while it waits, and WroteHeaders, which comes after, takes it.
 type sendGate struct {
-	mu      sync.Mutex
-	calls   []*gatedCall
-	written bool // its headers were written: nothing more to hold or measure
+	mu       sync.Mutex
+	calls    []*gatedCall
+	written  bool // its headers were written: nothing more to hold or measure
+	answered bool // a response's first byte came after the write
 }
 
 // gatedCall is one call a gate holds: its Throttler and permit, and the
@@ -104,7 +105,7 @@ func gateSend(ctx context.Context, t *Throttler, p *Permit) context.Context {
 	}
 	g := &sendGate{calls: []*gatedCall{c}}
 	ctx = context.WithValue(ctx, gateKey{}, g)
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: g.gotConn, WroteHeaders: g.wroteHeaders})
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: g.gotConn, WroteHeaders: g.wroteHeaders, GotFirstResponseByte: g.gotResponse})
 }
 
 // join adds c to g, unless g's request was written already: a request
@@ -121,11 +122,21 @@ func (g *sendGate) join(c *gatedCall) bool {
 
 // gotConn holds the request until every call's slot holds (see hold).
 // net/http may call it more than once for one request (a connection that
-// failed before the write is replaced): each connection is held anew.
+// failed before the write is replaced): each connection is held anew. A
+// connection that comes after the request was written and before any
+// response is a second write of it (see again); after a response, it is
+// another request made with the same context, which goes as it is (see
+// Do).
 func (g *sendGate) gotConn(httptrace.GotConnInfo) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.answered {
+		return
+	}
 	if g.written {
+		for _, c := range g.calls {
+			c.again()
+		}
 		return
 	}
 	for range maxGatePasses {
@@ -154,6 +165,13 @@ func (g *sendGate) wroteHeaders() {
 	for _, c := range calls {
 		c.sent()
 	}
+}
+
+// gotResponse notes that a response came: the request was read.
+func (g *sendGate) gotResponse() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.answered = g.written
 }
 
 // hold keeps c's call to its slot as its connection comes, and reports
@@ -230,6 +248,30 @@ func (c *gatedCall) sent() {
 		c.late = late > 0
 	}
 	t.stats.sent(t.now(), SendInfo{Delay: c.delay, Reslotted: c.reslotted, Late: c.late})
+}
+
+// again holds c's call, written once already, until a slot of its own
+// for a second write. net/http writes an idempotent request again on a new
+// connection when the one it was written on turns out closed (a server
+// that closed an idle connection as it was reused, a reset before the
+// response): the server may not have read the first write, or may have
+// read and counted it, and nothing tells which. So the second write is
+// another call: it waits, ahead of the calls that wait for their first,
+// for a slot of its own, and keeps the first's, which counts the first
+// write wherever it went. When no slot comes (ctx ends, or the earliest
+// slot lies past its deadline), it is written all the same and counts as
+// debt where it goes (Late).
+func (c *gatedCall) again() {
+	t, p := c.t, c.p
+	info := SendInfo{Reslotted: true, Rewritten: true}
+	if _, _, err := t.waitSlot(c.ctx, "send", p.estimate, wantFront, 0); err != nil {
+		_ = t.addDebt(c.ctx, t.clock.Server(t.now()), p.estimate)
+		t.mu.Lock()
+		t.worker.start(&t.owed)
+		t.mu.Unlock()
+		info.Late = true
+	}
+	t.stats.sent(t.now(), info)
 }
 
 // reslot gives back the slot of p, whose request came to its connection

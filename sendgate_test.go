@@ -23,8 +23,9 @@ func (c *steppedClock) now() time.Time { return time.Now().Add(time.Duration(c.s
 
 // connBase is an http.RoundTripper that plays net/http's part in a send:
 // it takes dial to get its connection (moving the clock ahead), calls the
-// request's GotConn and WroteHeaders hooks as net/http does, and records
-// when, by th's estimate of the server's clock, the request was written.
+// request's GotConn, WroteHeaders and GotFirstResponseByte hooks as
+// net/http does, and records when, by th's estimate of the server's
+// clock, the request was written.
 type connBase struct {
 	clock *steppedClock
 	th    *Throttler
@@ -58,6 +59,9 @@ func (b *connBase) RoundTrip(req *http.Request) (*http.Response, error) {
 	b.mu.Unlock()
 	if req.Body != nil {
 		req.Body.Close()
+	}
+	if trace != nil && trace.GotFirstResponseByte != nil {
+		trace.GotFirstResponseByte()
 	}
 	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
 }

@@ -28,6 +28,12 @@ type SendInfo struct {
 	// debt at the time it went), or, with HTTP/2, its stream waited for
 	// the server to allow one more after the connection came.
 	Late bool
+	// Rewritten reports a second write of a request already written once:
+	// net/http wrote it again on a new connection, the first having
+	// turned out closed, and the first write may have reached the API. It
+	// took a slot of its own (Reslotted), or, when none came in time,
+	// counted as debt where it went (Late).
+	Rewritten bool
 }
 
 // sent counts a call's send (see SendInfo), written at now, and reports it.

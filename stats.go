@@ -64,7 +64,8 @@ type Stats struct {
 	// transport, or a longer buffer.
 	SendDelay Histogram
 	// Reslotted is how many of those calls took a new slot at their
-	// connection, which came later than their slot allowed; SentLate how
+	// connection, which came later than their slot allowed, or for a
+	// second write of their request (see SendInfo.Rewritten); SentLate how
 	// many were written later than their slot allowed all the same (see
 	// SendInfo.Late: those that could not wait for a new slot count as
 	// debt where they went, which Debt leaves out).

@@ -120,6 +120,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 		rd.Attempt = nil
 		return d, true
 	}
+	core.PlaceClaims(rd.Plan.Claims, r)
 	rd.Reply = r
 	t.upkeep.round = now
 	t.owed.giveUpAt = time.Time{} // what it had to give back went with it
@@ -138,8 +139,12 @@ func (t *Throttler) nextRoundLocked(rd *round) time.Duration {
 		// Redis lost the window: tell the others at once.
 		return 0
 	case len(rd.batch) == 0:
-		// Only upkeep (give-backs, a probe): keep the sleep planned.
-		return rd.sleep
+		// Only upkeep (give-backs, a probe, a clock sample): keep the
+		// sleep planned, counted from when it was planned, for the
+		// round trip took part of it (a whole one on every round of a
+		// process whose estimate is loose, which samples the clock on
+		// each: see core.Rules.SetMargin).
+		return max(0, rd.sleep-t.now().Sub(rd.planned))
 	case rd.admitted == len(rd.batch) && a.Room <= 0 && a.Exact && claims[len(claims)-1].Score > a.Soonest:
 		// Took a full share of slots ahead of their time while other
 		// processes may want the same slots: let them have a turn. The
@@ -154,7 +159,7 @@ func (t *Throttler) nextRoundLocked(rd *round) time.Duration {
 		if len(t.known.Slots) > 0 {
 			lead = t.clock.Local(t.known.Slots[0]).Sub(t.now())
 		}
-		return t.rules.SharePause(t.worker.rng, lead)
+		return t.rules.SharePause(t.worker.rng, lead, time.Duration(t.clock.View().RTT)*time.Microsecond)
 	}
 	return 0
 }
@@ -174,7 +179,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
 	*a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), GiveBack: t.owed.returned, Adds: append(a.Adds[:0], t.owed.replay...),
-		Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims), Expire: core.Expiry{TTLs: a.Expire.TTLs}, Learn: core.Learning{LowCaps: a.Learn.LowCaps}}
+		Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims), Expire: core.Expiry{TTLs: a.Expire.TTLs}, Learn: core.Learning{LowCaps: a.Learn.LowCaps}, Caps: a.Caps, Claims: a.Claims[:0]}
 	t.owed.giveBack, t.owed.returned, t.owed.replay = nil, nil, nil
 	t.health.lossChecks(a, serverNow, &t.owed)
 	t.upkeep.due(a, &t.config, now, t.clock.Synced(), t.clock.Monotonic, a.Loss.Mark)
@@ -204,9 +209,10 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	a.Checks = append(a.Checks, p.Checks...)
 	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.Exact, p.Slots, p.Soonest, p.Room, p.PrioMask
+	t.placeLocked(a, p, view.RTT)
 	t.announceLocked(a, p)
 	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
-	rd.sleep = p.Sleep
+	rd.sleep, rd.planned = p.Sleep, now
 	if p.Jitter {
 		rd.sleep += t.rules.TurnJitter(t.worker.rng, t.known.Lost)
 		if len(rd.batch) == 0 {
@@ -214,6 +220,29 @@ func (t *Throttler) planLocked(now time.Time) *round {
 		}
 	}
 	return rd
+}
+
+// placeLocked lets the store place the claims of plan p itself near the
+// limit (see core.Attempt.Place), where it finds room when it applies
+// them, when the free slots the plan worked from, a round trip old, are
+// stale by then (see core.Rules.StaleSlots).
+func (t *Throttler) placeLocked(a *core.Attempt, p core.PlanOut, rtt int64) {
+	a.Place = p.Exact && len(p.Claims) > 0 && t.rules.StaleSlots(rtt)
+	if !a.Place {
+		return
+	}
+	// A copy: the plan's buffers are the next round's, while a round trip
+	// that timed out may still be reading this attempt (see round).
+	a.Claims = append(a.Claims, p.Claims...)
+	for l := range a.Caps {
+		a.Caps[l] = a.Caps[l][:0]
+	}
+	for _, lim := range a.Lims {
+		caps := t.rules.Caps(lim)
+		for l := range a.Caps {
+			a.Caps[l] = append(a.Caps[l], caps[l])
+		}
+	}
 }
 
 // announceLocked has attempt a publish the slots plan p claims near the
@@ -298,7 +327,11 @@ func (t *Throttler) resolveLocked(rd *round) {
 		t.known.Lost = 0
 	} else if len(requeue) > 0 {
 		t.known.Lost++
-		t.known.Announce = core.ContendedRounds
+		if rd.Reply.Placed == nil {
+			// Claims placed by the store lose no turn to stale slots:
+			// there is nothing to announce (see core.Known.Announce).
+			t.known.Announce = core.ContendedRounds
+		}
 	}
 	t.fallback.recoveredLocked()
 	if t.hooks.onResolved != nil {
@@ -490,4 +523,5 @@ type round struct {
 	admitted int           // how many of batch the reply admitted
 	leaving  []bool        // per claim: its caller left while it was in flight
 	lims     []int         // the limits in force as the reply arrived
+	planned  time.Time     // when the round was planned (local)
 }

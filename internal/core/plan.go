@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -69,6 +70,9 @@ type Decision struct {
 	At      time.Time // Fail with PastDeadline: the earliest its slot could come, local; Refuse: when it might fit (zero = not known)
 	Limit   int       // Fail with TooMany or OverCap: the first limit in force
 	Cap     int       // Fail with OverCap: the most its priority may take under the tightest limit in force
+	// Take: where a store that places claims itself may put it (see
+	// Claim).
+	Floor, Last, Reach int64
 }
 
 // Why is why a request fails at once.
@@ -147,7 +151,7 @@ func (p *planner) init(c *Rules, in PlanIn, n int, buf PlanOut) {
 	p.floor = max(p.soonest, in.PausedTill)
 	if p.out.Exact {
 		// Near the limit, other processes may be waiting for the same slots.
-		p.room = min(p.room, c.FairShare())
+		p.room = min(p.room, c.Share(in.Clock.RTT))
 	}
 }
 
@@ -179,7 +183,7 @@ func (p *planner) place(i int, r Request) {
 		}
 	case Take:
 		p.room -= r.N
-		p.out.Claims = append(p.out.Claims, Claim{Score: d.Score, N: r.N, Prio: r.Prio})
+		p.out.Claims = append(p.out.Claims, Claim{Score: d.Score, N: r.N, Prio: r.Prio, Floor: d.Floor, Last: d.Last, Reach: d.Reach})
 		p.out.Checks = addCheck(p.out.Checks, d.Score)
 	}
 }
@@ -228,7 +232,8 @@ func (p *planner) placeNow(r Request) Decision {
 		p.pos += r.N
 	}
 	p.maxNow = max(p.maxNow, r.N)
-	return Decision{Action: Take, Score: p.soonest, ShareAt: shareAt}
+	// Now or never: a store that places claims may only confirm it.
+	return Decision{Action: Take, Score: p.soonest, ShareAt: shareAt, Floor: p.soonest, Last: p.soonest, Reach: math.MaxInt64}
 }
 
 // placeWait decides a WaitN's request: the earliest slot known for it,
@@ -286,10 +291,17 @@ func (p *planner) placeWait(r Request) Decision {
 		p.full = true
 		return Decision{Action: Keep}
 	}
+	d := Decision{Action: Take, Score: g, ShareAt: shareAt, Floor: p.floor, Last: horizon, Reach: horizon}
+	if !r.Deadline.IsZero() {
+		// The latest score whose slot is not too late (see TooLate).
+		d.Last = min(d.Last, in.Clock.Server(r.Deadline.Add(-deadlineMargin)))
+	}
 	if !shareAt.IsZero() {
 		in.Sharing.Take(shareAt, r.N)
+		// Recorded in the local share at g: it goes at g or not at all.
+		d.Floor, d.Last = g, g
 	}
-	return Decision{Action: Take, Score: g, ShareAt: shareAt}
+	return d
 }
 
 // withinShare places r no earlier than g and, just back from the
@@ -336,10 +348,11 @@ func (p *planner) finish(reqs []Request) PlanOut {
 	// share.)
 	probe := in.Probe && in.QuietDue
 	if out.Exact && (len(out.Claims) > 0 || (p.firstKept >= 0 && out.Sleep == 0) || probe) {
-		// A round near the limit claims at most a fair share; it learns a
-		// few more (see LearnShares), and more than a batch only costs
-		// Redis time.
-		k := max(min(LearnShares*c.FairShare(), c.BatchUnits()), p.maxNow)
+		// A round near the limit claims at most a share; it learns a few
+		// fair shares (see LearnShares), a share at least, and more than
+		// a batch only costs Redis time (and, on a slow link, the bytes
+		// of a longer reply).
+		k := max(min(LearnShares*c.FairShare(), c.BatchUnits()), min(c.Share(in.Clock.RTT), c.BatchUnits()), p.maxNow)
 		if p.firstKept >= 0 {
 			k = max(k, reqs[p.firstKept].N)
 		}

@@ -40,11 +40,13 @@ type ResolveOut struct {
 
 // Resolve decides the claims of a reply. A claim is admitted when it fits
 // under every limit (see decide), its slot is not inside a shared pause,
-// and the counts can be trusted. The slices of buf (the last round's
-// outcome) are reused.
+// and the counts can be trusted; when the store placed the claims (see
+// Attempt.Place), in.Claims hold their placed scores (see PlaceClaims),
+// and a claim it did not place is not admitted. The slices of buf (the
+// last round's outcome) are reused.
 func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 	a, r := in.A, in.R
-	out := ResolveOut{OK: decide(c, a, in.Lims, r, in.Claims, buf.OK)}
+	out := ResolveOut{OK: decidePlaced(c, a, in.Lims, r, in.Claims, buf.OK)}
 	// A margin another process published while this attempt was on its
 	// way, larger than the one the counts were taken with: they may have
 	// missed its calls (see margin.go).
@@ -76,13 +78,17 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 		// early tolerance, and late by up to its allowance (see the
 		// throttler's await), keeps two calls a limit apart an interval
 		// apart.
+		if !placed(r, i) {
+			out.Immediate[i], out.Remaining[i] = false, 0
+			continue
+		}
 		out.Immediate[i] = cl.Score <= a.Soonest && cl.Score <= in.Arrived+c.EarlyTolerance()
 		out.Remaining[i] = remaining(c, a, in.Lims, r, cl, out.OK[i])
 	}
 	if a.Learn.Slots > 0 {
 		var dropped []Entry
 		for i, cl := range in.Claims {
-			if !out.OK[i] || in.Leaving[i] {
+			if placed(r, i) && (!out.OK[i] || in.Leaving[i]) {
 				dropped = append(dropped, a.Adds[cl.First:cl.First+cl.N]...)
 			}
 		}
@@ -94,6 +100,37 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 		}
 	}
 	return out
+}
+
+// placed reports whether claim i's members are in the store: always,
+// unless the store placed the claims and found no room for this one.
+func placed(r Reply, i int) bool {
+	return r.Placed == nil || (i < len(r.Placed) && r.Placed[i] > 0)
+}
+
+// decidePlaced is decide over the claims whose members are in the store
+// (see placed); the others are not admitted, and count for no check.
+func decidePlaced(c *Rules, a *Attempt, lims []int, r Reply, claims []Claim, ok []bool) []bool {
+	if r.Placed == nil {
+		return decide(c, a, lims, r, claims, ok)
+	}
+	var in []Claim
+	for i, cl := range claims {
+		if placed(r, i) {
+			in = append(in, cl)
+		}
+	}
+	kept := decide(c, a, lims, r, in, nil)
+	ok = slices.Grow(ok[:0], len(claims))[:len(claims)]
+	j := 0
+	for i := range claims {
+		ok[i] = false
+		if placed(r, i) {
+			ok[i] = kept[j]
+			j++
+		}
+	}
+	return ok
 }
 
 // remaining is the room claim cl's counts left under the tightest limit.

@@ -45,6 +45,48 @@ type Attempt struct {
 	// Taken, when set, is published with the claims, in their round trip:
 	// the scores they claim, one per unit (see News.Taken).
 	Taken []int64
+
+	// Place lets the store place the round's claims itself, where it
+	// finds room when it applies the attempt, rather than at the scores
+	// of Adds, which were worked out from free slots a round trip old
+	// (see Claim for where each may go). Claims are the round's claims,
+	// their members Adds[First:First+N]; Caps holds, for each level of a
+	// claim, its cap under each window's limit in force. A store that
+	// cannot place them (a window it reads compacted) adds them at their
+	// scores, and says so by leaving Reply.Placed nil.
+	Place  bool
+	Claims []Claim
+	Caps   [Levels][]int
+	Again  bool // sent again (see Resent)
+}
+
+// SetPlaced moves the members of the claims the store placed to their
+// scores (placed: per claim, its score, 0 when it was not placed) and
+// makes Checks the distinct scores of the placed claims, as a store
+// reports its counts: the attempt then reads as if it had added them
+// there, and the members of claims not placed are in no check.
+func (a *Attempt) SetPlaced(placed []int64) {
+	a.Checks = a.Checks[:0]
+	for i, c := range a.Claims {
+		if i >= len(placed) || placed[i] <= 0 {
+			continue
+		}
+		for j := c.First; j < c.First+c.N; j++ {
+			a.Adds[j].Score = placed[i]
+		}
+		a.Checks = addCheck(a.Checks, placed[i])
+	}
+}
+
+// PlaceClaims gives each claim the store placed its score (see
+// Attempt.Place); those not placed keep theirs, and have no member in the
+// store.
+func PlaceClaims(claims []Claim, r Reply) {
+	for i, g := range r.Placed {
+		if i < len(claims) && g > 0 {
+			claims[i].Score = g
+		}
+	}
 }
 
 // Resent makes a ready to be sent again after its round trip failed,
@@ -61,11 +103,14 @@ type Attempt struct {
 // the first application left them, and whatever others wrote since: each
 // counted this attempt's members, so the resend can refuse a claim the
 // first application would have admitted, never admit one it refused.
+// Claims the store places (Place) that the first application placed keep
+// their scores (Again tells the store to look).
 func (a *Attempt) Resent() {
 	for _, e := range a.GiveBack {
 		a.Remove = append(a.Remove, e.Member)
 	}
 	a.GiveBack = nil
+	a.Again = true
 }
 
 // Learning is what a round trip learns of the free slots ahead.
@@ -154,6 +199,11 @@ type Reply struct {
 	// when the earliest live lease expires (server µs, 0 = none).
 	LeaseGranted  int
 	LeaseEarliest int64
+	// Per claim of an attempt whose store placed them (Attempt.Place),
+	// its score, or 0 when no room lay between its Floor and its Last
+	// (its members were not added); nil when the store did not place the
+	// claims.
+	Placed []int64
 }
 
 // UsageRead is what a store's Usage read: the server's clock, the pause

@@ -102,19 +102,64 @@ func (c *Rules) FairShare() int {
 	return max(1, min(c.BatchUnits(), (c.Wins[0].Limit+23)/24))
 }
 
+// Share is how many slots a round near the limit may take when this
+// process's round trips take rtt (µs, the shortest recent one): its fair
+// share, or, when more, the slots the first limit frees in one round trip
+// (its limit over its window, times rtt), a batch at most. A process's
+// claims take a round trip to land, and its next claims another: while
+// they travel, the processes whose round trips are short take turn after
+// turn, and at the line past which no turn is waited for (see SharePause)
+// each takes share after share in well under a millisecond. A process
+// whose round trip is long gets one round per round trip whatever it
+// does, so each of its rounds may take what the window frees meanwhile,
+// as the others could have. For round trips of a few milliseconds or
+// less this is the fair share.
+func (c *Rules) Share(rtt int64) int {
+	w := c.Wins[0]
+	perTrip := (int64(w.Limit)*max(rtt, 0) + w.W - 1) / max(w.W, 1)
+	return max(c.FairShare(), int(min(perTrip, int64(c.BatchUnits()))))
+}
+
+// StaleSlots reports whether the free slots a reply tells of are stale by
+// the time the next round's claims reach Redis, for a process whose round
+// trips take rtt (µs, the shortest recent one): the first limit frees a
+// slot, on average, in less than a round trip, so the processes with
+// shorter round trips may have taken the slots it would claim. Its rounds
+// near the limit then let the store place their claims where it finds
+// room (see Attempt.Place), which costs Redis a script's run per round
+// (some 40µs on a 2-core machine, against the rounds lost to stale
+// slots); below that, a reply's slots are as good as fresh.
+func (c *Rules) StaleSlots(rtt int64) bool {
+	w := c.Wins[0]
+	return int64(w.Limit)*max(rtt, 0) >= w.W
+}
+
 // SharePause is how long a worker waits after taking a full share of slots
-// ahead of their time, when the next free slot is due in lead: its turn is
-// over. The others wake at a random point of the jitter span after the slots
-// they want come within reach; this worker waits a whole span, then a random
-// part of another, so that it comes back after them and processes take turns,
-// instead of the first to wake taking share after share. The pause ends,
-// though, once the next free slot is within half of reserve-ahead of its time:
-// a process alone, with nobody to take the turn, then takes share after share,
-// one round trip each, and every slot is still reserved well before it is due.
-// A window frees slots in the pattern it filled them in, often a burst, and a
-// slot taken late stays late in every later window.
-func (c *Rules) SharePause(r *rand.Rand, lead time.Duration) time.Duration {
-	return min(c.JitterSpan()+c.Jitter(r), max(0, lead-c.Ahead/2))
+// ahead of their time, when the next free slot is due in lead and its round
+// trips take rtt: its turn is over. The others wake at a random point of the
+// jitter span after the slots they want come within reach; this worker waits
+// a whole span, then a random part of another, so that it comes back after
+// them and processes take turns, instead of the first to wake taking share
+// after share. The pause ends, though, once the next free slot is within half
+// of reserve-ahead of its time: a process alone, with nobody to take the
+// turn, then takes share after share, one round trip each, and every slot is
+// still reserved well before it is due. A window frees slots in the pattern
+// it filled them in, often a burst, and a slot taken late stays late in every
+// later window.
+//
+// Both are counted where the worker's claims land, in Redis: its last ones
+// landed some of a round trip before their reply came back, its next ones
+// land the rest of one after it sends them, so its turns are rtt longer
+// than its pauses; and a slot lead away by the clock estimate is lead-rtt/2
+// away when a claim sent now lands (the estimate puts the server's reading
+// of its clock in the middle of the round trip: off by half the link's
+// asymmetry, which moves where the claim lands by as much the other way).
+// For round trips of a millisecond this is the pause it always was; a
+// process whose round trips take 150ms would otherwise come back a round
+// trip after the others, when what was left of a burst of free slots is
+// gone (issue 40).
+func (c *Rules) SharePause(r *rand.Rand, lead, rtt time.Duration) time.Duration {
+	return max(0, min(c.JitterSpan()+c.Jitter(r)-rtt, lead-rtt/2-c.Ahead/2))
 }
 
 // TTL keeps every key alive for as long as its newest member can matter in any

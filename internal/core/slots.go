@@ -25,6 +25,13 @@ type Claim struct {
 	N     int
 	First int   // the index of its first member in the attempt's adds
 	Prio  Level // it fits only under its priority's cap (see Rules.Caps)
+	// Where a store that places the claims itself (see Attempt.Place)
+	// may put it, server µs: no earlier than Floor, no later than Last;
+	// and when the room it would take lies past Reach (the horizon of
+	// its wait), the claims after it in the round wait too, as they do
+	// in Plan. Floor == Last: it goes at Score or not at all (an AllowN,
+	// a slot of the local share).
+	Floor, Last, Reach int64
 }
 
 // admit decides which claims of one attempt keep their members. All claims'

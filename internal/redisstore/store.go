@@ -48,6 +48,9 @@ type Store struct {
 	// with at least that long left before its deadline runs in the
 	// caller's goroutine (see inline).
 	ioTimeout time.Duration
+	// PlaceScript ran here (see place.go): rounds call it by its digest,
+	// rather than send its text, until the server says it lost it.
+	placeLoaded atomic.Bool
 }
 
 // NewStore returns the Store on c for the limits wins (wins[0] is the
@@ -102,6 +105,13 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 //	ZCOUNT key (<g-w> (<g+w>             (once per distinct score g)
 //	EVAL <PeakScript> key <w> <g>...     (instead, in exact attempts with
 //	                                      several limits)
+//	EVAL <PlaceScript> <keys> ...        (instead of the claims' ZADD, the
+//	                                      ZCOUNTs and the peaks, once for
+//	                                      every key after their writes, in
+//	                                      exact attempts that let the
+//	                                      store place their claims while
+//	                                      every window is read as a log:
+//	                                      see place.go)
 //	ZRANGE key -(limit+adds) -(limit-k+1) WITHSCORES
 //	                                     (rounds that learn k slots: once
 //	                                      more per capped priority's cap)
@@ -163,7 +173,11 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		var err error
 		cmds.ctx = ctx
-		_, err = s.pipelined(a.Exact || len(a.GiveBack) > 0)(ctx, cmds.queue)
+		var done []redis.Cmder
+		done, err = s.pipelined(a.Exact || len(a.GiveBack) > 0)(ctx, cmds.queue)
+		if err != nil && cmds.scriptLost(done) {
+			err = nil // its claims go unplaced (see place.go)
+		}
 		return err
 	})
 	if err != nil {
@@ -236,6 +250,8 @@ type attemptCmds struct {
 	meta         *redis.FloatSliceCmd
 	probe        *redis.FloatSliceCmd // ZMSCORE <probe key> bucketed [probe], when not in meta
 	leases       *redis.Cmd           // the lease script's, when places were asked for
+	placing      bool                 // the claims go to PlaceScript (see place.go)
+	place        *redis.Cmd           // its answer
 }
 
 // winCmds are one window's reads in an attempt's round trip: its counts
@@ -279,9 +295,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	if len(a.Remove) > 0 {
 		remove = toAny(a.Remove)
 	}
-	for wi := range s.wins {
-		c.queueWrites(p, wi, zs, remove)
-		c.queueReads(p, wi)
+	expire := func(wi int) {
 		if a.Expire.On {
 			if wi > 0 {
 				p.ZAdd(c.ctx, s.wins[wi].Key, redis.Z{Score: float64(MetaScore(1)), Member: KeeperMember})
@@ -289,7 +303,25 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 			p.PExpire(c.ctx, s.wins[wi].Key, a.Expire.TTLs[wi])
 		}
 	}
-	if len(a.Taken) > 0 {
+	if c.placing = c.placeable(); c.placing {
+		// Every key's writes, then the claims placed and counted in every
+		// key at once, then the reads (see place.go).
+		for wi := range s.wins {
+			c.queueWrites(p, wi, zs, remove)
+		}
+		c.place = c.queuePlace(p)
+		for wi := range s.wins {
+			c.queueReads(p, wi)
+			expire(wi)
+		}
+	} else {
+		for wi := range s.wins {
+			c.queueWrites(p, wi, zs, remove)
+			c.queueReads(p, wi)
+			expire(wi)
+		}
+	}
+	if len(a.Taken) > 0 && !c.placing {
 		// After the claims' ZADDs: a process that hears it and counts
 		// finds them.
 		p.Publish(c.ctx, NewsChannel(s.wins[0].Key), core.News{Taken: a.Taken, From: s.Name()}.String())
@@ -345,6 +377,9 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	add := zs
 	if wi > 0 {
 		add = zs[:len(a.Adds)] // the marker lives in the first key only
+	}
+	if c.placing {
+		add = c.unplaced(add)
 	}
 	if len(add) > 0 {
 		p.ZAdd(ctx, x.Key, add...)
@@ -403,9 +438,12 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 		wc.count = countCmd(c.ctx, p, x, c.ranges(w), c.spans(wi), probes)
 		return
 	}
-	if a.Exact && len(a.Checks) > 0 && len(s.wins) > 1 {
+	switch {
+	case c.placing:
+		// Counted by PlaceScript.
+	case a.Exact && len(a.Checks) > 0 && len(s.wins) > 1:
 		wc.peak = c.peakCmd(p, x.Key, w, a.Lims[wi])
-	} else {
+	default:
 		for _, g := range a.Checks {
 			wc.counts = append(wc.counts, p.ZCount(c.ctx, x.Key, exclusive(g-w), exclusive(g+w)))
 		}
@@ -567,6 +605,11 @@ func (c *attemptCmds) reply() (core.Reply, error) {
 	}
 	for wi := range c.win {
 		if err := c.winReply(&r, wi); err != nil {
+			return core.Reply{}, err
+		}
+	}
+	if c.placing {
+		if err := c.placeReply(&r); err != nil {
 			return core.Reply{}, err
 		}
 	}

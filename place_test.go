@@ -1,0 +1,105 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/netfault"
+	"github.com/go-throttler/throttler/internal/redisstore"
+	"github.com/go-throttler/throttler/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A replica whose replies come back late (a lopsided link: 60ms down, at
+// 100 calls a second, where the window frees a slot every 10ms) has Redis
+// place its claims near the limit (redisstore.PlaceScript), beside two
+// replicas on a fast link that place their own: the window holds, and
+// every admitted call's member sits in Redis at the score its caller was
+// given (a placed claim's waiter goes at the placed score, not the one its
+// plan worked out). On miniredis and on redis-server.
+func TestSlowLinkClaimsPlacedByRedis(t *testing.T) {
+	// dial returns a client to addr, or to the server when addr is "".
+	run := func(t *testing.T, target string, dial func(addr string) redis.UniversalClient, key string) {
+		const limit, interval = 20, 200 * time.Millisecond
+		proxy, err := netfault.Listen(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		proxy.SetDelay(0, 60*time.Millisecond)
+		var rec recorder
+		ths := []*Throttler{
+			rec.watch(mustNew(t, dial(proxy.Addr()), key, limit, interval)),
+			rec.watch(mustNew(t, dial(""), key, limit, interval)),
+			rec.watch(mustNew(t, dial(""), key, limit, interval)),
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, th := range ths {
+			for range 6 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						if err := th.Wait(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("Wait: %v", err)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		for _, th := range ths {
+			waitIdle(t, th)
+		}
+		assertWindow(t, rec.scores(), interval, limit)
+		// The slow replica's rounds ran the script: the server keeps the
+		// scripts it ran.
+		c := dial("")
+		if ok, err := c.ScriptExists(context.Background(), redisstore.PlaceScript.Hash()).Result(); err != nil || !ok[0] {
+			t.Fatalf("SCRIPT EXISTS of the place script: %v, %v: no round had Redis place its claims", ok, err)
+		}
+		inSet := calls(t, c, key)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		checked := 0
+		for _, a := range rec.list {
+			for _, m := range a.members {
+				if s, ok := inSet[m]; ok {
+					checked++
+					if s != a.score {
+						t.Errorf("member %s is at %d in Redis; its caller went by %d", m, s, a.score)
+					}
+				}
+			}
+		}
+		if checked == 0 {
+			t.Fatal("no admitted call's member left in the set to compare")
+		}
+		t.Logf("%d calls admitted, %d compared with the set", len(rec.list), checked)
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		run(t, mr.Addr(), func(addr string) redis.UniversalClient {
+			if addr == "" {
+				addr = mr.Addr()
+			}
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}, "quota")
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		run(t, srv.Addr(), func(addr string) redis.UniversalClient {
+			return srv.NewClient(func(o *redis.Options) {
+				if addr != "" {
+					o.Addr = addr
+				}
+			})
+		}, srv.Key(t, "quota"))
+	})
+}
