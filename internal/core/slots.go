@@ -106,6 +106,12 @@ func near(a, h, w int64) bool {
 	return a > h-w && a < h+w
 }
 
+// PlantEarlySlots plants a bug for the simulator's watchdog test: every
+// free slot a reply tells of is computed this many thousandths of the
+// window early, so that claims at them are refused and claimed again
+// without virtual time moving. Zero everywhere else.
+var PlantEarlySlots int64
+
 // nextSlots returns, for j = 0..k-1, the earliest score at which j+1 members
 // could be added at the tail of the set, once the members in dropped (this
 // process's rejected members, still in the set until the next attempt removes
@@ -149,7 +155,7 @@ func nextSlots(tail []Entry, dropped []Entry, limit, k, extra int, w int64) []in
 		s, ok := byRank[limit-1-j]
 		switch {
 		case ok:
-			slots = append(slots, s+w)
+			slots = append(slots, s+w-w*PlantEarlySlots/1000)
 		case clamped:
 			slots = append(slots, 0)
 		default:

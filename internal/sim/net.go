@@ -16,6 +16,10 @@ import (
 // errDropped is what a connection cut by a fault answers.
 var errDropped = errors.New("sim: connection dropped by a fault")
 
+// errLivelock fails every request once the watchdog called the run a
+// livelock.
+var errLivelock = errors.New("sim: a livelock: virtual time stands still")
+
 // Network carries every replica's connections to the store, over in-memory
 // pipes, and injects the faults that live between a client and Redis:
 // requests held while Redis stalls, replies or requests delayed (by a fixed
@@ -41,6 +45,7 @@ type Network struct {
 	gen    []int         // per replica: its process's number; older ones' dials are refused
 
 	commands atomic.Int64 // commands that reached the server
+	watch    watchdog     // calls a run whose virtual time stands still a livelock
 }
 
 // linkFaults are the faults armed on one replica's connections.
@@ -437,6 +442,10 @@ func (c *conn) Write(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	undelayed := lockedHandshake(p)
+	if c.net.watch.wrote(time.Now(), c.replica, firstArg(p)) {
+		c.Close()
+		return 0, errLivelock
+	}
 	send, dropReply, hold, later := c.net.onWrite(c, undelayed)
 	if !send {
 		c.Close()
