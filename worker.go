@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -43,7 +42,7 @@ func (t *Throttler) submit(w *waiter) {
 		return
 	}
 	sleep, more := t.round()
-	if !more || t.worker.stopIdle(&t.mu, &t.owed) {
+	if !more || t.stopIdle() {
 		return
 	}
 	t.worker.spawn(sleep)
@@ -63,7 +62,7 @@ func runWorker(t *Throttler, sleep time.Duration) {
 		}
 		var more bool
 		sleep, more = t.round()
-		if !more || (sleep > 0 && t.worker.stopIdle(&t.mu, &t.owed)) {
+		if !more || (sleep > 0 && t.stopIdle()) {
 			return
 		}
 	}
@@ -475,15 +474,18 @@ func (q *workerState) pending(o *owed) bool {
 }
 
 // stopIdle stops the worker when no caller waits and nothing is left to
-// tell Redis (o), rather than have it sleep first; it locks mu, the
-// Throttler's, to look. It reports whether the worker stopped.
-func (q *workerState) stopIdle(mu *sync.Mutex, o *owed) bool {
-	mu.Lock()
-	defer mu.Unlock()
-	if q.pending(o) {
+// tell Redis, rather than have it sleep first, as round does when it finds
+// nothing to do: no call stays queued either, so the news listener
+// lingers and ends (the last plan may have left calls queued near the
+// limit that have all left since). It reports whether the worker stopped.
+func (t *Throttler) stopIdle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.worker.pending(&t.owed) {
 		return false
 	}
-	q.running = false
+	t.worker.running = false
+	t.news.queue(false)
 	return true
 }
 
