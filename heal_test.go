@@ -81,15 +81,11 @@ func healCase(t *testing.T, dial dialer, key string, lose func()) {
 func TestHealsLostWindow(t *testing.T) {
 	t.Run("miniredis flushed", func(t *testing.T) {
 		mr := miniredis.RunT(t)
-		healCase(t, func() redis.UniversalClient {
-			c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}, "quota", mr.FlushAll)
+		healCase(t, miniDialer(t, mr), "quota", mr.FlushAll)
 	})
 	t.Run("redis-server restarted empty", func(t *testing.T) {
 		srv := redistest.Start(t)
-		healCase(t, func() redis.UniversalClient { return srv.NewClient() }, srv.Key(t, "quota"), func() { srv.Restart(t) })
+		healCase(t, serverDialer(srv), srv.Key(t, "quota"), func() { srv.Restart(t) })
 	})
 }
 

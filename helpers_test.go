@@ -22,8 +22,9 @@ func TestMain(m *testing.M) {
 }
 
 // dialer returns a new, separate client to the backend under test, as a
-// separate replica would have.
-type dialer func() redis.UniversalClient
+// separate replica would have; configure functions may adjust its options
+// first (a fault-injecting Dialer, a proxy's address).
+type dialer func(configure ...func(*redis.Options)) redis.UniversalClient
 
 // eachBackend runs f against miniredis and against a real redis-server (which
 // redistest starts, or REDIS_URL names; skipped only when neither exists and
@@ -31,17 +32,31 @@ type dialer func() redis.UniversalClient
 func eachBackend(t *testing.T, f func(t *testing.T, dial dialer, key string)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		f(t, func() redis.UniversalClient {
-			c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}, "quota")
+		f(t, miniDialer(t, miniredis.RunT(t)), "quota")
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		f(t, func() redis.UniversalClient { return srv.NewClient() }, srv.Key(t, "quota"))
+		f(t, serverDialer(srv), srv.Key(t, "quota"))
 	})
+}
+
+// serverDialer is the dialer of srv: its clients close when the test that
+// started it ends.
+func serverDialer(srv *redistest.Server) dialer {
+	return func(configure ...func(*redis.Options)) redis.UniversalClient { return srv.NewClient(configure...) }
+}
+
+// miniDialer is the dialer of mr: its clients close when t ends.
+func miniDialer(t *testing.T, mr *miniredis.Miniredis) dialer {
+	return func(configure ...func(*redis.Options)) redis.UniversalClient {
+		o := &redis.Options{Addr: mr.Addr()}
+		for _, adjust := range configure {
+			adjust(o)
+		}
+		c := redis.NewClient(o)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 }
 
 // lateWaker returns a Throttler on key, watched by rec, whose local clock

@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/netfault"
 	"github.com/go-throttler/throttler/internal/redisstore"
-	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,10 +20,10 @@ import (
 // given (a placed claim's waiter goes at the placed score, not the one its
 // plan worked out). On miniredis and on redis-server.
 func TestSlowLinkClaimsPlacedByRedis(t *testing.T) {
-	// dial returns a client to addr, or to the server when addr is "".
-	run := func(t *testing.T, target string, dial func(addr string) redis.UniversalClient, key string) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		const limit, interval = 20, 200 * time.Millisecond
-		proxy, err := netfault.Listen(target)
+		c := dial()
+		proxy, err := netfault.Listen(c.(*redis.Client).Options().Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,9 +31,9 @@ func TestSlowLinkClaimsPlacedByRedis(t *testing.T) {
 		proxy.SetDelay(0, 60*time.Millisecond)
 		var rec recorder
 		ths := []*Throttler{
-			rec.watch(mustNew(t, dial(proxy.Addr()), key, limit, interval)),
-			rec.watch(mustNew(t, dial(""), key, limit, interval)),
-			rec.watch(mustNew(t, dial(""), key, limit, interval)),
+			rec.watch(mustNew(t, dial(func(o *redis.Options) { o.Addr = proxy.Addr() }), key, limit, interval)),
+			rec.watch(mustNew(t, dial(), key, limit, interval)),
+			rec.watch(mustNew(t, dial(), key, limit, interval)),
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
@@ -58,7 +56,6 @@ func TestSlowLinkClaimsPlacedByRedis(t *testing.T) {
 		assertWindow(t, rec.scores(), interval, limit)
 		// The slow replica's rounds ran the script: the server keeps the
 		// scripts it ran.
-		c := dial("")
 		if ok, err := c.ScriptExists(context.Background(), redisstore.PlaceScript.Hash()).Result(); err != nil || !ok[0] {
 			t.Fatalf("SCRIPT EXISTS of the place script: %v, %v: no round had Redis place its claims", ok, err)
 		}
@@ -80,26 +77,5 @@ func TestSlowLinkClaimsPlacedByRedis(t *testing.T) {
 			t.Fatal("no admitted call's member left in the set to compare")
 		}
 		t.Logf("%d calls admitted, %d compared with the set", len(rec.list), checked)
-	}
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		run(t, mr.Addr(), func(addr string) redis.UniversalClient {
-			if addr == "" {
-				addr = mr.Addr()
-			}
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}, "quota")
-	})
-	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		run(t, srv.Addr(), func(addr string) redis.UniversalClient {
-			return srv.NewClient(func(o *redis.Options) {
-				if addr != "" {
-					o.Addr = addr
-				}
-			})
-		}, srv.Key(t, "quota"))
 	})
 }

@@ -8,40 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
-
-// eachCutBackend runs f against miniredis and a real redis-server, with
-// clients that reach them through cutter.
-func eachCutBackend(t *testing.T, f func(t *testing.T, dial func() redis.UniversalClient, cutter *redistest.Cutter, key string)) {
-	t.Helper()
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		cutter := &redistest.Cutter{}
-		f(t, func() redis.UniversalClient {
-			c := redis.NewClient(&redis.Options{Addr: mr.Addr(), Dialer: cutter.Dial})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}, cutter, "quota")
-	})
-	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		cutter := &redistest.Cutter{}
-		f(t, func() redis.UniversalClient {
-			return srv.NewClient(func(o *redis.Options) { o.Dialer = cutter.Dial })
-		}, cutter, srv.Key(t, "quota"))
-	})
-}
 
 // A reservation round trip whose reply is lost after Redis applied it (a
 // MULTI/EXEC, which go-redis does not send again once written) is sent
 // again on another connection: no call fails for it under FailClosed, the
 // window holds, and nothing the first application wrote is left behind.
 func TestRoundResentWhenItsReplyIsLost(t *testing.T) {
-	eachCutBackend(t, func(t *testing.T, dial func() redis.UniversalClient, cutter *redistest.Cutter, key string) {
+	eachBackend(t, func(t *testing.T, dialBackend dialer, key string) {
+		cutter := &redistest.Cutter{}
+		dial := func() redis.UniversalClient {
+			return dialBackend(func(o *redis.Options) { o.Dialer = cutter.Dial })
+		}
 		const limit, interval = 5, 300 * time.Millisecond
 		var rec recorder
 		ths := make([]*Throttler, 3)
