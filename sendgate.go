@@ -266,9 +266,6 @@ func (c *gatedCall) again() {
 	info := SendInfo{Reslotted: true, Rewritten: true}
 	if _, _, err := t.waitSlot(c.ctx, "send", p.estimate, wantFront, 0); err != nil {
 		_ = t.addDebt(c.ctx, t.clock.Server(t.now()), p.estimate)
-		t.mu.Lock()
-		t.worker.start(&t.owed)
-		t.mu.Unlock()
 		info.Late = true
 	}
 	t.stats.sent(t.now(), info)
@@ -286,6 +283,11 @@ func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
 	res, _, err := t.waitSlot(ctx, "send", p.estimate, wantFront, 0)
 	if err != nil {
 		t.countAnyway(ctx, p)
+		// No round trip claims a new slot: one of its own gives the
+		// old one back.
+		t.mu.Lock()
+		t.worker.start(&t.owed)
+		t.mu.Unlock()
 		return err
 	}
 	p.score, p.margin, p.members, p.epoch, p.immediate = res.score, res.margin, res.members, res.epoch, res.immediate
@@ -319,13 +321,11 @@ func (t *Throttler) unslot(ctx context.Context, p *Permit, start bool) {
 
 // countAnyway counts the units of p, which holds no slot, as debt at the
 // server's time now, where its call is about to go; p then holds nothing
-// to settle (see Permit.Settle). A worker writes what Redis did not take.
+// to settle (see Permit.Settle). A worker writes what Redis did not take
+// (see addDebt).
 func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
-	t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
+	_ = t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
 	p.score, p.members = 0, nil
-	t.mu.Lock()
-	t.worker.start(&t.owed)
-	t.mu.Unlock()
 }
 
 // sendLead is how long a Transport's calls took to get their connections
