@@ -73,9 +73,7 @@ func runWorker(t *Throttler, sleep time.Duration) {
 func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
 	t.owed.trimReplay(t.clock.Server(t.now()), t.rules.LongestW())
-	if !t.worker.pending(&t.owed) {
-		t.worker.running = false
-		t.news.queue(false)
+	if t.stopIdleLocked() {
 		t.mu.Unlock()
 		return 0, false
 	}
@@ -474,13 +472,19 @@ func (q *workerState) pending(o *owed) bool {
 }
 
 // stopIdle stops the worker when no caller waits and nothing is left to
-// tell Redis, rather than have it sleep first, as round does when it finds
-// nothing to do: no call stays queued either, so the news listener
-// lingers and ends (the last plan may have left calls queued near the
-// limit that have all left since). It reports whether the worker stopped.
+// tell Redis, rather than have it sleep first (see stopIdleLocked). It
+// reports whether the worker stopped.
 func (t *Throttler) stopIdle() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.stopIdleLocked()
+}
+
+// stopIdleLocked stops the worker when no caller waits and nothing is left
+// to tell Redis, and reports whether it did: no call stays queued either,
+// so the news listener lingers and ends (the last plan may have left calls
+// queued near the limit that have all left since).
+func (t *Throttler) stopIdleLocked() bool {
 	if t.worker.pending(&t.owed) {
 		return false
 	}
