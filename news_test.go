@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
@@ -62,5 +63,41 @@ func TestNewsReachesSleepers(t *testing.T) {
 		}
 		waitIdle(t, sleeper)
 		waitIdle(t, other)
+	})
+}
+
+// A worker that stops idle after its last plan left calls queued near the
+// limit, all of which left since, lets the news listener end: the listener
+// is not kept, with its subscription, until the next call. This run stops
+// the worker at its next round (it fails when stopIdleLocked leaves the
+// flag set); the race that left it set before, callers all leaving during
+// the round trip and the worker stopping right after it, is not pinned
+// here.
+func TestListenerEndsWithTheIdleWorker(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		// Slots reserved at most 100ms ahead: the Waits stay queued.
+		th := mustNew(t, dial(), key, 2, time.Second, WithReserveAhead(100*time.Millisecond))
+		for range 2 {
+			if err := th.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// As after a lost turn: rounds near the limit listen for the
+		// slots others announce while calls stay queued.
+		th.mu.Lock()
+		th.known.Announce = core.ContendedRounds
+		th.mu.Unlock()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(50*time.Millisecond, cancel)
+				if err := th.Wait(ctx); err == nil {
+					t.Error("a Wait was admitted in a full window")
+				}
+			})
+		}
+		wg.Wait()
+		waitIdle(t, th)
 	})
 }
