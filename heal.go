@@ -47,6 +47,9 @@ import (
 // marker and the heal pause. Every round trip carries them, a Wait's and an
 // Allow's alike.
 func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
+	if h.serverSeen > 0 {
+		serverNow = min(serverNow, h.serverSeen)
+	}
 	h.journal.Trim(serverNow)
 	h.planned = h.journal.Mark()
 	a.Loss.Probes[0], _ = h.journal.Probe()
@@ -83,6 +86,7 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	// Our last round trip refreshed the key's TTL: if that was less than a
 	// TTL ago, the key cannot have expired on its own.
 	seenRecently := h.lastSeen > 0 && serverAt-h.lastSeen < ttl
+	h.serverSeen = max(h.serverSeen, serverAt)
 	missing := r.NoMark && !a.Loss.Mark // a marker we were writing ourselves proves nothing
 	if missing {
 		o.mark = true // with the next round trip
@@ -102,9 +106,13 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 		untold
 		gone
 	)
+	// A probe whose score left the longest window by the time the round
+	// trip reached the server may have been trimmed from the key: the
+	// journal keeps calls by the server's time last seen, which can be
+	// that far behind.
 	state := func(i int) int {
 		switch p := a.Loss.Probes[i]; {
-		case p.Member == "":
+		case p.Member == "" || p.Score <= serverAt-h.journal.W:
 			return none
 		case !r.Gone[i]:
 			return found

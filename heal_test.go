@@ -284,3 +284,48 @@ func TestProbeGivenBackInFlight(t *testing.T) {
 		w.want("b2, before the second", probes, lost, [2]string{"d", "b2"}, true)
 	})
 }
+
+// A local clock stepped ahead must not trim the probes away: the journal
+// keeps calls by the server's time a reply last read, so the round trip
+// planned with the stepped estimate still probes the newest call, and
+// finds it lost. A probe that left the window by the time its round trip
+// reached the server may have been trimmed there, and tells nothing.
+// (Seed 547 of the simulator: a clock stepped 120ms ahead, then a failover
+// to a copy without the process's calls scored ahead; the journal, trimmed
+// by the stepped estimate, held no probe, and the process admitted a
+// window's worth on the copy.)
+func TestClockStepKeepsProbes(t *testing.T) {
+	const w, ttl = 100, int64(time.Hour / time.Microsecond)
+	plan := func(h *health, serverNow int64) (core.Attempt, owed) {
+		var a core.Attempt
+		var o owed
+		h.lossChecks(&a, serverNow, &o)
+		return a, o
+	}
+	t.Run("stepped ahead", func(t *testing.T) {
+		h := health{lastSeen: 1, journal: core.Journal{Cap: 100, W: w}}
+		a, o := plan(&h, 20)
+		h.noticeLoss(&a, core.Reply{}, 20, ttl, &o)
+		h.journal.Add(50, []string{"a"}) // scored ahead of the server's 20
+		a, o = plan(&h, 20+10*w)         // the local clock jumps
+		if a.Loss.Probes[0].Member != "a" {
+			t.Fatalf("probe after a step ahead: %q, want a", a.Loss.Probes[0].Member)
+		}
+		r := core.Reply{Gone: [2]bool{true}} // a failover to a copy without it
+		if !h.noticeLoss(&a, r, 40, ttl, &o) {
+			t.Fatal("the lost probe was not noticed")
+		}
+	})
+	t.Run("left the window", func(t *testing.T) {
+		h := health{lastSeen: 1, journal: core.Journal{Cap: 100, W: w}}
+		h.journal.Add(15, []string{"a"})
+		a, o := plan(&h, 20)
+		if a.Loss.Probes[0].Member != "a" {
+			t.Fatalf("probe: %q, want a", a.Loss.Probes[0].Member)
+		}
+		r := core.Reply{Gone: [2]bool{true}} // trimmed by the server at 15+w
+		if h.noticeLoss(&a, r, 15+w, ttl, &o) {
+			t.Fatal("a probe trimmed from the window was taken for a loss")
+		}
+	})
+}

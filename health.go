@@ -10,9 +10,14 @@ import (
 // health is what lets a round trip tell that Redis lost the window (see
 // heal.go), guarded by the Throttler's mu.
 type health struct {
-	lastSeen int64        // server µs: the last round trip that found (or wrote) the marker (0 = none)
-	journal  core.Journal // our admissions that still count: the probe for a lost window
-	planned  uint64       // the journal's Mark when the round trip in flight was planned
+	lastSeen int64 // server µs: the last round trip that found (or wrote) the marker (0 = none)
+	// Server µs: the latest time a reply read on the server's clock. The
+	// journal is trimmed no later than it: an estimate a local clock step
+	// moved ahead would otherwise drop calls that still count, and with
+	// them the probes that tell their loss (seed 547).
+	serverSeen int64
+	journal    core.Journal // our admissions that still count: the probe for a lost window
+	planned    uint64       // the journal's Mark when the round trip in flight was planned
 	// The Marks of the round trips whose newest probe could not tell (see
 	// heal.go), oldest first: each round trip also probes the newest call
 	// journaled before the first, until one is found.
