@@ -57,7 +57,10 @@ func (w *waiter) await(ctx context.Context, t *Throttler) (outcome, error) {
 	t.mu.Lock()
 	res := w.res
 	if res.state == stFailed || res.state == stRefused {
-		return w.endUnadmittedAndUnlock(ctx, t)
+		then, o, err := w.endUnadmittedLocked(t)
+		t.mu.Unlock()
+		then.run(ctx, t)
+		return o, err
 	}
 	t.mu.Unlock()
 	if o, reached, err := w.toSlot(ctx, t, res); !reached {
@@ -91,12 +94,14 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 		immediate = false
 		t.mu.Lock()
 		if (t.shared.paused(t.clock.Server(res.at)) && t.shared.paused(t.clock.Server(t.now()))) ||
-			(res.epoch != t.shared.epoch && !res.immediate) {
+			(res.limitGen != t.shared.limitGen && !res.immediate) {
 			// A shared pause began after this slot was reserved (wait it
 			// out), or the limit was lowered since: a slot reserved ahead
 			// under the higher limit may not fit the lower one.
-			o, err := w.unreserveAndUnlock(ctx, t, againPaused)
-			return o, false, err
+			then, o := w.unreserveLocked(t, againPaused)
+			t.mu.Unlock()
+			then.run(ctx, t)
+			return o, false, nil
 		}
 		target, late := t.offScore(res, t.clock)
 		if now := t.now(); woken && now.Before(at) {
@@ -119,31 +124,49 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 			if w.lates++; w.lates >= lateBeforeSlack {
 				w.slack = max(2*w.slack, 2*late.Microseconds())
 			}
-			o, err := w.unreserveAndUnlock(ctx, t, again)
-			return o, false, err
+			then, o := w.unreserveLocked(t, again)
+			t.mu.Unlock()
+			then.run(ctx, t)
+			return o, false, nil
 		}
 		t.mu.Unlock()
 		return proceed, true, nil
 	}
 }
 
-// endUnadmittedAndUnlock ends the wait of w, failed or refused (an AllowN),
-// with t.mu held: whatever of it may still be in Redis (members of an
-// earlier attempt that did not fit) leaves with it.
-func (w *waiter) endUnadmittedAndUnlock(ctx context.Context, t *Throttler) (outcome, error) {
+// endUnadmittedLocked ends the wait of w, failed or refused (an AllowN):
+// whatever of it may still be in Redis (members of an earlier attempt that
+// did not fit) leaves with it, after t.mu is released (then).
+func (w *waiter) endUnadmittedLocked(t *Throttler) (then afterUnlock, _ outcome, _ error) {
 	res := w.res
 	held := res.held()
-	w.res, w.caller = reservation{state: res.state, err: res.err, retry: res.retry, remaining: res.remaining}, gone
+	w.moveLocked(reservation{state: res.state, err: res.err, retry: res.retry, remaining: res.remaining}, gone)
 	if isRedis(res.err) {
 		t.owed.giveBack = append(t.owed.giveBack, held...)
 		held = nil
 	}
-	t.mu.Unlock()
-	t.release(ctx, held, 0)
+	then = afterUnlock{members: held}
 	if res.state == stRefused {
-		return refused, nil
+		return then, refused, nil
 	}
-	return proceed, res.err
+	return then, proceed, res.err
+}
+
+// afterUnlock is what a waiter's move under t.mu leaves to do once t.mu
+// is released: members to give back (at their score, 0 when not written
+// for sure), or the worker to nudge.
+type afterUnlock struct {
+	members []string
+	at      int64
+	nudge   bool
+}
+
+// run does it, without t.mu.
+func (a afterUnlock) run(ctx context.Context, t *Throttler) {
+	t.release(ctx, a.members, a.at)
+	if a.nudge {
+		t.worker.nudge()
+	}
 }
 
 // sleepToward sleeps d toward w's slot, until news comes (woken),
@@ -190,29 +213,25 @@ func (w *waiter) sleepToward(ctx context.Context, t *Throttler, d time.Duration)
 // a wider window.
 const lateBeforeSlack = 3
 
-// unreserveAndUnlock gives back the slot an admitted w has not used yet, and
-// unlocks t.mu. A WaitN queues anew (o says why), its members leaving Redis
-// with the next round trip; an AllowN is refused, its members removed
-// before it returns.
-func (w *waiter) unreserveAndUnlock(ctx context.Context, t *Throttler, o outcome) (outcome, error) {
+// unreserveLocked gives back the slot an admitted w has not used yet. A
+// WaitN queues anew (o says why), its members leaving Redis with the next
+// round trip; an AllowN is refused, its members removed once t.mu is
+// released (then), before it returns.
+func (w *waiter) unreserveLocked(t *Throttler, o outcome) (then afterUnlock, _ outcome) {
 	members, at := w.res.members, w.res.score
 	t.health.forget(members, &t.hooks)
 	t.known.Free(at, w.n, w.prio.level())
 	if w.now {
-		w.freeShare(t.fallback.local)
-		w.res, w.caller = reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone
-		t.mu.Unlock()
-		t.release(ctx, members, at)
-		return refused, nil
+		w.freeShareLocked(t.fallback.local)
+		w.moveLocked(reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone)
+		return afterUnlock{members: members, at: at}, refused
 	}
-	w.requeue(&t.owed, t.fallback.local, w.res.score)
-	t.mu.Unlock()
+	w.requeueLocked(&t.owed, t.fallback.local, w.res.score)
 	// Give the slot back now, not with the round that reserves the call
 	// again (after a pause, that may be far off): until it is gone, the
 	// window counts a call that never went, and so do the readings of an
 	// API's counter (see Transport.Counters).
-	t.worker.nudge()
-	return o, nil
+	return afterUnlock{nudge: true}, o
 }
 
 // abandon handles a caller whose ctx ended: it removes w from t's
@@ -224,7 +243,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 		t.worker.queue = slices.DeleteFunc(t.worker.queue, func(x *waiter) bool { return x == w })
 		t.lease.unpark(w)
 		stale := w.res.stale
-		w.res, w.caller = reservation{state: stFailed}, gone
+		w.moveLocked(reservation{state: stFailed}, gone)
 		t.mu.Unlock()
 		t.worker.nudge()
 		t.release(ctx, stale, 0)
@@ -233,7 +252,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 		// The round trip may be adding this call's members right now: wait
 		// for its reply (one round trip) to know what to remove, but no
 		// longer than the release timeout.
-		w.caller = leaving
+		w.moveLocked(w.res, leaving)
 		t.mu.Unlock()
 		timer := time.NewTimer(t.releaseTimeout())
 		select {
@@ -243,7 +262,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 		timer.Stop()
 		t.mu.Lock()
 		if w.res.state == stInFlight {
-			w.caller = gone // the worker gives its members back when the reply comes
+			w.moveLocked(w.res, gone) // the worker gives its members back when the reply comes
 			t.mu.Unlock()
 			return endedError(ctx)
 		}
@@ -256,8 +275,8 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 			at = w.res.score // its members only, written for sure
 		}
 	}
-	w.freeShare(t.fallback.local)
-	w.res, w.caller = reservation{state: stFailed}, gone
+	w.freeShareLocked(t.fallback.local)
+	w.moveLocked(reservation{state: stFailed}, gone)
 	t.mu.Unlock()
 	t.release(ctx, held, at)
 	return endedError(ctx)

@@ -87,10 +87,10 @@ func (f *fallback) fallBackLocked(batch []*waiter, err error) (d time.Duration, 
 	for _, w := range batch {
 		if w.caller != present {
 			t.owed.unhold(w, f.local, 0)
-			w.settle(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
+			w.settleLocked(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 			continue
 		}
-		w.requeue(&t.owed, f.local, 0)
+		w.requeueLocked(&t.owed, f.local, 0)
 		requeue = append(requeue, w)
 	}
 	t.worker.pushFront(requeue)
@@ -110,10 +110,10 @@ func (f *fallback) failAllLocked(batch []*waiter, err error) {
 			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
 			stale = w.res.stale
 		}
-		w.settle(reservation{state: stFailed, err: e, stale: stale})
+		w.settleLocked(reservation{state: stFailed, err: e, stale: stale})
 	}
 	for _, w := range t.worker.queue {
-		w.settle(reservation{state: stFailed, err: e, stale: w.res.stale})
+		w.settleLocked(reservation{state: stFailed, err: e, stale: w.res.stale})
 	}
 	t.worker.queue = t.worker.queue[:0]
 }
@@ -124,12 +124,12 @@ func (f *fallback) failAllLocked(batch []*waiter, err error) {
 func (f *fallback) admitDegradedLocked(w *waiter, at, shareAt time.Time) bool {
 	t := f.t
 	if w.now && at.After(t.now()) {
-		w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
+		w.settleLocked(reservation{state: stRefused, retry: at, stale: w.res.stale})
 		return false
 	}
 	// A reservation settled here is not one a reply just made: it goes
 	// at its time, on a timer.
-	w.settle(reservation{state: stAdmitted, at: at, epoch: t.shared.epoch, shareAt: shareAt, stale: w.res.stale})
+	w.settleLocked(reservation{state: stAdmitted, at: at, limitGen: t.shared.limitGen, shareAt: shareAt, stale: w.res.stale})
 	return true
 }
 
@@ -211,18 +211,18 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			continue
 		}
 		if w.n > f.local.Limit {
-			w.settle(reservation{state: stFailed, stale: w.res.stale, err: redisError(fmt.Errorf(
+			w.settleLocked(reservation{state: stFailed, stale: w.res.stale, err: redisError(fmt.Errorf(
 				"%d calls at once exceed the local fallback's %d per window", w.n, f.local.Limit))})
 			continue
 		}
 		rtAt := f.local.Slot(rtNow.Add(start.Sub(now)), w.n)
 		at := now.Add(rtAt.Sub(rtNow))
 		if w.now && at.After(now) {
-			w.settle(reservation{state: stRefused, retry: at, stale: w.res.stale})
+			w.settleLocked(reservation{state: stRefused, retry: at, stale: w.res.stale})
 			continue
 		}
 		if !w.deadline.IsZero() && core.TooLate(at, w.deadline) {
-			w.settle(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline, w.cause)})
+			w.settleLocked(reservation{state: stFailed, stale: w.res.stale, err: deadlineError(at, w.deadline, w.cause)})
 			continue
 		}
 		if at.After(horizon) {

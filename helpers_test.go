@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -18,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { os.Exit(checkMoves(code)) }))
 }
 
 // dialer returns a new, separate client to the backend under test, as a
@@ -202,7 +203,7 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 func calls(t *testing.T, c redis.UniversalClient, key string) map[string]int64 {
 	t.Helper()
 	m := keyMembers(t, c, key)
-	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember, redisstore.EpochMember} {
+	for _, meta := range []string{redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember, redisstore.BackoffMember, redisstore.BackoffEndMember, redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember, redisstore.StampMember} {
 		delete(m, meta)
 	}
 	return m

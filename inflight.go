@@ -133,7 +133,7 @@ func (l *leases) startKeeper() {
 // when it needs one, named from ids, with what the process knows of its
 // wakes as the round is planned (see park).
 func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
-	if !w.needsPlace() {
+	if !w.needsPlaceLocked() {
 		return
 	}
 	w.leaseTry = ids.next()
@@ -192,7 +192,7 @@ func (l *leases) park(w *waiter, a *core.Attempt) (requeue bool) {
 // in order. Not while Redis fails (degraded): the failure policy serves
 // it. Without WithInFlight (l nil) it parks nothing.
 func (l *leases) parkBehind(w *waiter, degraded bool) bool {
-	if l == nil || !w.needsPlace() || !l.inLine || len(l.parked) == 0 || degraded {
+	if l == nil || !w.needsPlaceLocked() || !l.inLine || len(l.parked) == 0 || degraded {
 		return false
 	}
 	l.parked = append(l.parked, w)

@@ -77,7 +77,7 @@ func (q *workerState) enter(w *waiter, maxQueue int) error {
 		q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == victim })
 		victim.counted = false
 		q.waiting--
-		victim.settle(reservation{state: stFailed, stale: victim.res.stale,
+		victim.settleLocked(reservation{state: stFailed, stale: victim.res.stale,
 			err: rejectf(RejectedShed, ErrQueueFull, "throttler: shed from a full queue for a call of priority %s", w.prio)})
 	}
 	w.counted = true

@@ -148,5 +148,5 @@ func (o *owed) unhold(w *waiter, local *core.LocalWindow, at int64) {
 	} else {
 		o.giveBack = append(o.giveBack, w.res.members...)
 	}
-	w.freeShare(local)
+	w.freeShareLocked(local)
 }

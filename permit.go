@@ -19,9 +19,9 @@ type Permit struct {
 	members  []string // its members in every key (nil: admitted without Redis)
 	lease    string   // its place in flight (WithInFlight; "" = none)
 	// For a send held at its connection (see sendgate.go): the limit
-	// epoch its slot was reserved in, and whether it was one to go as
+	// limit generation its slot was reserved in, and whether it was one to go as
 	// its reply came (which a lowered limit does not move).
-	epoch     int
+	limitGen  int
 	immediate bool
 
 	once, doneOnce sync.Once
@@ -61,7 +61,7 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead
 		if err != nil {
 			return nil, err
 		}
-		p := &Permit{t: t, estimate: n, score: res.score, margin: res.margin, members: res.members, lease: lease, epoch: res.epoch, immediate: res.immediate}
+		p := &Permit{t: t, estimate: n, score: res.score, margin: res.margin, members: res.members, lease: lease, limitGen: res.limitGen, immediate: res.immediate}
 		t.mu.Lock()
 		_, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
 		if late <= 0 {

@@ -193,7 +193,7 @@ func (c *gatedCall) hold() bool {
 	for {
 		t.mu.Lock()
 		target, late := t.offScore(reservation{score: p.score, margin: p.margin}, t.clock)
-		if t.shared.paused(t.clock.Server(t.now())) || (p.epoch != t.shared.epoch && !p.immediate) {
+		if t.shared.paused(t.clock.Server(t.now())) || (p.limitGen != t.shared.limitGen && !p.immediate) {
 			// As a call's own wait at its slot (see toSlot): a shared
 			// pause in force, or a limit lowered since the slot was
 			// reserved, which a slot reserved ahead may not fit.
@@ -290,7 +290,7 @@ func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
 		t.mu.Unlock()
 		return err
 	}
-	p.score, p.margin, p.members, p.epoch, p.immediate = res.score, res.margin, res.members, res.epoch, res.immediate
+	p.score, p.margin, p.members, p.limitGen, p.immediate = res.score, res.margin, res.members, res.limitGen, res.immediate
 	return nil
 }
 

@@ -15,7 +15,7 @@ type sharedState struct {
 	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
 	lowered    int   // the first limit as lowered through Redis (SetLimit); 0 = not lowered
 	lowerTill  int64 // server µs at which the lowering ends
-	epoch      int   // grows each time the limit is lowered: reservations made before must be made again
+	limitGen   int   // the limit generation: grows each time the limit is lowered: reservations made before must be made again
 	// The largest margin any replica published (µs) and when it ends
 	// (server µs): see margin.go.
 	wide, wideTill int64
@@ -53,7 +53,7 @@ func (s *sharedState) limits(wins []core.Window, serverNow int64, buf []int) []i
 
 // lower records the first limit lowered to n (0 = not lowered) until till,
 // where configured is New's. It returns the limit before and after; when
-// after is lower, a new epoch makes calls holding slots reserved under the
+// after is lower, a new limit generation makes calls holding slots reserved under the
 // higher limit reserve again.
 func (s *sharedState) lower(n int, till int64, configured int) (before, after int) {
 	before, after = configured, configured
@@ -64,7 +64,7 @@ func (s *sharedState) lower(n int, till int64, configured int) (before, after in
 		after = n
 	}
 	if after < before {
-		s.epoch++
+		s.limitGen++
 	}
 	s.lowered, s.lowerTill = n, till
 	return before, after

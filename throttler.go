@@ -43,7 +43,16 @@ type Throttler struct {
 	clock *core.Clock // its own, or its Group's (see withClockSync)
 	stats meter
 
-	mu       sync.Mutex  // guards what follows
+	// mu guards the fields below it and the waiters' changing fields (see
+	// waiter). The one lock rule: a function that reads or writes them
+	// either runs with mu held, as its name says (a Locked suffix) or its
+	// receiver does (a method of one of the types below, each owning its
+	// fields), or takes mu itself and releases it before it returns. No
+	// function releases mu for its caller or is handed a mutex; what must
+	// happen after the release is returned to the caller to run (see
+	// afterUnlock). Nothing under mu waits for Redis or another goroutine:
+	// Observers called under it must return quickly (see Observer).
+	mu       sync.Mutex
 	worker   workerState // the queue and the worker that serves it
 	known    core.Known  // what the last reply told of the room ahead
 	shared   sharedState // the pause and lowered limit every process agrees on

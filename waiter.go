@@ -47,7 +47,7 @@ type reservation struct {
 	score     int64     // admitted through Redis: the server µs it was counted at (0 = admitted without Redis)
 	margin    int64     // admitted through Redis: the margin it was counted with (µs; see core.Rules.Margin)
 	immediate bool      // admitted: at is "when the reply arrives": go without a timer
-	epoch     int       // admitted: the limit epoch it was made in
+	limitGen  int       // admitted: the limit generation it was made in (see sharedState)
 
 	err       error     // failed: why
 	retry     time.Time // refused (AllowN): when the calls might have fitted; zero = unknown
@@ -86,8 +86,8 @@ func (w *waiter) before(x *waiter) bool {
 	return x.prio < w.prio
 }
 
-// needsPlace reports whether w still has to get a place in flight.
-func (w *waiter) needsPlace() bool { return w.wantLease && w.lease == "" }
+// needsPlaceLocked reports whether w still has to get a place in flight.
+func (w *waiter) needsPlaceLocked() bool { return w.wantLease && w.lease == "" }
 
 // held is every member of the reservation still in Redis.
 func (r reservation) held() []string {
@@ -103,11 +103,9 @@ func queuedAfter(r reservation) reservation {
 	return reservation{state: stQueued, stale: r.held()}
 }
 
-// settle gives w its reservation and wakes its caller.
-func (w *waiter) settle(r reservation) {
-	w.res = r
-	w.signal()
-}
+// settleLocked gives w its reservation, its caller's presence unchanged
+// (see moveLocked).
+func (w *waiter) settleLocked(r reservation) { w.moveLocked(r, w.caller) }
 
 func (w *waiter) signal() {
 	select {
@@ -124,20 +122,20 @@ func signal(c chan struct{}) {
 	}
 }
 
-// requeue sends w, whose reservation did not hold, back to the queue's
+// requeueLocked sends w, whose reservation did not hold, back to the queue's
 // state: what it holds goes back (see owed.unhold), and what it still has
 // in Redis from an earlier attempt stays known (see queuedAfter). The
 // caller puts w back in the queue (see workerState.pushFront).
-func (w *waiter) requeue(o *owed, local *core.LocalWindow, at int64) {
+func (w *waiter) requeueLocked(o *owed, local *core.LocalWindow, at int64) {
 	o.unhold(w, local, at)
-	w.res = queuedAfter(w.res)
+	w.moveLocked(queuedAfter(w.res), w.caller)
 }
 
-// freeShare gives back the slot w holds in local, the local window it
+// freeShareLocked gives back the slot w holds in local, the local window it
 // keeps to while sharing (see fallback.recoveredLocked), when w does not
 // keep its reservation: the caller then replaces w's reservation with one
 // that holds no such slot.
-func (w *waiter) freeShare(local *core.LocalWindow) {
+func (w *waiter) freeShareLocked(local *core.LocalWindow) {
 	if !w.res.shareAt.IsZero() && local != nil {
 		local.Release(w.res.shareAt, w.n)
 	}

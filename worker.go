@@ -22,7 +22,7 @@ import (
 // or this caller, if it must wait for a slot) to a worker goroutine.
 func (t *Throttler) submit(w *waiter) {
 	t.mu.Lock()
-	w.res = reservation{state: stQueued, stale: w.res.stale}
+	w.moveLocked(reservation{state: stQueued, stale: w.res.stale}, w.caller)
 	if t.lease.parkBehind(w, t.fallback.isDegraded()) {
 		t.stats.placeWait()
 		t.mu.Unlock()
@@ -272,9 +272,9 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 		case core.Keep:
 			rest = append(rest, w)
 		case core.Fail:
-			w.settle(reservation{state: stFailed, err: w.planError(d), stale: w.res.held()})
+			w.settleLocked(reservation{state: stFailed, err: w.planError(d), stale: w.res.held()})
 		case core.Refuse:
-			w.settle(reservation{state: stRefused, retry: d.At, stale: w.res.held()})
+			w.settleLocked(reservation{state: stRefused, retry: d.At, stale: w.res.held()})
 		case core.Take:
 			if !d.ShareAt.IsZero() {
 				t.fallback.local.Take(d.ShareAt, w.n)
@@ -286,7 +286,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 				members[j] = t.ids.next()
 				a.Adds = append(a.Adds, core.Entry{Score: d.Score, Member: members[j]})
 			}
-			w.res = reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.ShareAt}
+			w.moveLocked(reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.ShareAt}, w.caller)
 			p.Claims[len(rd.batch)].First = first
 			rd.batch = append(rd.batch, w)
 		}
@@ -386,14 +386,14 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		}
 		t.owed.unhold(w, t.fallback.local, c.Score)
 		t.lease.drop(w)
-		w.settle(reservation{state: stFailed})
+		w.settleLocked(reservation{state: stFailed})
 	case w.caller == leaving:
 		// Its caller is leaving, and gives back what it holds.
-		w.settle(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
-	case res.OK[i] && !w.needsPlace():
-		w.settle(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
+		w.settleLocked(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
+	case res.OK[i] && !w.needsPlaceLocked():
+		w.settleLocked(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
 			at: t.clock.Local(c.Score), score: c.Score, margin: a.Margin.Own, immediate: res.Immediate[i],
-			epoch: t.shared.epoch, remaining: res.Remaining[i]})
+			limitGen: t.shared.limitGen, remaining: res.Remaining[i]})
 		t.health.journal.Add(c.Score, w.res.members)
 		if t.hooks.onAdmit != nil {
 			t.hooks.onAdmit(c.Score, w.res.members)
@@ -401,7 +401,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		return true, false
 	case w.now:
 		// Refused: its caller removes the members before it returns.
-		w.freeShare(t.fallback.local)
+		w.freeShareLocked(t.fallback.local)
 		retry := time.Time{}
 		if len(res.Slots) >= w.n && res.Slots[w.n-1] > c.Score {
 			retry = t.clock.Local(res.Slots[w.n-1])
@@ -409,15 +409,15 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		if t.shared.pausedTill > c.Score {
 			retry = maxTime(retry, t.clock.Local(t.shared.pausedTill))
 		}
-		w.settle(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.Remaining[i]})
+		w.settleLocked(reservation{state: stRefused, stale: w.res.held(), retry: retry, remaining: res.Remaining[i]})
 	default:
 		// No slot, or no place in flight: its slot goes back, and it
 		// tries again, or waits for a place (see WithInFlight).
 		if res.OK[i] {
 			t.known.Free(c.Score, w.n, w.prio.level())
 		}
-		w.requeue(&t.owed, t.fallback.local, c.Score)
-		if !w.needsPlace() {
+		w.requeueLocked(&t.owed, t.fallback.local, c.Score)
+		if !w.needsPlaceLocked() {
 			return false, true
 		}
 		t.stats.placeWait()

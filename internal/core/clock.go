@@ -19,7 +19,7 @@ import (
 // All window arithmetic uses server time, so replicas whose local clocks
 // disagree by seconds still agree on the window.
 //
-// Local times are measured from a fixed local reading, the epoch, with
+// Local times are measured from a fixed local reading, the origin, with
 // time.Time.Sub: on Go's monotonic clock when the readings carry it (as
 // time.Now's do), so a step of the local wall clock (NTP, a VM resumed)
 // changes no conversion, and the local times returned compare with
@@ -30,14 +30,14 @@ import (
 // and a round whose sample restarts the estimate admits nothing (see
 // Observe).
 type Clock struct {
-	epoch     time.Time // local times are microseconds since it
+	origin    time.Time // local times are microseconds since it
 	Monotonic bool      // the local clock's readings carry Go's monotonic reading
 
 	mu      sync.Mutex
 	samples [8]clockSample
 	count   int
 	next    int
-	offset  int64  // microseconds, server minus local since epoch
+	offset  int64  // microseconds, server minus local since origin
 	last    int64  // microseconds, the server's clock as it last read it
 	rtt     int64  // microseconds, the shortest recent round trip
 	gen     uint64 // how many times the estimate restarted (a clock step)
@@ -50,14 +50,14 @@ type Clock struct {
 
 // NewClock returns an estimate that, until its first sample, takes the
 // local clock for the server's.
-func NewClock(epoch time.Time) Clock {
+func NewClock(origin time.Time) Clock {
 	// Round(0) strips the monotonic reading: a reading equal to its
 	// stripped self never had one.
-	return Clock{epoch: epoch, Monotonic: epoch != epoch.Round(0), offset: epoch.UnixMicro()}
+	return Clock{origin: origin, Monotonic: origin != origin.Round(0), offset: origin.UnixMicro()}
 }
 
-// micros is local's time in microseconds since the epoch.
-func (c *Clock) micros(local time.Time) int64 { return local.Sub(c.epoch).Microseconds() }
+// micros is local's time in microseconds since the origin.
+func (c *Clock) micros(local time.Time) int64 { return local.Sub(c.origin).Microseconds() }
 
 type clockSample struct {
 	rtt, offset int64 // microseconds
@@ -172,14 +172,14 @@ func (c *Clock) Since(gen uint64) bool {
 func (c *Clock) Local(server int64) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.epoch.Add(time.Duration(server-c.offset) * time.Microsecond)
+	return c.origin.Add(time.Duration(server-c.offset) * time.Microsecond)
 }
 
 // ClockView is the estimate as it stood at one moment, a plain value: what
 // a round is planned with, so that planning needs no lock.
 type ClockView struct {
-	epoch  time.Time
-	offset int64  // microseconds, server minus local since epoch
+	origin time.Time
+	offset int64  // microseconds, server minus local since origin
 	RTT    int64  // microseconds, the shortest recent round trip
 	Gen    uint64 // how many times the estimate restarted: a round planned in one generation and read in another proves nothing (see Clock.Since)
 }
@@ -188,13 +188,15 @@ type ClockView struct {
 func (c *Clock) View() ClockView {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ClockView{epoch: c.epoch, offset: c.offset, RTT: c.rtt, Gen: c.gen}
+	return ClockView{origin: c.origin, offset: c.offset, RTT: c.rtt, Gen: c.gen}
 }
 
 // Server converts a local time to estimated server microseconds.
-func (v ClockView) Server(local time.Time) int64 { return local.Sub(v.epoch).Microseconds() + v.offset }
+func (v ClockView) Server(local time.Time) int64 {
+	return local.Sub(v.origin).Microseconds() + v.offset
+}
 
 // Local converts server microseconds to the local clock's time.
 func (v ClockView) Local(server int64) time.Time {
-	return v.epoch.Add(time.Duration(server-v.offset) * time.Microsecond)
+	return v.origin.Add(time.Duration(server-v.offset) * time.Microsecond)
 }

@@ -6,9 +6,9 @@ import (
 )
 
 func TestClockEstimate(t *testing.T) {
-	epoch := time.Unix(0, 0)
-	c := NewClock(epoch)
-	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	origin := time.Unix(0, 0)
+	c := NewClock(origin)
+	at := func(ms int) time.Time { return origin.Add(time.Duration(ms) * time.Millisecond) }
 	// The server runs 10s ahead; a 2ms round trip.
 	c.Observe(at(0), at(2), at(10_001))
 	if got := c.Server(at(100)); got != at(10_100).UnixMicro() {
@@ -34,9 +34,9 @@ func TestClockEstimate(t *testing.T) {
 // it is distrusted (simulation seed 153: an estimate restarted from such a
 // sample kept the pre-step offset, and a heal pause ended before it began).
 func TestClockSampleAcrossBackwardStep(t *testing.T) {
-	epoch := time.Unix(0, 0)
-	c := NewClock(epoch)
-	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	origin := time.Unix(0, 0)
+	c := NewClock(origin)
+	at := func(ms int) time.Time { return origin.Add(time.Duration(ms) * time.Millisecond) }
 	c.Observe(at(0), at(1), at(0))
 	gen := c.View().Gen
 	if stepped := c.Observe(at(500), at(390), at(501)); !stepped || !c.Since(gen) {

@@ -20,8 +20,8 @@ func testConfig(limit int, interval, ahead time.Duration) *Rules {
 // planAt is a PlanIn at local time 0 = server µs 1,000,000, with a 1ms
 // round trip.
 func planAt(lims ...int) PlanIn {
-	epoch := time.Unix(0, 0)
-	return PlanIn{Now: epoch, Runtime: epoch, Clock: ClockView{epoch: epoch, offset: 1_000_000, RTT: 1000}, Lims: lims}
+	origin := time.Unix(0, 0)
+	return PlanIn{Now: origin, Runtime: origin, Clock: ClockView{origin: origin, offset: 1_000_000, RTT: 1000}, Lims: lims}
 }
 
 func TestPlanFarFromLimitClaimsNow(t *testing.T) {

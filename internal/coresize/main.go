@@ -48,8 +48,9 @@ func measure(dir string) {
 		methods = map[string]int{}
 		lines   int
 		code    int                // lines that are neither blank nor comments
-		sites   = map[string]int{} // function -> assignments to a waiter's reservation
+		sites   = map[string]int{} // function -> assignments to a waiter's reservation or presence
 		states  int                // of which to its state (or its whole reservation)
+		moves   = map[string]int{} // function -> moves it makes (see isMove)
 	)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
@@ -88,9 +89,8 @@ func measure(dir string) {
 				l := fset.Position(n.End()).Line - fset.Position(n.Pos()).Line + 1
 				funcs = append(funcs, fn{name, l})
 				ast.Inspect(n.Body, func(m ast.Node) bool {
-					if call, ok := m.(*ast.CallExpr); ok && isSettle(call) {
-						sites[name]++
-						states++
+					if call, ok := m.(*ast.CallExpr); ok && isMove(call) {
+						moves[name]++
 						return true
 					}
 					as, ok := m.(*ast.AssignStmt)
@@ -129,23 +129,30 @@ func measure(dir string) {
 	if len(sites) == 0 {
 		return
 	}
-	total, fns := 0, 0
-	var where []string
-	for k, v := range sites {
+	total, fns, where := tally(sites)
+	fmt.Printf("  places that change a waiter's reservation or presence (assignments to their fields): %d in %d functions, %d of them set its state (%s)\n",
+		total, fns, states, where)
+	total, fns, where = tally(moves)
+	fmt.Printf("  moves of a waiter (calls of moveLocked and settleLocked): %d in %d functions (%s)\n", total, fns, where)
+}
+
+// tally sums m (function -> count) and lists it, by function name.
+func tally(m map[string]int) (total, fns int, where string) {
+	var list []string
+	for k, v := range m {
 		total += v
 		fns++
-		where = append(where, fmt.Sprintf("%s %d", k, v))
+		list = append(list, fmt.Sprintf("%s %d", k, v))
 	}
-	sort.Strings(where)
-	fmt.Printf("  places that change a waiter's reservation (assignments to its fields, calls of settle): %d in %d functions, %d of them set its state (%s)\n",
-		total, fns, states, strings.Join(where, ", "))
+	sort.Strings(list)
+	return total, fns, strings.Join(list, ", ")
 }
 
 // waiterFields are the fields that hold a waiter's reservation state,
 // before and after the reservation became one value.
 var waiterFields = map[string]bool{
 	"state": true, "cancelled": true, "gone": true, "immediate": true,
-	"at": true, "members": true, "stale": true, "epoch": true, "localAt": true, "shareAt": true, "err": true,
+	"at": true, "members": true, "stale": true, "epoch": true, "limitGen": true, "localAt": true, "shareAt": true, "err": true,
 	"res": true, "left": true, "caller": true,
 }
 
@@ -160,12 +167,15 @@ func isWaiterState(e ast.Expr) bool {
 	return ok && (id.Name == "w" || id.Name == "x")
 }
 
-// isSettle reports whether call is w.settle(...) (or, before the core was
-// split, t.settleLocked(w, ...)), which replaces a waiter's whole
-// reservation.
-func isSettle(call *ast.CallExpr) bool {
+// isMove reports whether call moves a waiter (see the root's moves.go):
+// w.moveLocked(...) or w.settleLocked(...), on a waiter named w or victim.
+func isMove(call *ast.CallExpr) bool {
 	sel, ok := call.Fun.(*ast.SelectorExpr)
-	return ok && (sel.Sel.Name == "settle" || sel.Sel.Name == "settleLocked")
+	if !ok || sel.Sel.Name != "moveLocked" && sel.Sel.Name != "settleLocked" {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && (id.Name == "w" || id.Name == "victim")
 }
 
 // ranked returns the n largest of m as "name count", largest first.

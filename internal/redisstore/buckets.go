@@ -9,21 +9,21 @@ import (
 
 // A compacted window whose round trip wants no tails is read without
 // CountScript, from a copy of part of its hash this process keeps
-// (Store.copies): ZCOUNT per range for its members, as any window, and
-// the buckets from the copy. The copy stands while the window's epoch
-// (EpochMember, which every compaction changes) is the one read before it
-// was taken: every round trip reads the epoch after its counts, so a copy
-// whose epoch it finds unchanged (and the flag, BucketMember, whose score
+// (compactedKey.copy): ZCOUNT per range for its members, as any window, and
+// the buckets from the copy. The copy stands while the window's stamp
+// (StampMember, which every compaction changes) is the one read before it
+// was taken: every round trip reads the stamp after its counts, so a copy
+// whose stamp it finds unchanged (and the flag, BucketMember, whose score
 // a compaction changes too) holds every call moved out of the set by
 // then (a give-back or a bucket dropped since only makes the copy count
-// more). A round trip that finds another epoch, or ranges the copy does
+// more). A round trip that finds another stamp, or ranges the copy does
 // not reach, reads the window again with CountScript (a compaction may
-// have moved calls after its ZCOUNT). A copy is taken (the epoch, then
+// have moved calls after its ZCOUNT). A copy is taken (the stamp, then
 // one HMGET, at the end of the pipeline) when there is none, by the round
 // trip that compacts, and by the one that found it stale: the hash's
 // header and the running totals of CopySpan buckets from where the round
 // trip's earliest range starts, named from the width last found in the
-// hash (Store.width). The first window reads its epoch in the first key's
+// hash (compactedKey.width). The first window reads its stamp in the first key's
 // ZMSCORE, the probes' window in the ZMSCORE of its probes (after them:
 // a probe missing from the set is told compacted by the copy, see
 // mayHold), any
@@ -31,10 +31,11 @@ import (
 // compacted window costs a round trip the commands of the log, and a
 // ZMSCORE and an HMGET per compaction.
 
-// EpochMember, in a compacted window's sorted set, changes with every
-// compaction: its score is minus the server's clock (µs) when the last one
-// ran, or minus one more than the one before when that is later.
-const EpochMember = "\x00epoch"
+// StampMember, in a compacted window's sorted set, is the compaction
+// stamp: it changes with every compaction, its score minus the server's
+// clock (µs) when the last one ran, or minus one more than the one before
+// when that is later. (Its name in Redis predates the Go name.)
+const StampMember = "\x00epoch"
 
 // CopySpan is how many buckets' running totals a copy of a compacted
 // window's hash holds, from the bucket before the one where the earliest
@@ -45,12 +46,12 @@ const EpochMember = "\x00epoch"
 const CopySpan = 160
 
 // bucketCopy is a copy of part of a compacted window's hash (see
-// CompactKey), taken after its epoch was read.
+// CompactKey), taken after its compaction stamp was read.
 type bucketCopy struct {
-	// EpochMember's and BucketMember's scores read before it (0: none):
+	// StampMember's and BucketMember's scores read before it (0: none):
 	// the flag's changes too with a compaction (unless the server's clock
 	// went back), which a process running a CompactScript without the
-	// epoch makes.
+	// stamp makes.
 	stamp                   [2]float64
 	b, lo, hi, n, base, cut int64
 	from                    int64   // cum holds the running totals of buckets from, from+1, ...
@@ -75,7 +76,7 @@ func copyFields(b, from int64) []string {
 }
 
 // newBucketCopy reads a copy from the answer vals to copyFields(b, from),
-// taken after the epoch read. A hash of another width gives a copy of its
+// taken after the stamp read. A hash of another width gives a copy of its
 // header only (none of its totals can be told); no hash, a copy without
 // buckets. It reports false when a field it needs is missing or malformed.
 func newBucketCopy(stamp [2]float64, b, from int64, vals []any) (*bucketCopy, bool) {
@@ -207,16 +208,16 @@ func bucketSpan(x, y, b int64) (k0, k1 int64) {
 	return k0, k1
 }
 
-// copyCmds are the reads that take a copy: the epoch, then the fields.
+// copyCmds are the reads that take a copy: the stamp, then the fields.
 type copyCmds struct {
-	epoch   *redis.FloatSliceCmd // ZMSCORE key epoch bucketed: a missing member is no error
+	stamp   *redis.FloatSliceCmd // ZMSCORE key stamp bucketed: a missing member is no error
 	fields  *redis.SliceCmd
 	b, from int64 // the width the fields were named from, and the first bucket
 }
 
 // taken returns the copy they read, or nil; w learns the hash's width.
 func (r copyCmds) taken(w *atomic.Int64) *bucketCopy {
-	stamp, err := r.epoch.Result()
+	stamp, err := r.stamp.Result()
 	if err != nil || len(stamp) != 2 {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 
 // A compacted window read without CountScript counts what the script
 // counts: from a copy of its buckets taken when it has none (in the width
-// the hash has, here another process's), reused while the epoch stands,
+// the hash has, here another process's), reused while the stamp stands,
 // and read again with the script, and taken anew, once another compaction
 // moved calls out of the set, or a range starts past the totals it holds.
 func TestCompactedReadFromACopy(t *testing.T) {
@@ -35,7 +35,7 @@ func TestCompactedReadFromACopy(t *testing.T) {
 		}
 		const other = 7_000 // the width of the process that compacted first
 		compact := func() {
-			if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, other, x.Age, x.W+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
+			if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, other, x.Age, x.W+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, 0, StampMember, DenseBucket).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -45,22 +45,22 @@ func TestCompactedReadFromACopy(t *testing.T) {
 		// some of them, and which depends on the width.
 		g := now + 1_000_000 - 10
 		var last *bucketCopy
-		for round, step := range []string{"no copy", "the copy", "another epoch", "the new copy", "a later range", "an older process's compaction"} {
+		for round, step := range []string{"no copy", "the copy", "another stamp", "the new copy", "a later range", "an older process's compaction"} {
 			switch step {
-			case "another epoch":
+			case "another stamp":
 				add("d", now-8_000_000) // members, moved by the compaction
 				compact()
 			case "a later range":
 				g += (CopySpan + 10) * other // past the totals the copy holds
 			case "an older process's compaction":
-				// A CompactScript that knows no epoch: the flag tells.
-				epoch, err := c.ZScore(ctx, key, EpochMember).Result()
+				// A CompactScript that knows no stamp: the flag tells.
+				stamp, err := c.ZScore(ctx, key, StampMember).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
 				add("e", now-7_500_000)
 				compact()
-				if err := c.ZAdd(ctx, key, redis.Z{Score: epoch, Member: EpochMember}).Err(); err != nil {
+				if err := c.ZAdd(ctx, key, redis.Z{Score: stamp, Member: StampMember}).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -77,14 +77,14 @@ func TestCompactedReadFromACopy(t *testing.T) {
 			if got := r.Counts[0][0]; got != want.counts[0] {
 				t.Fatalf("%s: count %d, CountScript counts %d", step, got, want.counts[0])
 			}
-			cp := s.copies[0].Load()
-			epoch, err := c.ZScore(ctx, key, EpochMember).Result()
+			cp := s.keys[0].buckets.copy.Load()
+			stamp, err := c.ZScore(ctx, key, StampMember).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch {
-			case cp == nil || cp.b != other || cp.stamp[0] != epoch:
-				t.Fatalf("%s: copy %+v, want one of width %d at epoch %v", step, cp, other, epoch)
+			case cp == nil || cp.b != other || cp.stamp[0] != stamp:
+				t.Fatalf("%s: copy %+v, want one of width %d at stamp %v", step, cp, other, stamp)
 			case (step == "the copy" || step == "the new copy") != (cp == last):
 				t.Fatalf("%s: the copy was taken again: %v", step, cp != last)
 			}

@@ -84,7 +84,7 @@ const RebuildFrom = 128
 // moves too, whatever its age. A run that moves at least ARGV[7] calls
 // (RebuildFrom) and leaves at most a quarter as many writes the set anew,
 // so its memory shrinks with it; the set keeps its TTL. Every run writes
-// a new epoch into the member ARGV[9] (see EpochMember). Calls at least
+// a new stamp into the member ARGV[9] (see StampMember). Calls at least
 // ARGV[10] (DenseBucket) a bucket are counted without being read. It
 // returns the number of calls moved, and 1 when the run stopped at the
 // batch (more may be left to move), else 0.
@@ -232,9 +232,9 @@ end
 redis.call('HSET', KEYS[2], 'lo', f(lo), 'hi', f(hi), 'n', f(n), 'base', f(base), 'cut', f(math.max(was or 0, cut)))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('ZADD', KEYS[1], 'LT', f(-(now + tonumber(ARGV[4]) * 1000)), ARGV[5])
--- A new epoch: copies of the buckets taken before no longer stand.
-local epoch = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[9]) or '0')
-redis.call('ZADD', KEYS[1], f(-math.max(now, 1 - epoch)), ARGV[9])
+-- A new stamp: copies of the buckets taken before no longer stand.
+local stamp = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[9]) or '0')
+redis.call('ZADD', KEYS[1], f(-math.max(now, 1 - stamp)), ARGV[9])
 -- The set keeps its TTL, though it was emptied or written anew; one the
 -- flag made lives as long as the buckets.
 if redis.call('PTTL', KEYS[1]) == -1 then

@@ -62,7 +62,7 @@ func BenchmarkCompactScript(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		r, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, width, 10_000_000, window+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, calls, EpochMember, DenseBucket).Int64Slice()
+		r, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, width, 10_000_000, window+2_000_000, 60_000, BucketMember, CompactBatch, RebuildFrom, calls, StampMember, DenseBucket).Int64Slice()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -102,7 +102,7 @@ func TestCompactCountsWholeBuckets(t *testing.T) {
 						floor = zs[0].Score
 					}
 				}
-				if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, keep, 60000, BucketMember, CompactBatch, RebuildFrom, newest, EpochMember, dense).Err(); err != nil {
+				if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, keep, 60000, BucketMember, CompactBatch, RebuildFrom, newest, StampMember, dense).Err(); err != nil {
 					t.Fatal(err)
 				}
 				if below, err := c.ZCount(ctx, key, "(0", "("+strconv.FormatFloat(floor, 'f', 0, 64)).Result(); err != nil || (newest > 0 && below > 0) {
@@ -310,7 +310,7 @@ func TestCompactMovesLongLogsInRuns(t *testing.T) {
 			}
 			var moved []int64
 			for range 3 {
-				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Int64Slice()
+				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch, RebuildFrom, 0, StampMember, DenseBucket).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -406,7 +406,7 @@ func TestCompactRebuildsShrunkSets(t *testing.T) {
 				if err := c.PExpire(ctx, key, time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
-				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch, rebuild, 0, EpochMember, DenseBucket).Int64Slice()
+				v, err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W, 60000, BucketMember, CompactBatch, rebuild, 0, StampMember, DenseBucket).Int64Slice()
 				if err != nil || v[0] != 10_000 {
 					t.Fatalf("the run answered %v, %v; want 10000 calls moved", v, err)
 				}
@@ -416,7 +416,7 @@ func TestCompactRebuildsShrunkSets(t *testing.T) {
 				}
 				for _, z := range got {
 					m := z.Member.(string)
-					if m == BucketMember || m == EpochMember {
+					if m == BucketMember || m == StampMember {
 						continue
 					}
 					if s, ok := left[m]; !ok || s != z.Score {

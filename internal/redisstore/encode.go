@@ -3,6 +3,9 @@ package redisstore
 import (
 	"strconv"
 	"strings"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/redis/go-redis/v9"
 )
 
 // HashTag returns the part of key that Redis Cluster hashes: the text
@@ -32,3 +35,31 @@ func exclusive(v int64) string {
 
 // itoa formats an inclusive score bound.
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// toAny converts members to the arguments go-redis takes.
+func toAny(members []string) []any {
+	args := make([]any, len(members))
+	for i, m := range members {
+		args[i] = m
+	}
+	return args
+}
+
+// entryMembers returns the members of es as ZREM's arguments.
+func entryMembers(es []core.Entry) []any {
+	args := make([]any, len(es))
+	for i, e := range es {
+		args[i] = e.Member
+	}
+	return args
+}
+
+// zEntries converts a ZRANGE WITHSCORES reply to entries.
+func zEntries(zs []redis.Z) []core.Entry {
+	out := make([]core.Entry, len(zs))
+	for i, z := range zs {
+		m, _ := z.Member.(string)
+		out[i] = core.Entry{Score: int64(z.Score), Member: m}
+	}
+	return out
+}

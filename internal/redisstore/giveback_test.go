@@ -53,7 +53,7 @@ func TestGiveBackLeavesBuckets(t *testing.T) {
 		group("other", now-2_000_000, 5) // the settled calls' bucket holds these too
 		early := group("early", now-4_000_000, 3)
 		late := group("late", now-1_500_000, 3)
-		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
+		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, StampMember, DenseBucket).Err(); err != nil {
 			t.Fatal(err)
 		}
 		young := group("young", now+5_000_000, 3) // after the cut: still members
@@ -137,7 +137,7 @@ func TestGiveBackOnceWhenItsReplyIsLost(t *testing.T) {
 		if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
+		if err := CompactScript.Run(ctx, c, []string{key, CompactKey(key)}, x.Bucket, x.Age, x.W+2_000_000, 60000, BucketMember, CompactBatch, RebuildFrom, 0, StampMember, DenseBucket).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rng := rand.New(rand.NewPCG(3, 4))

@@ -1,6 +1,13 @@
 package redisstore
 
-import "github.com/go-throttler/throttler/internal/core"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/redis/go-redis/v9"
+)
 
 // The members of the first limit's sorted set that are not calls. Their
 // scores are negative, where no window counts them and no trim reaches
@@ -66,4 +73,64 @@ func decodeMeta(scores []float64) core.Meta {
 		m.Pause, m.Limit, m.LimitEnd = MetaValue(scores[0]), MetaValue(scores[1]), MetaValue(scores[2])
 	}
 	return m
+}
+
+// WriteMeta writes m, a change to the members that are not calls, to the
+// first limit's key in one pipeline: a pause (only ever later), a lowered
+// limit and its end, or its removal, a back-off and its end; it keeps the
+// key alive at least ttl (never shortening a longer TTL), and publishes
+// m.News, when set, after the write.
+func (s *Store) WriteMeta(ctx context.Context, m core.MetaWrite, ttl time.Duration) error {
+	key := s.wins[0].Key
+	var set []redis.Z
+	meta := func(member string, v int64) { set = append(set, redis.Z{Score: float64(MetaScore(v)), Member: member}) }
+	if m.Limit > 0 {
+		meta(LimitMember, m.Limit)
+		meta(LimitEndMember, m.LimitEnd)
+	}
+	if m.Backoff > 0 {
+		meta(BackoffMember, m.Backoff)
+		meta(BackoffEndMember, m.BackoffEnd)
+	}
+	return s.bounded(ctx, func(ctx context.Context) error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if m.Pause > 0 {
+				// Negative scores: the lower one is the later pause.
+				p.ZAddLT(ctx, key, redis.Z{Score: float64(MetaScore(m.Pause)), Member: PauseMember})
+			}
+			if len(set) > 0 {
+				p.ZAdd(ctx, key, set...)
+			}
+			if m.ClearLimit {
+				p.ZRem(ctx, key, LimitMember, LimitEndMember)
+			}
+			// Never shorten the TTL another writer set for a longer pause.
+			secs := ttl.Round(time.Second) + time.Second
+			p.ExpireNX(ctx, key, secs)
+			p.ExpireGT(ctx, key, secs)
+			if m.News != nil {
+				// After the write: a listener that reads the members on
+				// hearing it finds them.
+				p.Publish(ctx, NewsChannel(key), m.News.String())
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+// ReadMeta reads the pause and the lowered limit, as a round trip does.
+func (s *Store) ReadMeta(ctx context.Context) (core.Reply, error) {
+	var v []float64
+	err := s.bounded(ctx, func(ctx context.Context) (err error) {
+		v, err = s.rdb.ZMScore(ctx, s.wins[0].Key, PauseMember, LimitMember, LimitEndMember).Result()
+		return err
+	})
+	if err != nil {
+		return core.Reply{}, err
+	}
+	if len(v) != 3 {
+		return core.Reply{}, errors.New("throttler: short ZMSCORE reply")
+	}
+	return core.Reply{Pause: MetaValue(v[0]), Limit: MetaValue(v[1]), LimitEnd: MetaValue(v[2])}, nil
 }

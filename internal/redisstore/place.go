@@ -181,8 +181,8 @@ func (c *attemptCmds) placeable() bool {
 	if !a.Place || !a.Exact || len(a.Claims) == 0 {
 		return false
 	}
-	for wi := range c.s.wins {
-		if c.s.compacted[wi].Load() {
+	for wi := range c.win {
+		if _, log := c.win[wi].form.(logKey); !log {
 			return false
 		}
 	}

@@ -71,7 +71,7 @@ func TestProbesReadEveryWay(t *testing.T) {
 					return
 				}
 				// Moved into its bucket, a probe is no member, and not gone.
-				if err := CompactScript.Run(ctx, c, []string{long.Key, CompactKey(long.Key)}, long.Bucket, long.Age, long.W+2_000_000, 120_000, BucketMember, CompactBatch, RebuildFrom, 0, EpochMember, DenseBucket).Err(); err != nil {
+				if err := CompactScript.Run(ctx, c, []string{long.Key, CompactKey(long.Key)}, long.Bucket, long.Age, long.W+2_000_000, 120_000, BucketMember, CompactBatch, RebuildFrom, 0, StampMember, DenseBucket).Err(); err != nil {
 					t.Fatal(err)
 				}
 				if err := c.ZScore(ctx, long.Key, held.Member).Err(); err != redis.Nil {
@@ -81,10 +81,10 @@ func TestProbesReadEveryWay(t *testing.T) {
 				check([2]core.Entry{held}, [2]bool{false, false})
 				// Told from the copy taken then, behind its cut, with no
 				// second round trip (which would take a copy again).
-				cp := s.copies[in].Load()
+				cp := s.keys[in].buckets.copy.Load()
 				check([2]core.Entry{held}, [2]bool{false, false})
-				if cp == nil || s.copies[in].Load() != cp {
-					t.Fatalf("a probe behind the copy's cut read again with CountScript (copy %p, then %p)", cp, s.copies[in].Load())
+				if cp == nil || s.keys[in].buckets.copy.Load() != cp {
+					t.Fatalf("a probe behind the copy's cut read again with CountScript (copy %p, then %p)", cp, s.keys[in].buckets.copy.Load())
 				}
 				check([2]core.Entry{held, young}, [2]bool{false, true})
 				check([2]core.Entry{young, held}, [2]bool{true, false})
