@@ -174,3 +174,34 @@ func (t *Throttler) healLocked(serverNow int64) {
 		slog.String("key", t.rules.Wins[0].Key), slog.Time("until", t.clock.Local(end)))
 	t.pauseLocked(end)
 }
+
+// lossRider carries the loss checks on every round trip: the probes, the
+// marker and a heal's pause (see lossChecks), and reads them back (see
+// noticeLoss); a loss heals at once, and the reply's counts decide nothing.
+type lossRider struct{ noRider }
+
+func (lossRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
+	t.health.lossChecks(a, in.Clock.Server(in.Now), &t.owed)
+	in.Probe = a.Loss.Probes[0].Member != ""
+	// A new key's TTL is set with its marker, and the key must outlive a
+	// heal's pause.
+	a.Expire.On = a.Expire.On || a.Loss.Mark || a.Loss.Pause > 0
+}
+
+// read measures on the server's clock as the reply read it: a local clock
+// stepped ahead by more than a TTL would otherwise make a window lost a
+// moment ago look long expired.
+func (lossRider) read(t *Throttler, rd *round, rr *replyRead) {
+	rr.lost = t.health.noticeLoss(rd.Attempt, rd.Reply, rr.serverAt, t.rules.TTL().Microseconds(), &t.owed)
+	if rr.lost {
+		t.healLocked(rr.serverAt)
+	}
+}
+
+func (lossRider) holds(a *core.Attempt) bool { return a.Loss.Pause > 0 }
+
+func (lossRider) unsent(t *Throttler, a *core.Attempt) { t.owed.mark = t.owed.mark || a.Loss.Mark }
+
+// healSent reports whether attempt a, whose round trip succeeded, wrote
+// the heal's pause owed (until owed), or a later one.
+func healSent(a *core.Attempt, owed int64) bool { return a.Loss.Pause >= owed }

@@ -311,7 +311,7 @@ func TestClockStepKeepsProbes(t *testing.T) {
 		if a.Loss.Probes[0].Member != "a" {
 			t.Fatalf("probe after a step ahead: %q, want a", a.Loss.Probes[0].Member)
 		}
-		r := core.Reply{Gone: [2]bool{true}} // a failover to a copy without it
+		r := core.Reply{RiderReply: core.RiderReply{Gone: [2]bool{true}}} // a failover to a copy without it
 		if !h.noticeLoss(&a, r, 40, ttl, &o) {
 			t.Fatal("the lost probe was not noticed")
 		}
@@ -323,7 +323,7 @@ func TestClockStepKeepsProbes(t *testing.T) {
 		if a.Loss.Probes[0].Member != "a" {
 			t.Fatalf("probe: %q, want a", a.Loss.Probes[0].Member)
 		}
-		r := core.Reply{Gone: [2]bool{true}} // trimmed by the server at 15+w
+		r := core.Reply{RiderReply: core.RiderReply{Gone: [2]bool{true}}} // trimmed by the server at 15+w
 		if h.noticeLoss(&a, r, 15+w, ttl, &o) {
 			t.Fatal("a probe trimmed from the window was taken for a loss")
 		}

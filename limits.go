@@ -105,7 +105,6 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 // learnMetaLocked takes the pause and the lowered limit a round trip read.
 func (t *Throttler) learnMetaLocked(r core.Reply) {
 	t.pauseLocked(r.Pause)
-	t.shared.learnWide(r.Wide, r.WideEnd)
 	lowered, till := 0, int64(0)
 	if r.Limit > 0 && r.LimitEnd > 0 && r.Limit < int64(t.rules.Wins[0].Limit) {
 		lowered, till = int(r.Limit), r.LimitEnd

@@ -53,3 +53,32 @@ func (c *config) offScore(res reservation, clock *core.Clock) (target time.Time,
 	}
 	return time.Time{}, 0
 }
+
+// marginRider publishes the margin a round counts with and learns the
+// largest in force (see core.Rules.SetMargin).
+type marginRider struct{ noRider }
+
+func (marginRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
+	e := in.Clock.ErrBound()
+	t.rules.SetMargin(a, e, t.worker.slack(), t.shared.wideAt(in.Clock.Server(in.Now)-e))
+	in.Widen, in.Hold = a.Margin.Widen, a.Margin.Hold
+}
+
+// read learns the margin the reply read, and the largest in force as it
+// arrives.
+func (marginRider) read(t *Throttler, rd *round, rr *replyRead) {
+	r := rd.Reply
+	t.shared.learnWide(r.Wide, r.WideEnd)
+	if r.WideEnd > rr.arrived-rr.errBound {
+		rr.wide = r.Wide
+	}
+}
+
+// holds: a round must be sent to keep its margin published.
+func (marginRider) holds(a *core.Attempt) bool { return a.Margin.Hold }
+
+// marginWiden is how much wider than each window attempt a counts.
+func marginWiden(a *core.Attempt) int64 { return a.Margin.Widen }
+
+// ownMargin is the margin attempt a's claims were counted with.
+func ownMargin(a *core.Attempt) int64 { return a.Margin.Own }

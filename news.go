@@ -276,3 +276,25 @@ func (t *Throttler) newsLocked(n core.News) {
 	}
 	t.worker.nudge()
 }
+
+// announceLocked has attempt a publish the slots plan p claims near the
+// limit while this process contends for slots (see core.Known.Announce).
+func (t *Throttler) announceLocked(a *core.Attempt, p core.PlanOut) {
+	if !a.Exact || len(p.Claims) == 0 || t.known.Announce == 0 {
+		return
+	}
+	t.known.Announce--
+	for _, c := range p.Claims {
+		// One score per unit, core.MaxTaken at most: the rest of a costly
+		// call's units go unannounced, a hint missed (the count decides).
+		for range min(c.N, core.MaxTaken-len(a.Taken)) {
+			a.Taken = append(a.Taken, c.Score)
+		}
+	}
+}
+
+// announceRider publishes the slots a contending process claims (see
+// announceLocked).
+type announceRider struct{ noRider }
+
+func (announceRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) { t.announceLocked(a, p) }

@@ -83,7 +83,7 @@ func (o *owed) takeRecheck() []string {
 // pause, unless a later one is still to write. (Its give-backs and replays
 // left the lists when it was planned.)
 func (o *owed) sent(a *core.Attempt) {
-	if a.Loss.Pause >= o.healPause {
+	if healSent(a, o.healPause) {
 		o.healPause = 0
 	}
 	o.recheckDue = len(o.recheck) > 0

@@ -14,8 +14,8 @@ import (
 func TestOwedRecheckAfterSuccess(t *testing.T) {
 	ours := &waiter{res: reservation{members: []string{"a1", "a2"}}}
 	failed := &core.Attempt{
-		Remove: []string{"old"},
-		Adds:   []core.Entry{{Member: "a1"}, {Member: "a2"}, {Member: "replayed"}},
+		Removals: core.Removals{Remove: []string{"old"}},
+		Adds:     []core.Entry{{Member: "a1"}, {Member: "a2"}, {Member: "replayed"}},
 	}
 	var o owed
 	o.doubt(failed, []*waiter{ours})
@@ -46,7 +46,7 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 	// A second failure before the success restarts the wait for one.
 	o.doubt(failed, []*waiter{ours})
 	o.sent(&core.Attempt{})
-	o.doubt(&core.Attempt{Remove: []string{"later"}}, nil)
+	o.doubt(&core.Attempt{Removals: core.Removals{Remove: []string{"later"}}}, nil)
 	o.takeRecheck()
 	if !o.pending() {
 		t.Fatal("a failure after the success: recheck taken off the list before another success")

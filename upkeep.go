@@ -18,17 +18,18 @@ type upkeep struct {
 }
 
 // due sets what attempt a planned at now carries: a trim, a clock sample
-// and a TTL refresh, each when its time has come.
-func (u *upkeep) due(a *core.Attempt, c *config, now time.Time, clockSynced, monotonic, newKey bool) {
+// and a TTL refresh, each when its time has come (a rider may ask for the
+// refresh too: see lossRider).
+func (u *upkeep) due(a *core.Attempt, c *config, now time.Time, clockSynced, monotonic bool) {
 	a.Trim.On = now.Sub(u.trim) >= c.trimEvery()
 	a.Clock = now.Sub(u.clock) >= clockEvery || !clockSynced || !monotonic
-	a.Expire.On = now.Sub(u.expire) >= expireEvery || newKey
+	a.Expire.On = now.Sub(u.expire) >= expireEvery
 }
 
 // done notes the upkeep attempt a, planned at now, carried, once its round
 // trip succeeded.
 func (u *upkeep) done(a *core.Attempt, now time.Time) {
-	u.widen = a.Margin.Widen
+	u.widen = marginWiden(a)
 	if a.Trim.On {
 		u.trim = now
 	}

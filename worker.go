@@ -98,9 +98,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 	rd := t.planLocked(now)
 	a := rd.Attempt
 	t.mu.Unlock()
-	if len(a.Adds) == 0 && len(a.Remove) == 0 && len(a.GiveBack) == 0 && a.Learn.Slots == 0 && a.Loss.Pause == 0 && !a.Margin.Hold {
+	if len(a.Adds) == 0 && len(a.Remove) == 0 && len(a.GiveBack) == 0 && a.Learn.Slots == 0 && !ridersHold(a) {
 		t.mu.Lock()
-		t.owed.mark = t.owed.mark || a.Loss.Mark // not sent: still to write
+		t.ridersUnsentLocked(a) // not sent: still to write
 		t.mu.Unlock()
 		return rd.sleep, true
 	}
@@ -110,14 +110,13 @@ func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
-		t.owed.mark = t.owed.mark || a.Loss.Mark // it may not have arrived
+		t.ridersUnsentLocked(a) // it may not have arrived
 		d := t.fallback.failLocked(rd, err)
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
 		rd.Attempt = nil
 		return d, true
 	}
-	core.PlaceClaims(rd.Plan.Claims, r)
 	rd.Reply = r
 	t.upkeep.round = now
 	t.owed.giveUpAt = time.Time{} // what it had to give back went with it
@@ -175,19 +174,22 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
-	*a = core.Attempt{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), GiveBack: t.owed.returned, Adds: append(a.Adds[:0], t.owed.replay...),
-		Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims), Expire: core.Expiry{TTLs: a.Expire.TTLs}, Learn: core.Learning{LowCaps: a.Learn.LowCaps}, Caps: a.Caps, Claims: a.Claims[:0]}
+	// A new attempt on the last one's buffers.
+	*a = core.Attempt{Adds: append(a.Adds[:0], t.owed.replay...), Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims),
+		Learn:    core.Learning{LowCaps: a.Learn.LowCaps},
+		Removals: core.Removals{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), GiveBack: t.owed.returned},
+		Upkeep:   core.Upkeep{Expire: core.Expiry{TTLs: a.Expire.TTLs}},
+		Riders:   a.Riders.Next()}
 	t.owed.giveBack, t.owed.returned, t.owed.replay = nil, nil, nil
-	t.health.lossChecks(a, serverNow, &t.owed)
-	t.upkeep.due(a, &t.config, now, t.clock.Synced(), t.clock.Monotonic, a.Loss.Mark)
-	a.Expire.On = a.Expire.On || a.Loss.Pause > 0 // the key must outlive the pause
+	t.upkeep.due(a, &t.config, now, t.clock.Synced(), t.clock.Monotonic)
 	a.Expire.First = t.rules.TTL() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
 	a.ClockGen = view.Gen
-	e := view.ErrBound()
-	t.rules.SetMargin(a, e, t.worker.slack(), t.shared.wideAt(serverNow-e))
 
 	in := core.PlanIn{Now: now, Runtime: time.Now(), Clock: view, Lims: a.Lims, PausedTill: t.shared.pausedTill, Known: t.known,
-		Probe: a.Loss.Probes[0].Member != "", QuietDue: now.Sub(t.upkeep.round) >= t.rules.Quiet(), Widen: a.Margin.Widen, Hold: a.Margin.Hold}
+		QuietDue: now.Sub(t.upkeep.round) >= t.rules.Quiet()}
+	for _, r := range roundRiders {
+		r.ask(t, a, &in)
+	}
 	if now.Before(t.fallback.shareUntil) && t.fallback.local != nil {
 		in.Sharing, in.ShareUntil = t.fallback.local.Clone(), t.fallback.shareUntil
 	}
@@ -206,8 +208,9 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	a.Checks = append(a.Checks, p.Checks...)
 	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.Exact, p.Slots, p.Soonest, p.Room, p.PrioMask
-	t.placeLocked(a, p, view.RTT)
-	t.announceLocked(a, p)
+	for _, r := range roundRiders {
+		r.claim(t, a, p)
+	}
 	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
 	rd.sleep, rd.planned = p.Sleep, now
 	if p.Jitter {
@@ -217,45 +220,6 @@ func (t *Throttler) planLocked(now time.Time) *round {
 		}
 	}
 	return rd
-}
-
-// placeLocked lets the store place the claims of plan p itself near the
-// limit (see core.Attempt.Place), where it finds room when it applies
-// them, when the free slots the plan worked from, a round trip old, are
-// stale by then (see core.Rules.StaleSlots).
-func (t *Throttler) placeLocked(a *core.Attempt, p core.PlanOut, rtt int64) {
-	a.Place = p.Exact && len(p.Claims) > 0 && t.rules.StaleSlots(rtt)
-	if !a.Place {
-		return
-	}
-	// A copy: the plan's buffers are the next round's, while a round trip
-	// that timed out may still be reading this attempt (see round).
-	a.Claims = append(a.Claims, p.Claims...)
-	for l := range a.Caps {
-		a.Caps[l] = a.Caps[l][:0]
-	}
-	for _, lim := range a.Lims {
-		caps := t.rules.Caps(lim)
-		for l := range a.Caps {
-			a.Caps[l] = append(a.Caps[l], caps[l])
-		}
-	}
-}
-
-// announceLocked has attempt a publish the slots plan p claims near the
-// limit while this process contends for slots (see core.Known.Announce).
-func (t *Throttler) announceLocked(a *core.Attempt, p core.PlanOut) {
-	if !a.Exact || len(p.Claims) == 0 || t.known.Announce == 0 {
-		return
-	}
-	t.known.Announce--
-	for _, c := range p.Claims {
-		// One score per unit, core.MaxTaken at most: the rest of a costly
-		// call's units go unannounced, a hint missed (the count decides).
-		for range min(c.N, core.MaxTaken-len(a.Taken)) {
-			a.Taken = append(a.Taken, c.Score)
-		}
-	}
 }
 
 // applyPlanLocked applies round rd's plan to each queued waiter: those
@@ -324,7 +288,7 @@ func (t *Throttler) resolveLocked(rd *round) {
 		t.known.Lost = 0
 	} else if len(requeue) > 0 {
 		t.known.Lost++
-		if rd.Reply.Placed == nil {
+		if !rd.Reply.PlacedByStore() {
 			// Claims placed by the store lose no turn to stale slots:
 			// there is nothing to announce (see core.Known.Announce).
 			t.known.Announce = core.ContendedRounds
@@ -342,32 +306,23 @@ func (t *Throttler) resolveLocked(rd *round) {
 // which callers are leaving.
 func (t *Throttler) decideLocked(rd *round) {
 	a, r := rd.Attempt, rd.Reply
-	now := t.now()
 	view := t.clock.View()
-	arrived := view.Server(now) // the reply is in: the server's now
-	e := view.ErrBound()
-	wide := int64(0) // the largest margin in force, as this reply read it
-	if r.WideEnd > arrived-e {
-		wide = r.Wide
-	}
-	// Measured on the server's clock when the reply read it: a local
-	// clock stepped ahead by more than a TTL would otherwise make a window
-	// lost a moment ago look long expired.
-	at := t.clock.Server(now)
+	rr := replyRead{arrived: view.Server(t.now()), errBound: view.ErrBound()} // the reply is in: the server's now
+	rr.serverAt = rr.arrived
 	if !r.ServerTime.IsZero() {
-		at = r.ServerTime.UnixMicro()
+		rr.serverAt = r.ServerTime.UnixMicro()
 	}
-	lost := t.health.noticeLoss(a, r, at, t.rules.TTL().Microseconds(), &t.owed)
-	if lost {
-		t.healLocked(at)
+	for _, rider := range roundRiders {
+		rider.read(t, rd, &rr)
 	}
+	arrived := rr.arrived
 	rd.leaving = rd.leaving[:0]
 	for _, w := range rd.batch {
 		rd.leaving = append(rd.leaving, w.caller != present)
 	}
 	rd.lims = t.shared.limits(t.rules.Wins, arrived, rd.lims)
 	rd.Outcome = core.Resolve(&t.rules, core.ResolveIn{A: a, R: r, Claims: rd.Plan.Claims, Leaving: rd.leaving, Lims: rd.lims,
-		PausedTill: t.shared.pausedTill, Arrived: arrived, Distrust: r.Stepped || lost, Wide: wide}, rd.Outcome)
+		PausedTill: t.shared.pausedTill, Arrived: arrived, Distrust: r.Stepped || rr.lost, Wide: rr.wide}, rd.Outcome)
 	if len(rd.Plan.Claims) > 0 { // a round that claimed nothing says nothing about room
 		t.known.Near = rd.Outcome.Near
 	}
@@ -392,7 +347,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		w.settleLocked(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
 	case res.OK[i] && !w.needsPlaceLocked():
 		w.settleLocked(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
-			at: t.clock.Local(c.Score), score: c.Score, margin: a.Margin.Own, immediate: res.Immediate[i],
+			at: t.clock.Local(c.Score), score: c.Score, margin: ownMargin(a), immediate: res.Immediate[i],
 			limitGen: t.shared.limitGen, remaining: res.Remaining[i]})
 		t.health.journal.Add(c.Score, w.res.members)
 		if t.hooks.onAdmit != nil {

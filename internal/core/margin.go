@@ -134,3 +134,10 @@ func (c *Rules) SetMargin(a *Attempt, e, slack, wide int64) {
 		a.Clock = true // a loose estimate, or near to needing a margin
 	}
 }
+
+// marginUsed is the largest margin in force that attempt a counted with.
+func (a *Attempt) marginUsed() int64 { return a.Margin.Used }
+
+// Reach is how far each way of a checked score attempt a counts in window
+// x: the window, widened by the margin (µs).
+func (a *Attempt) Reach(x Window) int64 { return x.W + a.Margin.Widen }

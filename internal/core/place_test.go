@@ -61,10 +61,10 @@ func TestPlanClaimBounds(t *testing.T) {
 func TestResolvePlaced(t *testing.T) {
 	c := testConfig(3, time.Second, time.Second)
 	a := &Attempt{Adds: []Entry{{Score: 1_100_000, Member: "a"}, {Score: 1_100_000, Member: "b"}, {Score: 1_200_000, Member: "c"}},
-		Lims: []int{3}, Soonest: 1_001_000, Learn: Learning{Slots: 2}}
+		Lims: []int{3}, Planned: Planned{Soonest: 1_001_000}, Learn: Learning{Slots: 2}}
 	claims := []Claim{{Score: 1_100_000, N: 1, First: 0, Prio: Normal}, {Score: 1_100_000, N: 1, First: 1, Prio: Normal}, {Score: 1_200_000, N: 1, First: 2, Prio: Normal}}
 	a.Place, a.Claims = true, claims
-	r := Reply{Placed: []int64{1_400_000, 0, 1_400_000}}
+	r := Reply{RiderReply: RiderReply{Placed: []int64{1_400_000, 0, 1_400_000}}}
 	a.SetPlaced(r.Placed)
 	if !slices.Equal(a.Checks, []int64{1_400_000}) || a.Adds[0].Score != 1_400_000 || a.Adds[2].Score != 1_400_000 || a.Adds[1].Score != 1_100_000 {
 		t.Fatalf("after placement: checks %v adds %+v, want the placed members at 1400000, one check", a.Checks, a.Adds)

@@ -236,6 +236,20 @@ func (p *planner) placeNow(r Request) Decision {
 	return Decision{Action: Take, Score: p.soonest, ShareAt: shareAt, Floor: p.soonest, Last: p.soonest, Reach: math.MaxInt64}
 }
 
+// reach returns how far ahead a call of priority prio may reserve (µs),
+// and the latest score that allows. A priority held to a share of the
+// limit reserves little ahead: slots it reserved ahead would fill the
+// windows in which the higher priorities are to find their room, for a
+// call is counted against its neighbourhood both ways (see admit), and
+// they could only go after them.
+func (p *planner) reach(prio Level) (ahead, horizon int64) {
+	if p.c.Capped(prio) {
+		ahead = p.c.CappedAhead(prio)
+		return ahead, p.soonest + ahead
+	}
+	return p.c.Ahead.Microseconds(), p.horizon
+}
+
 // placeWait decides a WaitN's request: the earliest slot known for it,
 // within this process's local share while sharing; or it waits, for the
 // slots of the next reply or for its slot to come within reach.
@@ -268,16 +282,7 @@ func (p *planner) placeWait(r Request) Decision {
 		}
 	}
 	p.pos += r.N
-	ahead, horizon := p.c.Ahead.Microseconds(), p.horizon
-	if p.c.Capped(r.Prio) {
-		// A priority held to a share of the limit reserves little ahead:
-		// slots it reserved ahead would fill the windows in which the
-		// higher priorities are to find their room, for a call is counted
-		// against its neighbourhood both ways (see admit), and they could
-		// only go after them.
-		ahead = p.c.CappedAhead(r.Prio)
-		horizon = p.soonest + ahead
-	}
+	ahead, horizon := p.reach(r.Prio)
 	// The share bounds what joins a batch, never its first claim: a
 	// weighted call larger than the share must still get through.
 	if p.full || g > horizon || (r.N > p.room && len(p.out.Claims) > 0) {

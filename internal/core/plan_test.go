@@ -115,7 +115,7 @@ func TestPlanPause(t *testing.T) {
 func TestResolve(t *testing.T) {
 	c := testConfig(2, time.Second, time.Second)
 	a := &Attempt{Adds: []Entry{{Score: 1_001_000, Member: "a"}, {Score: 1_001_000, Member: "b"}, {Score: 1_001_000, Member: "c"}},
-		Checks: []int64{1_001_000}, Lims: []int{2}, Soonest: 1_001_000}
+		Checks: []int64{1_001_000}, Lims: []int{2}, Planned: Planned{Soonest: 1_001_000}}
 	claims := []Claim{{Score: 1_001_000, N: 1, First: 0}, {Score: 1_001_000, N: 2, First: 1}}
 	r := Reply{Counts: [][]int64{{3}}}
 	in := ResolveIn{A: a, R: r, Claims: claims, Leaving: []bool{false, false}, Lims: []int{2}, Arrived: 1_001_000}

@@ -50,7 +50,7 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 	// A margin another process published while this attempt was on its
 	// way, larger than the one the counts were taken with: they may have
 	// missed its calls (see margin.go).
-	narrow := in.Wide > a.Margin.Used
+	narrow := in.Wide > a.marginUsed()
 	for i, cl := range in.Claims {
 		// A pause another process set while this attempt was on its way.
 		if cl.Score < in.PausedTill || in.Distrust || narrow {
@@ -102,37 +102,6 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 	return out
 }
 
-// placed reports whether claim i's members are in the store: always,
-// unless the store placed the claims and found no room for this one.
-func placed(r Reply, i int) bool {
-	return r.Placed == nil || (i < len(r.Placed) && r.Placed[i] > 0)
-}
-
-// decidePlaced is decide over the claims whose members are in the store
-// (see placed); the others are not admitted, and count for no check.
-func decidePlaced(c *Rules, a *Attempt, lims []int, r Reply, claims []Claim, ok []bool) []bool {
-	if r.Placed == nil {
-		return decide(c, a, lims, r, claims, ok)
-	}
-	var in []Claim
-	for i, cl := range claims {
-		if placed(r, i) {
-			in = append(in, cl)
-		}
-	}
-	kept := decide(c, a, lims, r, in, nil)
-	ok = slices.Grow(ok[:0], len(claims))[:len(claims)]
-	j := 0
-	for i := range claims {
-		ok[i] = false
-		if placed(r, i) {
-			ok[i] = kept[j]
-			j++
-		}
-	}
-	return ok
-}
-
 // remaining is the room claim cl's counts left under the tightest limit.
 func remaining(c *Rules, a *Attempt, lims []int, r Reply, cl Claim, ok bool) int {
 	i, _ := slices.BinarySearch(a.Checks, cl.Score)
@@ -165,9 +134,9 @@ func decide(c *Rules, a *Attempt, lims []int, r Reply, claims []Claim, ok []bool
 		}
 		return r.Peaks[wi]
 	}
-	ok = admit(claims, a.Checks, r.Counts[0], peaks(0), c.Caps(lims[0]), wins[0].W+a.Margin.Widen, ok)
+	ok = admit(claims, a.Checks, r.Counts[0], peaks(0), c.Caps(lims[0]), a.Reach(wins[0]), ok)
 	for wi := 1; wi < len(wins); wi++ {
-		more := admit(claims, a.Checks, r.Counts[wi], peaks(wi), c.Caps(lims[wi]), wins[wi].W+a.Margin.Widen, nil)
+		more := admit(claims, a.Checks, r.Counts[wi], peaks(wi), c.Caps(lims[wi]), a.Reach(wins[wi]), nil)
 		for i := range ok {
 			ok[i] = ok[i] && more[i]
 		}
@@ -184,7 +153,7 @@ func decide(c *Rules, a *Attempt, lims []int, r Reply, claims []Claim, ok []bool
 func upcoming(wins []Window, tails [][]Entry, lims []int, a *Attempt, dropped []Entry, limit int64) []int64 {
 	var slots []int64
 	for wi, x := range wins {
-		s := nextSlots(Sane(tails[wi], limit), dropped, lims[wi], min(a.Learn.Slots, lims[wi]), len(a.Adds), x.W+a.Margin.Widen)
+		s := nextSlots(Sane(tails[wi], limit), dropped, lims[wi], min(a.Learn.Slots, lims[wi]), len(a.Adds), a.Reach(x))
 		if wi == 0 {
 			slots = s
 			continue

@@ -19,74 +19,69 @@ import "time"
 // state its own insert produced, so of two callers racing for the last
 // slot exactly one wins, and the free slots read agree with that count.
 type Attempt struct {
+	Adds   []Entry  // members to add: the round's claims, and replays
+	Checks []int64  // distinct scores among Adds
+	Lims   []int    // the limit in force per window
+	Learn  Learning // what the round trip learns of the free slots
+	Exact  bool     // MULTI/EXEC; otherwise a plain pipeline
+	Clock  bool     // include TIME
+	Removals
+	Upkeep
+	Planned
+	Riders
+}
+
+// Removals are the members an attempt takes out of every key.
+type Removals struct {
 	Remove []string // members to remove: calls that did not go, and what a failed round trip may have written
 	// Members to remove that a round trip that succeeded wrote, at their
 	// scores: in a compacted window, one a compaction already moved leaves
 	// its bucket (see the redisstore package's GiveBackScript).
 	GiveBack []Entry
-	Adds     []Entry  // members to add: the round's claims, and replays
-	Checks   []int64  // distinct scores among Adds
-	Lims     []int    // the limit in force per window
-	Learn    Learning // what the round trip learns of the free slots
-	Exact    bool     // MULTI/EXEC; otherwise a plain pipeline
-	Clock    bool     // include TIME
-	Trim     Trim
-	Expire   Expiry
-	Loss     LossChecks
+}
 
+// Upkeep is what an attempt does to keep the keys tidy and alive.
+type Upkeep struct {
+	Trim   Trim
+	Expire Expiry
+}
+
+// Planned is what the plan knew when it made the attempt, for reading
+// its reply.
+type Planned struct {
 	Soonest int64 // the score of a call that goes as soon as the reply is back
 	Room    int   // units of the batch (or fair share) left unclaimed
 	// The generation of the clock estimate the scores were computed with
 	// (see ClockView.Gen).
 	ClockGen uint64
+}
 
-	Margin Margin
-	Places PlaceAsk
+// Riders are what the optional mechanisms add to an attempt, each in a
+// type of its own (the reply's part is RiderReply): a mechanism that is
+// off leaves its zero value, which a store applies as nothing.
+type Riders struct {
+	Loss   LossChecks // what tells a lost window, and what a heal writes (the throttler's heal.go)
+	Margin Margin     // the margin counted with and published (margin.go)
+	Places PlaceAsk   // places in flight asked for (WithInFlight)
 	// Taken, when set, is published with the claims, in their round trip:
 	// the scores they claim, one per unit (see News.Taken).
 	Taken []int64
+	Placement
+}
 
-	// Place lets the store place the round's claims itself, where it
-	// finds room when it applies the attempt, rather than at the scores
-	// of Adds, which were worked out from free slots a round trip old
-	// (see Claim for where each may go). Claims are the round's claims,
-	// their members Adds[First:First+N]; Caps holds, for each level of a
-	// claim, its cap under each window's limit in force. A store that
-	// cannot place them (a window it reads compacted) adds them at their
-	// scores, and says so by leaving Reply.Placed nil.
+// Placement lets the store place the round's claims itself, where it
+// finds room when it applies the attempt, rather than at the scores of
+// Adds, which were worked out from free slots a round trip old (see Claim
+// for where each may go). Claims are the round's claims, their members
+// Adds[First:First+N]; Caps holds, for each level of a claim, its cap
+// under each window's limit in force. A store that cannot place them (a
+// window it reads compacted) adds them at their scores, and says so by
+// leaving RiderReply.Placed nil.
+type Placement struct {
 	Place  bool
 	Claims []Claim
 	Caps   [Levels][]int
 	Again  bool // sent again (see Resent)
-}
-
-// SetPlaced moves the members of the claims the store placed to their
-// scores (placed: per claim, its score, 0 when it was not placed) and
-// makes Checks the distinct scores of the placed claims, as a store
-// reports its counts: the attempt then reads as if it had added them
-// there, and the members of claims not placed are in no check.
-func (a *Attempt) SetPlaced(placed []int64) {
-	a.Checks = a.Checks[:0]
-	for i, c := range a.Claims {
-		if i >= len(placed) || placed[i] <= 0 {
-			continue
-		}
-		for j := c.First; j < c.First+c.N; j++ {
-			a.Adds[j].Score = placed[i]
-		}
-		a.Checks = addCheck(a.Checks, placed[i])
-	}
-}
-
-// PlaceClaims gives each claim the store placed its score (see
-// Attempt.Place); those not placed keep theirs, and have no member in the
-// store.
-func PlaceClaims(claims []Claim, r Reply) {
-	for i, g := range r.Placed {
-		if i < len(claims) && g > 0 {
-			claims[i].Score = g
-		}
-	}
 }
 
 // Resent makes a ready to be sent again after its round trip failed,
@@ -110,7 +105,7 @@ func (a *Attempt) Resent() {
 		a.Remove = append(a.Remove, e.Member)
 	}
 	a.GiveBack = nil
-	a.Again = true
+	a.Riders.resent()
 }
 
 // Learning is what a round trip learns of the free slots ahead.
@@ -183,25 +178,31 @@ type Reply struct {
 	Tails [][]Entry // per window
 	// By level, per window: the tails read for the attempt's Learn.LowCaps.
 	LowTails [Levels][][]Entry
-	Gone     [2]bool // per probe (Attempt.Loss.Probes): the member is gone
 	// The clock sample showed a clock step: the attempt's scores came
 	// from an estimate now known wrong, so its counts decide nothing.
 	Stepped bool
-	NoMark  bool // the marker member was missing before this attempt wrote it
 	// The server's clock as the round trip read it (zero = not read).
 	ServerTime time.Time
 	// The members that are not calls, in server µs (0 = absent): the
-	// Pause, the lowered Limit and its end, the largest margin published
-	// and its end.
-	Pause, Limit, LimitEnd int64
-	Wide, WideEnd          int64
+	// Pause, the lowered Limit and its end.
+	Meta
+	RiderReply
+}
+
+// RiderReply is what a round trip read for the optional mechanisms
+// (see Riders).
+type RiderReply struct {
+	Gone   [2]bool // per probe (Attempt.Loss.Probes): the member is gone
+	NoMark bool    // the marker member was missing before this attempt wrote it
+	// The largest margin published and its end (server µs, 0 = absent).
+	Wide, WideEnd int64
 	// How many of the places asked for were granted (the first ones), and
 	// when the earliest live lease expires (server µs, 0 = none).
 	LeaseGranted  int
 	LeaseEarliest int64
-	// Per claim of an attempt whose store placed them (Attempt.Place),
-	// its score, or 0 when no room lay between its Floor and its Last
-	// (its members were not added); nil when the store did not place the
+	// Per claim of an attempt whose store placed them (Placement), its
+	// score, or 0 when no room lay between its Floor and its Last (its
+	// members were not added); nil when the store did not place the
 	// claims.
 	Placed []int64
 }

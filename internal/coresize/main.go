@@ -2,12 +2,18 @@
 // to change the library: per package, its line count (non-test Go
 // files), the fields of its biggest structs, the types with the most
 // methods and its longest functions; for the root, also the places that
-// change a waiter's reservation.
+// change a waiter's reservation; and the places where a rider's fields are
+// touched outside its own files (see riders.go).
 //
 // Run it from the module root, with the package directories to measure
 // (the root and the library's own packages by default):
 //
 //	go run ./internal/coresize [dir...]
+//
+// With -walk, it measures instead the functions and files one uncontended
+// Wait passes through, from the face to Redis and back (see walk.go):
+//
+//	go run ./internal/coresize -walk
 package main
 
 import (
@@ -22,12 +28,26 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "-walk" {
+		if err := walkOneWait(); err != nil {
+			fail(err)
+		}
+		return
+	}
 	dirs := os.Args[1:]
 	if len(dirs) == 0 {
 		dirs = []string{".", "internal/core", "internal/redisstore", "counters"}
 	}
 	for _, d := range dirs {
 		measure(d)
+	}
+	stray, err := strayRiders(".", riders)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("riders' fields touched outside their files (see riders.go): %d\n", len(stray))
+	for _, s := range stray {
+		fmt.Println("  " + s)
 	}
 }
 

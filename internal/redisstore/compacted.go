@@ -109,7 +109,7 @@ func (k *compactedKey) added(x core.Window, n int) {
 // queueMeta); else all of it, the probes too, with one CountScript.
 func (k *compactedKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 	s, a, x, b := c.s, c.a, c.s.wins[wi], c.bk(wi)
-	w := x.W + a.Margin.Widen
+	w := a.Reach(x)
 	if !c.buckets.recounting && a.Learn.Slots == 0 {
 		c.win[wi].counts = c.queueCounts(p, x.Key, w)
 		if len(a.Checks) == 0 && (wi != s.probeIn || len(c.probes()) == 0) {
@@ -143,7 +143,7 @@ func (k *compactedKey) queueLast(c *attemptCmds, p redis.Pipeliner, wi int) {
 		return
 	}
 	x, width := c.s.wins[wi], k.width.Load()
-	ranges := c.ranges(x.W + c.a.Margin.Widen)
+	ranges := c.ranges(c.a.Reach(x))
 	if len(ranges) == 0 {
 		// A round trip that only probes: the copy starts where the
 		// probe's window would.
@@ -185,7 +185,7 @@ func (k *compactedKey) read(c *attemptCmds, r *core.Reply, wi int) error {
 	r.Counts[wi] = read.counts
 	if probed {
 		for i, found := range read.probed {
-			r.Gone[i] = !found
+			setGone(r, i, !found)
 		}
 	}
 	if a.Learn.Slots > 0 {
@@ -226,7 +226,7 @@ func (k *compactedKey) countFromCopy(c *attemptCmds, r *core.Reply, wi int) {
 		again()
 		return
 	}
-	for i, rg := range c.ranges(c.s.wins[wi].W + a.Margin.Widen) {
+	for i, rg := range c.ranges(a.Reach(c.s.wins[wi])) {
 		n, ok := cp.count(rg.x, rg.y)
 		if !ok {
 			// Beyond what the copy holds: the recount takes another.
@@ -238,14 +238,14 @@ func (k *compactedKey) countFromCopy(c *attemptCmds, r *core.Reply, wi int) {
 	}
 	if wi == c.s.probeIn {
 		for i, e := range c.probes() {
-			if !r.Gone[i] {
+			if !isGone(*r, i) {
 				continue
 			}
 			switch held, ok := cp.mayHold(e.Score); {
 			case !ok:
 				again()
 			case held:
-				r.Gone[i] = false // compacted
+				setGone(r, i, false) // compacted
 			}
 		}
 	}

@@ -90,7 +90,7 @@ func TestGiveBackLeavesBuckets(t *testing.T) {
 			back = append(back, core.Entry{Score: calls[m], Member: m})
 			delete(calls, m)
 		}
-		if _, err := s.Reserve(ctx, &core.Attempt{Lims: []int{x.Limit}, GiveBack: back}); err != nil {
+		if _, err := s.Reserve(ctx, &core.Attempt{Lims: []int{x.Limit}, Removals: core.Removals{GiveBack: back}}); err != nil {
 			t.Fatal(err)
 		}
 		checkCompacted(t, c, key, calls, rng, "after a round trip gave back calls of two buckets")

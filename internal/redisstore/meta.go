@@ -132,5 +132,5 @@ func (s *Store) ReadMeta(ctx context.Context) (core.Reply, error) {
 	if len(v) != 3 {
 		return core.Reply{}, errors.New("throttler: short ZMSCORE reply")
 	}
-	return core.Reply{Pause: MetaValue(v[0]), Limit: MetaValue(v[1]), LimitEnd: MetaValue(v[2])}, nil
+	return core.Reply{Meta: core.Meta{Pause: MetaValue(v[0]), Limit: MetaValue(v[1]), LimitEnd: MetaValue(v[2])}}, nil
 }

@@ -202,7 +202,7 @@ func (c *attemptCmds) queuePlace(p redis.Pipeliner) *redis.Cmd {
 	args = append(args, len(wins), core.Levels, itoa(a.Soonest), again, itoa(core.FutureBound))
 	for wi, x := range wins {
 		keys[wi] = x.Key
-		args = append(args, x.W+a.Margin.Widen)
+		args = append(args, a.Reach(x))
 	}
 	for l := range core.Levels {
 		for wi := range wins {

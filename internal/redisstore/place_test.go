@@ -62,7 +62,7 @@ func checkPlacement(t *testing.T, c *redis.Client, key string) {
 			slices.Sort(sets[wi])
 		}
 		rules := &core.Rules{Wins: wins, MinLimit: 1, MaxBatch: 64, Ahead: time.Second, Shares: [core.Levels]int{600, 1000, 1000}}
-		a := &core.Attempt{Exact: true, Place: true, Soonest: base}
+		a := &core.Attempt{Exact: true, Planned: core.Planned{Soonest: base}, Riders: core.Riders{Placement: core.Placement{Place: true}}}
 		for _, x := range wins {
 			a.Lims = append(a.Lims, x.Limit)
 		}
@@ -229,7 +229,8 @@ func TestPlaceScriptLostByTheServer(t *testing.T) {
 		s := NewStore(c, []core.Window{win}, 0, nil, "self")
 		round := func(i int) core.Reply {
 			t.Helper()
-			a := &core.Attempt{Exact: true, Place: true, Soonest: base, Lims: []int{5}, Caps: [core.Levels][]int{{5}, {5}, {5}}}
+			a := &core.Attempt{Exact: true, Planned: core.Planned{Soonest: base}, Lims: []int{5},
+				Riders: core.Riders{Placement: core.Placement{Place: true, Caps: [core.Levels][]int{{5}, {5}, {5}}}}}
 			a.Adds = []core.Entry{{Score: base, Member: fmt.Sprint("m", i)}}
 			a.Claims = []core.Claim{{Score: base, N: 1, Prio: core.Normal, Floor: base, Last: base + 1000, Reach: base + 1000}}
 			r, err := s.Reserve(ctx, a)

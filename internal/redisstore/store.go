@@ -135,11 +135,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 	c.win = make([]winCmds, len(s.wins))
 	zs := c.members()
 	c.queueLeases(p)
-	if a.Margin.Own > 0 && len(a.Adds) > 0 {
-		// Before any member is added: a round that counts after them
-		// reads the margin it must count with (see internal/core's margin.go).
-		WideScript.Eval(c.ctx, p, []string{s.wins[0].Key}, a.Margin.Own, a.Margin.For, WideMember, WideEndMember)
-	}
+	c.queueMargin(p)
 	var remove []any
 	if len(a.Remove) > 0 {
 		remove = toAny(a.Remove)
@@ -163,11 +159,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 			c.queueReads(p, wi)
 		}
 	}
-	if len(a.Taken) > 0 && !c.placing {
-		// After the claims' ZADDs: a process that hears it and counts
-		// finds them.
-		p.Publish(c.ctx, NewsChannel(s.wins[0].Key), core.News{Taken: a.Taken, From: s.Name()}.String())
-	}
+	c.queueTaken(p)
 	c.queueMeta(p)
 	return nil
 }
@@ -180,10 +172,7 @@ func (c *attemptCmds) members() []redis.Z {
 	for i, e := range a.Adds {
 		zs[i] = redis.Z{Score: float64(e.Score), Member: e.Member}
 	}
-	if a.Loss.Mark {
-		zs = append(zs, redis.Z{Score: float64(MetaScore(1)), Member: Marker})
-	}
-	return zs
+	return c.withMarker(zs)
 }
 
 // queueWrites queues the writes to the key of window wi: the removal of
@@ -204,11 +193,8 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.Trim.At-x.W-core.TrimSlack))
 		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.Trim.Future), "+inf")
 	}
-	if wi == 0 && a.Loss.Pause > 0 {
-		// Before the marker: a marker present means the pause written
-		// with it is there too. Every replica listening hears of it.
-		p.ZAddLT(ctx, x.Key, redis.Z{Score: float64(MetaScore(a.Loss.Pause)), Member: PauseMember})
-		p.Publish(ctx, NewsChannel(x.Key), core.News{Pause: a.Loss.Pause}.String())
+	if wi == 0 {
+		c.queueHealPause(p)
 	}
 	add := zs
 	if wi > 0 {
@@ -233,17 +219,6 @@ func (c *attemptCmds) queueReads(p redis.Pipeliner, wi int) {
 		}
 		p.PExpire(c.ctx, x.Key, a.Expire.TTLs[wi])
 	}
-}
-
-// probes returns the attempt's probes (see core.LossChecks).
-func (c *attemptCmds) probes() []core.Entry {
-	ps := c.a.Loss.Probes[:]
-	for i, e := range ps {
-		if e.Member == "" {
-			return ps[:i]
-		}
-	}
-	return ps
 }
 
 // ranges returns the neighbourhoods (g-w, g+w) of the attempt's checks.
@@ -286,7 +261,7 @@ func (c *attemptCmds) queueMeta(p redis.Pipeliner) {
 	// not go unnoticed. Counts taken before it were true. ZMSCORE from
 	// arguments boxed once: one allocation here instead of one per
 	// argument.
-	args := make([]any, len(s.metaArgs), len(s.metaArgs)+len(a.Loss.Probes)+1)
+	args := make([]any, len(s.metaArgs), len(s.metaArgs)+3) // the probes and a stamp
 	copy(args, s.metaArgs)
 	var probes []core.Entry
 	if !c.buckets.probeCounted {
@@ -375,27 +350,11 @@ func (c *attemptCmds) metaReply() core.Reply {
 		return 0
 	}
 	r := core.Reply{
-		Counts:   make([][]int64, len(s.wins)),
-		NoMark:   MetaValue(score(0)) == 0,
-		Pause:    MetaValue(score(1)),
-		Limit:    MetaValue(score(2)),
-		LimitEnd: MetaValue(score(3)),
-		Wide:     MetaValue(score(4)),
-		WideEnd:  MetaValue(score(5)),
+		Counts: make([][]int64, len(s.wins)),
+		Meta:   core.Meta{Pause: MetaValue(score(1)), Limit: MetaValue(score(2)), LimitEnd: MetaValue(score(3))},
 	}
-	if c.buckets.probeCounted {
-		return r // read by CountScript
-	}
-	// A probe, a call of ours (see metaArgs), scores its time.
-	for i := range c.probes() {
-		switch {
-		case s.probeIn == 0:
-			r.Gone[i] = score(7+i) == 0
-		case c.probe != nil:
-			v := c.probe.Val()
-			r.Gone[i] = len(v) < 2+i || v[1+i] == 0
-		}
-	}
+	readMargin(&r, score(4), score(5))
+	c.readProbes(&r, score)
 	return r
 }
 

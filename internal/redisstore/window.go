@@ -71,14 +71,14 @@ func (logKey) beforeAdds(*attemptCmds, redis.Pipeliner, int) {}
 func (logKey) added(core.Window, int) {}
 
 // queueReads queues, per checked score g, the count of the members in
-// (g-w, g+w), with w the window widened by a.Margin.Widen (the peak script
+// (g-w, g+w), with w the window widened by the margin (see core.Attempt.Reach; the peak script
 // instead, for exact attempts with several limits; nothing when
 // PlaceScript counts), then, when the attempt learns slots, the tails
 // under the limit in force and under each capped priority's cap, and the
 // flag.
 func (logKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 	s, a, x, wc := c.s, c.a, c.s.wins[wi], &c.win[wi]
-	w := x.W + a.Margin.Widen
+	w := a.Reach(x)
 	switch {
 	case c.placing:
 		// Counted by PlaceScript.
