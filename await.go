@@ -142,7 +142,7 @@ func (w *waiter) endUnadmittedLocked(t *Throttler) (then afterUnlock, _ outcome,
 	held := res.held()
 	w.moveLocked(reservation{state: res.state, err: res.err, retry: res.retry, remaining: res.remaining}, gone)
 	if isRedis(res.err) {
-		t.owed.giveBack = append(t.owed.giveBack, held...)
+		t.owed.giveBackLater(held)
 		held = nil
 	}
 	then = afterUnlock{members: held}

@@ -36,7 +36,7 @@ func (f *fallback) failLocked(rd *round, err error) time.Duration {
 		t.owed.doubt(a, batch)
 		for _, e := range a.Adds {
 			if !isOurs(e.Member, batch) {
-				t.owed.replay = append(t.owed.replay, e) // admitted without Redis: count it once Redis answers
+				t.owed.replayLater(e) // admitted without Redis: count it once Redis answers
 			}
 		}
 	}
@@ -107,7 +107,7 @@ func (f *fallback) failAllLocked(batch []*waiter, err error) {
 	for _, w := range batch {
 		stale := w.res.held() // a leaving caller gives them back itself
 		if w.caller != leaving {
-			t.owed.giveBack = append(t.owed.giveBack, w.res.members...)
+			t.owed.giveBackLater(w.res.members)
 			stale = w.res.stale
 		}
 		w.settleLocked(reservation{state: stFailed, err: e, stale: stale})
@@ -148,25 +148,11 @@ func (f *fallback) idleAfterFailureLocked(err error) time.Duration {
 		return 0
 	}
 	if redisstore.Closed(err) {
-		t.owed.replay, t.owed.unscored, t.owed.healPause, t.owed.giveBack, t.owed.returned, t.owed.recheck = nil, nil, 0, nil, nil, nil
+		t.owed.forget()
 		return 0
 	}
 	now, rtNow := t.now(), time.Now()
-	if len(t.owed.giveBack) > 0 || len(t.owed.returned) > 0 || len(t.owed.recheck) > 0 {
-		// On the runtime's clock: a local clock that stepped ahead would
-		// give them up at once.
-		if t.owed.giveUpAt.IsZero() {
-			t.owed.giveUpAt = rtNow.Add(t.rules.Ahead + time.Duration(t.rules.LongestW())*time.Microsecond)
-		}
-		// A member a failed round trip added may lie further ahead than
-		// reserve-ahead, scored by an estimate a clock step had made
-		// wrong: it counts until its own score has left the longest window.
-		aged := t.owed.latest+t.rules.LongestW() <= t.clock.ServerByRuntime(rtNow, now)
-		if !rtNow.Before(t.owed.giveUpAt) && aged {
-			// They stop counting on their own, within the crash bound.
-			t.owed.giveBack, t.owed.returned, t.owed.recheck, t.owed.latest = nil, nil, nil, 0
-		}
-	}
+	t.owed.giveUp(rtNow, t.rules.Ahead, t.rules.LongestW(), t.clock.ServerByRuntime(rtNow, now))
 	t.owed.trimReplay(t.clock.Server(now), t.rules.LongestW())
 	if t.owed.pending() {
 		return retryRedisAfter

@@ -70,12 +70,12 @@ func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 		}
 		break
 	}
-	a.Loss.Mark, o.mark = o.mark || h.lastSeen == 0, false
+	a.Loss.Mark = o.takeMark() || h.lastSeen == 0
 	// The marker goes when one found missing, or a heal's, is owed; and
 	// until a reply vouches for the key, with every round trip, for a
 	// process whose round trips had only found it missing (a new key)
 	// could not tell a window lost after them from a new key.
-	a.Loss.Pause = o.healPause
+	a.Loss.Pause = o.healPauseOwed()
 }
 
 // noticeLoss reads the loss checks of reply r to attempt a, which reached
@@ -89,7 +89,7 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	h.serverSeen = max(h.serverSeen, serverAt)
 	missing := r.NoMark && !a.Loss.Mark // a marker we were writing ourselves proves nothing
 	if missing {
-		o.mark = true // with the next round trip
+		o.markLater(true) // with the next round trip
 	} else {
 		// Found, or written: only such a round trip vouches for the key.
 		// (Two round trips of one process may cross, an Allow's and the
@@ -162,8 +162,7 @@ func (t *Throttler) healLocked(serverNow int64) {
 	if t.rules.Buffer > 0 {
 		end += core.MaxSpread
 	}
-	t.owed.healPause = max(t.owed.healPause, end)
-	t.owed.mark = true
+	t.owed.heal(end)
 	// Until the marker is back, a missing one says nothing new.
 	t.health.lastSeen = 0
 	// Our calls went with the window: none is left to probe for.
@@ -200,7 +199,7 @@ func (lossRider) read(t *Throttler, rd *round, rr *replyRead) {
 
 func (lossRider) holds(a *core.Attempt) bool { return a.Loss.Pause > 0 }
 
-func (lossRider) unsent(t *Throttler, a *core.Attempt) { t.owed.mark = t.owed.mark || a.Loss.Mark }
+func (lossRider) unsent(t *Throttler, a *core.Attempt) { t.owed.markLater(a.Loss.Mark) }
 
 // healSent reports whether attempt a, whose round trip succeeded, wrote
 // the heal's pause owed (until owed), or a later one.

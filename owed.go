@@ -80,13 +80,89 @@ func (o *owed) takeRecheck() []string {
 }
 
 // sent notes what attempt a, whose round trip succeeded, wrote: its heal
-// pause, unless a later one is still to write. (Its give-backs and replays
-// left the lists when it was planned.)
+// pause, unless a later one is still to write, and whatever it had to give
+// back after a failure. (Its give-backs and replays left the lists when it
+// was planned: see take.)
 func (o *owed) sent(a *core.Attempt) {
 	if healSent(a, o.healPause) {
 		o.healPause = 0
 	}
 	o.recheckDue = len(o.recheck) > 0
+	o.giveUpAt = time.Time{}
+}
+
+// take returns what the next round trip writes, and leaves it to it: the
+// members to remove (with those a failure doubts, see takeRecheck), the
+// calls to give back that were written for sure, and the calls to count
+// that went without Redis, appended to replay.
+func (o *owed) take(replay []core.Entry) (core.Removals, []core.Entry) {
+	out := core.Removals{Remove: append(o.giveBack, o.takeRecheck()...), GiveBack: o.returned}
+	replay = append(replay, o.replay...)
+	o.giveBack, o.returned, o.replay = nil, nil, nil
+	return out, replay
+}
+
+// giveBackLater notes members to remove with the next round trip: calls
+// that did not go.
+func (o *owed) giveBackLater(members []string) { o.giveBack = append(o.giveBack, members...) }
+
+// returnLater notes a call written for sure, at its score, to give back
+// with the next round trip.
+func (o *owed) returnLater(e core.Entry) { o.returned = append(o.returned, e) }
+
+// replayLater notes a call admitted without Redis, at its score, to count
+// once Redis answers.
+func (o *owed) replayLater(es ...core.Entry) { o.replay = append(o.replay, es...) }
+
+// heal notes a heal's pause until end (server µs) to write, with the
+// marker; the later pause wins.
+func (o *owed) heal(end int64) {
+	o.healPause = max(o.healPause, end)
+	o.mark = true
+}
+
+// healing reports whether a heal's pause is still to write.
+func (o *owed) healing() bool { return o.healPause > 0 }
+
+// takeMark reports whether the marker is owed, and leaves it to the round
+// trip that asks.
+func (o *owed) takeMark() bool {
+	m := o.mark
+	o.mark = false
+	return m
+}
+
+// healPauseOwed is the end of the heal's pause still to write (server µs;
+// 0: none).
+func (o *owed) healPauseOwed() int64 { return o.healPause }
+
+// markLater notes that the marker is still to write when mark is set.
+func (o *owed) markLater(mark bool) { o.mark = o.mark || mark }
+
+// forget drops everything owed: the client was closed, and nothing will be
+// written again.
+func (o *owed) forget() {
+	o.replay, o.unscored, o.healPause, o.giveBack, o.returned, o.recheck = nil, nil, 0, nil, nil, nil
+}
+
+// giveUp drops, after a failure, the members still to give back once they
+// stop counting on their own, within the crash bound: reserve-ahead plus
+// the longest window w (µs) after the first failure to give them back, on
+// the runtime's clock (rtNow; a local clock that stepped ahead would give
+// them up at once), and once a member a failed round trip added, which may
+// lie further ahead than reserve-ahead (scored by an estimate a clock
+// step had made wrong), has left the longest window by the server's time
+// serverNow.
+func (o *owed) giveUp(rtNow time.Time, ahead time.Duration, w, serverNow int64) {
+	if len(o.giveBack) == 0 && len(o.returned) == 0 && len(o.recheck) == 0 {
+		return
+	}
+	if o.giveUpAt.IsZero() {
+		o.giveUpAt = rtNow.Add(ahead + time.Duration(w)*time.Microsecond)
+	}
+	if !rtNow.Before(o.giveUpAt) && o.latest+w <= serverNow {
+		o.giveBack, o.returned, o.recheck, o.latest = nil, nil, nil, 0
+	}
 }
 
 // countLater notes n calls admitted without Redis, going at rt on the

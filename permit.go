@@ -206,7 +206,7 @@ func (t *Throttler) addDebt(ctx context.Context, score int64, n int) error {
 	defer cancel()
 	if err := t.st.Add(ctx, debt); err != nil {
 		// Written as calls admitted without Redis are.
-		t.writeLater(err, "debt written later", func(o *owed) { o.replay = append(o.replay, debt...) })
+		t.writeLater(err, "debt written later", func(o *owed) { o.replayLater(debt...) })
 		return redisError(err)
 	}
 	// Not journaled: the journal's newest entry is the probe, and a debt

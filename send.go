@@ -120,7 +120,7 @@ func (t *Throttler) release(ctx context.Context, members []string, at int64) err
 	defer cancel()
 	err := t.st.Remove(ctx, members, at)
 	if err != nil {
-		t.writeLater(err, "members given back later", func(o *owed) { o.giveBack = append(o.giveBack, members...) })
+		t.writeLater(err, "members given back later", func(o *owed) { o.giveBackLater(members) })
 	}
 	return err
 }

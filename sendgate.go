@@ -311,7 +311,7 @@ func (t *Throttler) unslot(ctx context.Context, p *Permit, start bool) {
 	t.health.forget(p.members, &t.hooks)
 	t.known.Free(p.score, p.estimate, PriorityFromContext(ctx).level())
 	for _, m := range p.members {
-		t.owed.returned = append(t.owed.returned, core.Entry{Score: p.score, Member: m})
+		t.owed.returnLater(core.Entry{Score: p.score, Member: m})
 	}
 	if start {
 		t.worker.start(&t.owed)

@@ -119,7 +119,6 @@ func (t *Throttler) round() (time.Duration, bool) {
 	}
 	rd.Reply = r
 	t.upkeep.round = now
-	t.owed.giveUpAt = time.Time{} // what it had to give back went with it
 	t.upkeep.done(a, now)
 	t.owed.sent(a)
 	t.resolveLocked(rd)
@@ -131,7 +130,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 func (t *Throttler) nextRoundLocked(rd *round) time.Duration {
 	a, claims := rd.Attempt, rd.Plan.Claims
 	switch {
-	case t.owed.healPause > 0:
+	case t.owed.healing():
 		// Redis lost the window: tell the others at once.
 		return 0
 	case len(rd.batch) == 0:
@@ -175,12 +174,12 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
 	// A new attempt on the last one's buffers.
-	*a = core.Attempt{Adds: append(a.Adds[:0], t.owed.replay...), Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims),
+	removals, adds := t.owed.take(a.Adds[:0])
+	*a = core.Attempt{Adds: adds, Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims),
 		Learn:    core.Learning{LowCaps: a.Learn.LowCaps},
-		Removals: core.Removals{Remove: append(t.owed.giveBack, t.owed.takeRecheck()...), GiveBack: t.owed.returned},
+		Removals: removals,
 		Upkeep:   core.Upkeep{Expire: core.Expiry{TTLs: a.Expire.TTLs}},
 		Riders:   a.Riders.Next()}
-	t.owed.giveBack, t.owed.returned, t.owed.replay = nil, nil, nil
 	t.upkeep.due(a, &t.config, now, t.clock.Synced(), t.clock.Monotonic)
 	a.Expire.First = t.rules.TTL() + time.Duration(max(0, t.shared.pausedTill-serverNow))*time.Microsecond
 	a.ClockGen = view.Gen
