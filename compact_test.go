@@ -19,7 +19,7 @@ import (
 // buckets: tests compact small windows.
 func withCompaction(from, n int) Option {
 	return func(o *options) error {
-		o.compactFrom, o.buckets = from, n
+		o.compact.from, o.compact.buckets = from, n
 		return nil
 	}
 }
@@ -51,7 +51,7 @@ func TestInvariantCompacted(t *testing.T) {
 					if mode == "newest" {
 						keep = 3 // all but the newest 3 calls compact, young or not
 					}
-					ths[i] = rec.watch(mustNew(t, dial(), key, limit, interval, withCompaction(from, 8), func(o *options) error { o.compactKeep = keep; return nil }))
+					ths[i] = rec.watch(mustNew(t, dial(), key, limit, interval, withCompaction(from, 8), func(o *options) error { o.compact.keep = keep; return nil }))
 				}
 				var wg sync.WaitGroup
 				for r := range replicas {

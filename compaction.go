@@ -19,7 +19,7 @@ func WithCompactFrom(limit int) Option {
 		if limit < 0 {
 			return invalidf("WithCompactFrom(%d): limit must not be negative", limit)
 		}
-		o.compactFrom = limit
+		o.compact.from = limit
 		return nil
 	}
 }

@@ -8,11 +8,13 @@ import (
 
 // config is what New was given, checked, and what follows from it: the
 // options, and the limits and settings rounds are planned by (core.Rules,
-// which derives the timings from them). It never changes after New, so it
-// is read without the Throttler's mutex.
+// which derives the timings from them), and the hooks tests set before a
+// Throttler's first use. It never changes after that, so it is read
+// without the Throttler's mutex.
 type config struct {
 	rules core.Rules // what rounds are planned and resolved by
 	opt   options
+	hooks testHooks // set by tests before a Throttler's first use
 }
 
 // now reads the local clock (WithClock's, or time.Now).
@@ -39,15 +41,15 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 	if o.buffer > interval*10 && o.buffer > time.Minute {
 		return config{}, invalidf("New(%q): buffer %s dwarfs the interval %s", key, o.buffer, interval)
 	}
-	if !o.aheadSet {
+	if o.ahead < 0 {
 		o.ahead = min(interval, time.Second)
 	}
 	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.extra...)
 	for i := range wins {
 		wins[i].W = core.WindowMicros(wins[i].Interval + o.buffer)
-		wins[i].Bucket, wins[i].Age = core.Compaction(wins[i].Limit, wins[i].W, o.compactFrom, o.buckets)
+		wins[i].Bucket, wins[i].Age = core.Compaction(wins[i].Limit, wins[i].W, o.compact.from, o.compact.buckets)
 		if wins[i].Bucket > 0 {
-			wins[i].Keep = int64(o.compactKeep)
+			wins[i].Keep = int64(o.compact.keep)
 		}
 		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
 			return config{}, err

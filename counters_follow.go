@@ -221,7 +221,7 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
 		end := serverNow + d.Microseconds()
 		return metaWrite{
 			MetaWrite: core.MetaWrite{Pause: end, Backoff: d.Microseconds(), BackoffEnd: end, News: &core.News{Pause: end}},
-			apply:     func() { t.pauseLocked(end) },
+			apply:     func() { t.shared.pauseTo(end, t.clock, &t.stats) },
 		}
 	})
 }

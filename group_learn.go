@@ -85,10 +85,10 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 		end := serverNow + ttl.Microseconds()
 		m := metaWrite{
 			MetaWrite: core.MetaWrite{Limit: int64(limit), LimitEnd: end},
-			apply:     func() { t.lowerLocked(0, 0) },
+			apply:     func() { t.shared.lowerTo(0, 0, t.rules.Wins[0].Limit, &t.stats) },
 		}
 		if limit < t.Limit() {
-			m.apply = func() { t.lowerLocked(limit, end) }
+			m.apply = func() { t.shared.lowerTo(limit, end, t.rules.Wins[0].Limit, &t.stats) }
 		}
 		return m
 	})

@@ -80,7 +80,7 @@ func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 
 // noticeLoss reads the loss checks of reply r to attempt a, which reached
 // the server at serverAt (µs), and reports whether Redis lost the window;
-// the caller then heals (see Throttler.healLocked), and the reply's counts
+// the caller then heals (see lossRider.heal), and the reply's counts
 // decide nothing. ttl is the keys' TTL in µs; what is owed goes to o.
 func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, o *owed) bool {
 	// Our last round trip refreshed the key's TTL: if that was less than a
@@ -148,7 +148,7 @@ func (h *health) forget(members []string, hooks *testHooks) {
 	}
 }
 
-// healLocked pauses every process on the key until the calls a lost window
+// heal pauses every process on the key until the calls a lost window
 // held have all stopped counting: the newest of them was reserved at most
 // reserve-ahead from serverNow and counts for the longest window after that,
 // or, counted with margins (see internal/core's margin.go), for as much again as the widest
@@ -157,7 +157,7 @@ func (h *health) forget(members []string, hooks *testHooks) {
 // off by a local clock step the same round trip straddled. The pause holds
 // here at once and is written to Redis with the next round trip, together with
 // the marker.
-func (t *Throttler) healLocked(serverNow int64) {
+func (lossRider) heal(t *Throttler, serverNow int64) {
 	end := serverNow + t.rules.LongestW() + t.rules.Ahead.Microseconds()
 	if t.rules.Buffer > 0 {
 		end += core.MaxSpread
@@ -171,7 +171,7 @@ func (t *Throttler) healLocked(serverNow int64) {
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
 		slog.String("key", t.rules.Wins[0].Key), slog.Time("until", t.clock.Local(end)))
-	t.pauseLocked(end)
+	t.shared.pauseTo(end, t.clock, &t.stats)
 }
 
 // lossRider carries the loss checks on every round trip: the probes, the
@@ -190,10 +190,10 @@ func (lossRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
 // read measures on the server's clock as the reply read it: a local clock
 // stepped ahead by more than a TTL would otherwise make a window lost a
 // moment ago look long expired.
-func (lossRider) read(t *Throttler, rd *round, rr *replyRead) {
+func (l lossRider) read(t *Throttler, rd *round, rr *replyRead) {
 	rr.lost = t.health.noticeLoss(rd.Attempt, rd.Reply, rr.serverAt, t.rules.TTL().Microseconds(), &t.owed)
 	if rr.lost {
-		t.healLocked(rr.serverAt)
+		l.heal(t, rr.serverAt)
 	}
 }
 

@@ -91,47 +91,13 @@ func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error 
 		if n >= t.rules.Wins[0].Limit {
 			return metaWrite{
 				MetaWrite: core.MetaWrite{ClearLimit: true, News: &core.News{LimitSet: true}},
-				apply:     func() { t.lowerLocked(0, 0) },
+				apply:     func() { t.shared.lowerTo(0, 0, t.rules.Wins[0].Limit, &t.stats) },
 			}
 		}
 		end := serverNow + d.Microseconds()
 		return metaWrite{
 			MetaWrite: core.MetaWrite{Limit: int64(n), LimitEnd: end, News: &core.News{Limit: int64(n), LimitEnd: end, LimitSet: true}},
-			apply:     func() { t.lowerLocked(n, end) },
+			apply:     func() { t.shared.lowerTo(n, end, t.rules.Wins[0].Limit, &t.stats) },
 		}
 	})
-}
-
-// learnMetaLocked takes the pause and the lowered limit a round trip read.
-func (t *Throttler) learnMetaLocked(r core.Reply) {
-	t.pauseLocked(r.Pause)
-	lowered, till := 0, int64(0)
-	if r.Limit > 0 && r.LimitEnd > 0 && r.Limit < int64(t.rules.Wins[0].Limit) {
-		lowered, till = int(r.Limit), r.LimitEnd
-	}
-	if lowered != t.shared.lowered || till != t.shared.lowerTill {
-		t.lowerLocked(lowered, till)
-	}
-	above := int64(0)
-	if r.Limit > int64(t.rules.Wins[0].Limit) && r.LimitEnd > t.clock.Server(t.now()) {
-		above = r.Limit
-	}
-	t.shared.above.Store(above)
-}
-
-// pauseLocked extends the shared pause to end (server µs), and tells the
-// observer when it did.
-func (t *Throttler) pauseLocked(end int64) {
-	if t.shared.pauseUntil(end) {
-		t.stats.paused(t.clock.Local(end))
-	}
-}
-
-// lowerLocked records the first limit lowered to n (0 = none) until till,
-// and tells the observer when the limit in force changed.
-func (t *Throttler) lowerLocked(n int, till int64) {
-	before, after := t.shared.lower(n, till, t.rules.Wins[0].Limit)
-	if after != before {
-		t.stats.limitChanged(after)
-	}
 }

@@ -43,16 +43,39 @@ func (m *meter) logRedis(now time.Time, err error, then string) {
 	m.logger.Warn("throttler: redis failed", append(m.logAttrs[:len(m.logAttrs):len(m.logAttrs)], slog.String("then", then), slog.Any("err", err))...)
 }
 
-// statCounters are the Stats counters that are not state.
+// statCounters are the Stats counters that are not state, grouped by what
+// they count.
 type statCounters struct {
+	callCounts
+	redisCounts
+	costCounts
+	sendCounts
+}
+
+// callCounts count the calls by how their waits ended.
+type callCounts struct {
 	admitted, waits, abandoned, failed, refused atomic.Uint64
-	roundTrips, redisErrors, pauses             atomic.Uint64
-	heals, lateWakes                            atomic.Uint64
-	settled, returned, debt                     atomic.Uint64
 	placeWaits                                  atomic.Uint64
-	reslotted, sentLate, roundsRetried          atomic.Uint64
+	lateWakes                                   atomic.Uint64
 	inFlight                                    atomic.Int64
 	waited                                      atomic.Int64 // nanoseconds
+}
+
+// redisCounts count the round trips and what they met.
+type redisCounts struct {
+	roundTrips, redisErrors, roundsRetried atomic.Uint64
+	pauses, heals                          atomic.Uint64
+}
+
+// costCounts count the units settles corrected (see Permit.Settle).
+type costCounts struct {
+	settled, returned, debt atomic.Uint64
+}
+
+// sendCounts count the calls a Transport held at their connections (see
+// sendgate.go).
+type sendCounts struct {
+	reslotted, sentLate atomic.Uint64
 }
 
 // placeWait counts a call that found every place in flight taken.

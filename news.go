@@ -249,20 +249,9 @@ func (t *Throttler) newsLocked(n core.News) {
 		}
 		return
 	}
-	changed := false
-	if n.Pause > t.shared.pausedTill {
-		t.pauseLocked(n.Pause)
+	changed := t.shared.pauseTo(n.Pause, t.clock, &t.stats)
+	if n.LimitSet && t.shared.learnLimit(n.Limit, n.LimitEnd, t.rules.Wins[0].Limit, &t.stats) {
 		changed = true
-	}
-	if n.LimitSet {
-		lowered, till := 0, int64(0)
-		if n.Limit > 0 && n.LimitEnd > 0 && n.Limit < int64(t.rules.Wins[0].Limit) {
-			lowered, till = int(n.Limit), n.LimitEnd
-		}
-		if lowered != t.shared.lowered || till != t.shared.lowerTill {
-			t.lowerLocked(lowered, till)
-			changed = true
-		}
 	}
 	if !changed {
 		return
@@ -277,9 +266,12 @@ func (t *Throttler) newsLocked(n core.News) {
 	t.worker.nudge()
 }
 
-// announceLocked has attempt a publish the slots plan p claims near the
-// limit while this process contends for slots (see core.Known.Announce).
-func (t *Throttler) announceLocked(a *core.Attempt, p core.PlanOut) {
+// announceRider publishes the slots a contending process claims.
+type announceRider struct{ noRider }
+
+// claim has attempt a publish the slots plan p claims near the limit while
+// this process contends for slots (see core.Known.Announce).
+func (announceRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) {
 	if !a.Exact || len(p.Claims) == 0 || t.known.Announce == 0 {
 		return
 	}
@@ -292,9 +284,3 @@ func (t *Throttler) announceLocked(a *core.Attempt, p core.PlanOut) {
 		}
 	}
 }
-
-// announceRider publishes the slots a contending process claims (see
-// announceLocked).
-type announceRider struct{ noRider }
-
-func (announceRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) { t.announceLocked(a, p) }

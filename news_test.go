@@ -69,7 +69,7 @@ func TestNewsReachesSleepers(t *testing.T) {
 // A worker that stops idle after its last plan left calls queued near the
 // limit, all of which left since, lets the news listener end: the listener
 // is not kept, with its subscription, until the next call. This run stops
-// the worker at its next round (it fails when stopIdleLocked leaves the
+// the worker at its next round (it fails when workerState.stopIdle leaves the
 // flag set); the race that left it set before, callers all leaving during
 // the round trip and the worker stopping right after it, is not pinned
 // here.

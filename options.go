@@ -17,8 +17,7 @@ type options struct {
 	policy       FailurePolicy
 	logger       *slog.Logger
 	redisTimeout time.Duration
-	ahead        time.Duration
-	aheadSet     bool
+	ahead        time.Duration // WithReserveAhead, -1 = the default (see newConfig)
 	maxBatch     int
 	extra        []core.Window    // WithLimit
 	observer     *Observer        // WithObserver, nil = none
@@ -28,11 +27,14 @@ type options struct {
 	shares       [core.Levels]int // WithPriorityShare, in thousandths, by level
 	clockSet     bool             // WithClock
 	clock        *core.Clock      // withClockSync: an estimate shared with other Throttlers
-	// Which windows compact (see core.Compaction): from this limit on, in
-	// so many buckets, keeping so many calls as members whatever their age
-	// (0: no such bound). Tests lower them to compact small windows.
-	compactFrom, buckets, compactKeep int
+	compact      compactOptions
 }
+
+// compactOptions say which windows compact (see core.Compaction): from
+// limit from on, in so many buckets, keeping so many calls as members
+// whatever their age (0: no such bound). Tests lower them to compact small
+// windows.
+type compactOptions struct{ from, buckets, keep int }
 
 func defaultOptions() options {
 	return options{
@@ -43,9 +45,8 @@ func defaultOptions() options {
 		redisTimeout: time.Second,
 		maxBatch:     64,
 		shares:       defaultShares,
-		compactFrom:  core.CompactFrom,
-		buckets:      core.Buckets,
-		compactKeep:  core.CompactKeep,
+		ahead:        -1,
+		compact:      compactOptions{from: core.CompactFrom, buckets: core.Buckets, keep: core.CompactKeep},
 	}
 }
 
@@ -184,7 +185,7 @@ func WithReserveAhead(d time.Duration) Option {
 		if d < 0 || d > maxReserveAhead {
 			return invalidf("WithReserveAhead(%s): must be within 0..%s", d, maxReserveAhead)
 		}
-		o.ahead, o.aheadSet = d, true
+		o.ahead = d
 		return nil
 	}
 }

@@ -40,7 +40,7 @@ func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
 		if end <= serverNow {
 			return metaWrite{}
 		}
-		return metaWrite{MetaWrite: core.MetaWrite{Pause: end, News: &core.News{Pause: end}}, apply: func() { t.pauseLocked(end) }}
+		return metaWrite{MetaWrite: core.MetaWrite{Pause: end, News: &core.News{Pause: end}}, apply: func() { t.shared.pauseTo(end, t.clock, &t.stats) }}
 	})
 }
 

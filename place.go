@@ -6,12 +6,16 @@ import "github.com/go-throttler/throttler/internal/core"
 // takes to free a slot lets Redis place its claims (see core.Placement and
 // the redisstore package's place.go): what follows is the Throttler's side.
 
-// placeLocked lets the store place the claims of plan p itself near the
-// limit (see core.Attempt.Place), where it finds room when it applies
-// them, when the free slots the plan worked from, a round trip old, are
-// stale by then (see core.Rules.StaleSlots).
-func (t *Throttler) placeLocked(a *core.Attempt, p core.PlanOut, rtt int64) {
-	a.Place = p.Exact && len(p.Claims) > 0 && t.rules.StaleSlots(rtt)
+// placeRider lets Redis place the round's claims, and gives the claims the
+// scores it placed them at.
+type placeRider struct{ noRider }
+
+// claim lets the store place the claims of plan p itself near the limit
+// (see core.Attempt.Place), where it finds room when it applies them, when
+// the free slots the plan worked from, a round trip old, are stale by then
+// (see core.Rules.StaleSlots).
+func (placeRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) {
+	a.Place = p.Exact && len(p.Claims) > 0 && t.rules.StaleSlots(t.clock.View().RTT)
 	if !a.Place {
 		return
 	}
@@ -27,14 +31,6 @@ func (t *Throttler) placeLocked(a *core.Attempt, p core.PlanOut, rtt int64) {
 			a.Caps[l] = append(a.Caps[l], caps[l])
 		}
 	}
-}
-
-// placeRider lets Redis place the round's claims (see placeLocked), and
-// gives the claims the scores it placed them at.
-type placeRider struct{ noRider }
-
-func (placeRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) {
-	t.placeLocked(a, p, t.clock.View().RTT)
 }
 
 func (placeRider) read(_ *Throttler, rd *round, _ *replyRead) {

@@ -28,9 +28,12 @@ type rider interface {
 	unsent(t *Throttler, a *core.Attempt)
 }
 
-// roundRiders are the riders of every round, in the order they are asked:
-// the loss checks first (a heal's pause, read first, distrusts the rest).
-var roundRiders = []rider{lossRider{}, marginRider{}, placeRider{}, announceRider{}}
+// riders are the riders of a round, in the order they are asked.
+type riders []rider
+
+// roundRiders are the riders of every round: the loss checks first (a
+// heal's pause, read first, distrusts the rest).
+var roundRiders = riders{lossRider{}, marginRider{}, placeRider{}, announceRider{}}
 
 // replyRead is what a reply is resolved with, as the riders read it.
 type replyRead struct {
@@ -50,9 +53,9 @@ func (noRider) read(*Throttler, *round, *replyRead)           {}
 func (noRider) holds(*core.Attempt) bool                      { return false }
 func (noRider) unsent(*Throttler, *core.Attempt)              {}
 
-// ridersHold reports whether a rider needs attempt a sent.
-func ridersHold(a *core.Attempt) bool {
-	for _, r := range roundRiders {
+// hold reports whether a rider of rs needs attempt a sent.
+func (rs riders) hold(a *core.Attempt) bool {
+	for _, r := range rs {
 		if r.holds(a) {
 			return true
 		}
@@ -60,10 +63,10 @@ func ridersHold(a *core.Attempt) bool {
 	return false
 }
 
-// ridersUnsentLocked tells every rider that attempt a was not sent, or
-// may not have arrived.
-func (t *Throttler) ridersUnsentLocked(a *core.Attempt) {
-	for _, r := range roundRiders {
+// unsent tells every rider of rs that attempt a was not sent, or may not
+// have arrived.
+func (rs riders) unsent(t *Throttler, a *core.Attempt) {
+	for _, r := range rs {
 		r.unsent(t, a)
 	}
 }

@@ -199,7 +199,7 @@ func (c *gatedCall) hold() bool {
 			// reserved, which a slot reserved ahead may not fit.
 			t.mu.Unlock()
 			c.reslotted = true
-			if err := t.reslot(c.ctx, p); err != nil {
+			if err := p.reslot(c.ctx); err != nil {
 				c.late = true
 			}
 			return false
@@ -216,7 +216,7 @@ func (c *gatedCall) hold() bool {
 				time.Sleep(d)
 			} else if !sleepCtx(c.ctx, d) {
 				c.late = true
-				t.sendAnyway(c.ctx, p)
+				p.sendAnyway(c.ctx)
 				return true
 			}
 			continue
@@ -225,7 +225,7 @@ func (c *gatedCall) hold() bool {
 			return true
 		}
 		c.reslotted = true
-		if err := t.reslot(c.ctx, p); err != nil {
+		if err := p.reslot(c.ctx); err != nil {
 			c.late = true
 		}
 		return false
@@ -271,18 +271,19 @@ func (c *gatedCall) again() {
 	t.stats.sent(t.now(), info)
 }
 
-// reslot gives back the slot of p, whose request came to its connection
+// reslot gives back p's slot, whose request came to its connection
 // later than the slot allows, and waits with ctx for a new one, ahead of
 // the calls that wait for their first; p keeps its place in flight. The
 // slot goes back with the round trip that claims the new one, which frees
 // it before it counts. When no new slot comes (ctx ends, or the earliest
 // slot lies past its deadline), the call is written all the same (see
 // sendAnyway), and reslot returns the wait's error.
-func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
-	t.unslot(ctx, p, false)
+func (p *Permit) reslot(ctx context.Context) error {
+	t := p.t
+	p.unslot(ctx, false)
 	res, _, err := t.waitSlot(ctx, "send", p.estimate, wantFront, 0)
 	if err != nil {
-		t.countAnyway(ctx, p)
+		p.countAnyway(ctx)
 		// No round trip claims a new slot: one of its own gives the
 		// old one back.
 		t.mu.Lock()
@@ -296,16 +297,17 @@ func (t *Throttler) reslot(ctx context.Context, p *Permit) error {
 
 // sendAnyway counts p's call, about to be written off its slot, where it
 // goes: its slot goes back, its units count as debt now.
-func (t *Throttler) sendAnyway(ctx context.Context, p *Permit) {
-	t.unslot(ctx, p, true)
-	t.countAnyway(ctx, p)
+func (p *Permit) sendAnyway(ctx context.Context) {
+	p.unslot(ctx, true)
+	p.countAnyway(ctx)
 }
 
 // unslot gives back the slot p holds: it leaves the journal and the free
 // slots this process knows of at once, and Redis with the next round trip
 // (written for sure: see core.Attempt.GiveBack), which start has a worker
 // make when no wait of the caller's follows to make it.
-func (t *Throttler) unslot(ctx context.Context, p *Permit, start bool) {
+func (p *Permit) unslot(ctx context.Context, start bool) {
+	t := p.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.health.forget(p.members, &t.hooks)
@@ -323,7 +325,8 @@ func (t *Throttler) unslot(ctx context.Context, p *Permit, start bool) {
 // server's time now, where its call is about to go; p then holds nothing
 // to settle (see Permit.Settle). A worker writes what Redis did not take
 // (see addDebt).
-func (t *Throttler) countAnyway(ctx context.Context, p *Permit) {
+func (p *Permit) countAnyway(ctx context.Context) {
+	t := p.t
 	_ = t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
 	p.score, p.members = 0, nil
 }

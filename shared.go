@@ -25,13 +25,15 @@ type sharedState struct {
 	above atomic.Int64
 }
 
-// pauseUntil extends the pause to end (server µs), and reports whether it
-// did: pauses only extend.
-func (s *sharedState) pauseUntil(end int64) bool {
+// pauseTo extends the pause to end (server µs), tells m when it did (c
+// gives the end's local time), and reports whether it did: pauses only
+// extend.
+func (s *sharedState) pauseTo(end int64, c *core.Clock, m *meter) bool {
 	if end <= s.pausedTill {
 		return false
 	}
 	s.pausedTill = end
+	m.paused(c.Local(end))
 	return true
 }
 
@@ -51,12 +53,12 @@ func (s *sharedState) limits(wins []core.Window, serverNow int64, buf []int) []i
 	return buf
 }
 
-// lower records the first limit lowered to n (0 = not lowered) until till,
-// where configured is New's. It returns the limit before and after; when
-// after is lower, a new limit generation makes calls holding slots reserved under the
-// higher limit reserve again.
-func (s *sharedState) lower(n int, till int64, configured int) (before, after int) {
-	before, after = configured, configured
+// lowerTo records the first limit lowered to n (0 = not lowered) until
+// till, where configured is New's, and tells m when the limit in force
+// changed. When it is lower, a new limit generation makes calls holding
+// slots reserved under the higher limit reserve again.
+func (s *sharedState) lowerTo(n int, till int64, configured int, m *meter) {
+	before, after := configured, configured
 	if s.lowered > 0 {
 		before = s.lowered
 	}
@@ -67,7 +69,37 @@ func (s *sharedState) lower(n int, till int64, configured int) (before, after in
 		s.limitGen++
 	}
 	s.lowered, s.lowerTill = n, till
-	return before, after
+	if after != before {
+		m.limitChanged(after)
+	}
+}
+
+// learnLimit takes the first limit as the key states it (limit until end;
+// 0 = none stated), where configured is New's: one below configured is a
+// lowering (see lowerTo). It reports whether that changed what s holds.
+func (s *sharedState) learnLimit(limit, end int64, configured int, m *meter) bool {
+	lowered, till := 0, int64(0)
+	if limit > 0 && end > 0 && limit < int64(configured) {
+		lowered, till = int(limit), end
+	}
+	if lowered == s.lowered && till == s.lowerTill {
+		return false
+	}
+	s.lowerTo(lowered, till, configured, m)
+	return true
+}
+
+// learnMeta takes the pause and the first limit a round trip read (r) at
+// serverNow, where configured is New's first limit: a limit above it, in
+// force, is kept in above.
+func (s *sharedState) learnMeta(r core.Reply, configured int, serverNow int64, c *core.Clock, m *meter) {
+	s.pauseTo(r.Pause, c, m)
+	s.learnLimit(r.Limit, r.LimitEnd, configured, m)
+	above := int64(0)
+	if r.Limit > int64(configured) && r.LimitEnd > serverNow {
+		above = r.Limit
+	}
+	s.above.Store(above)
 }
 
 // after returns now, or the end of the pause known to be in force: a pause

@@ -407,7 +407,7 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 		// the first replica does.
 		from := sc.CompactFrom[min(i, len(sc.CompactFrom)-1)]
 		opts = append(opts, func(o *options) error {
-			o.compactFrom, o.buckets, o.compactKeep = from, sc.Buckets, sc.Keep
+			o.compact = compactOptions{from: from, buckets: sc.Buckets, keep: sc.Keep}
 			return nil
 		})
 	}

@@ -62,7 +62,6 @@ type Throttler struct {
 	upkeep   upkeep      // when each kind of upkeep last rode on a round trip
 	lease    *leases     // places in flight (WithInFlight), or nil
 	news     newsState   // listening for pauses and lowered limits (see news.go)
-	hooks    testHooks
 
 	sends sendLead // how long before their slots a Transport's calls go to get their connections (see sendgate.go)
 }

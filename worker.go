@@ -73,7 +73,7 @@ func runWorker(t *Throttler, sleep time.Duration) {
 func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
 	t.owed.trimReplay(t.clock.Server(t.now()), t.rules.LongestW())
-	if t.stopIdleLocked() {
+	if t.worker.stopIdle(&t.owed, &t.news) {
 		t.mu.Unlock()
 		return 0, false
 	}
@@ -98,9 +98,9 @@ func (t *Throttler) round() (time.Duration, bool) {
 	rd := t.planLocked(now)
 	a := rd.Attempt
 	t.mu.Unlock()
-	if len(a.Adds) == 0 && len(a.Remove) == 0 && len(a.GiveBack) == 0 && a.Learn.Slots == 0 && !ridersHold(a) {
+	if len(a.Adds) == 0 && len(a.Remove) == 0 && len(a.GiveBack) == 0 && a.Learn.Slots == 0 && !roundRiders.hold(a) {
 		t.mu.Lock()
-		t.ridersUnsentLocked(a) // not sent: still to write
+		roundRiders.unsent(t, a) // not sent: still to write
 		t.mu.Unlock()
 		return rd.sleep, true
 	}
@@ -110,7 +110,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
-		t.ridersUnsentLocked(a) // it may not have arrived
+		roundRiders.unsent(t, a) // it may not have arrived
 		d := t.fallback.failLocked(rd, err)
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
@@ -263,7 +263,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 // before it returns, a WaitN's with the next round trip, and the WaitN goes
 // back to the head of the queue. It counts the admitted in rd.admitted.
 func (t *Throttler) resolveLocked(rd *round) {
-	t.learnMetaLocked(rd.Reply)
+	t.shared.learnMeta(rd.Reply, t.rules.Wins[0].Limit, t.clock.Server(t.now()), t.clock, &t.stats)
 	t.decideLocked(rd)
 	t.lease.grant(rd.Attempt, rd.Reply, rd.batch)
 	if rd.Attempt.Learn.Slots > 0 {
@@ -426,24 +426,24 @@ func (q *workerState) pending(o *owed) bool {
 }
 
 // stopIdle stops the worker when no caller waits and nothing is left to
-// tell Redis, rather than have it sleep first (see stopIdleLocked). It
+// tell Redis, rather than have it sleep first (see workerState.stopIdle). It
 // reports whether the worker stopped.
 func (t *Throttler) stopIdle() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.stopIdleLocked()
+	return t.worker.stopIdle(&t.owed, &t.news)
 }
 
-// stopIdleLocked stops the worker when no caller waits and nothing is left
-// to tell Redis, and reports whether it did: no call stays queued either,
-// so the news listener lingers and ends (the last plan may have left calls
-// queued near the limit that have all left since).
-func (t *Throttler) stopIdleLocked() bool {
-	if t.worker.pending(&t.owed) {
+// stopIdle stops the worker when no caller waits and nothing is left to
+// tell Redis (o), and reports whether it did: no call stays queued either,
+// so the news listener (n) lingers and ends (the last plan may have left
+// calls queued near the limit that have all left since).
+func (q *workerState) stopIdle(o *owed, n *newsState) bool {
+	if q.pending(o) {
 		return false
 	}
-	t.worker.running = false
-	t.news.queue(false)
+	q.running = false
+	n.queue(false)
 	return true
 }
 
