@@ -57,6 +57,9 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 // fails, when n exceeds the local share of a limit (the error wraps
 // ErrRedis).
 func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
+	if err := usable(t, ctx, "AllowN"); err != nil {
+		return Result{}, err
+	}
 	prio := PriorityFromContext(ctx)
 	if err := t.checkN("AllowN", n, prio); err != nil {
 		return Result{}, err

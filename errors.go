@@ -31,6 +31,19 @@ var (
 	ErrQueueFull = errors.New("throttler: queue full")
 )
 
+// usable returns an error wrapping ErrInvalidArgument when t is nil or a
+// zero Throttler (one New did not make), or ctx is nil: where names the
+// method for the error.
+func usable(t *Throttler, ctx context.Context, where string) error {
+	if t == nil || t.st == nil {
+		return invalidf("%s: the Throttler is nil or was not made by New", where)
+	}
+	if ctx == nil {
+		return invalidf("%s: nil Context", where)
+	}
+	return nil
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }

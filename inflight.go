@@ -439,6 +439,9 @@ func (k *keeper) write(w keeperWork) (closed bool) {
 // error wrapping ErrInvalidArgument when the Throttler has no WithInFlight,
 // and one wrapping ErrRedis when Redis fails.
 func (t *Throttler) InFlight(ctx context.Context) (taken, limit int, err error) {
+	if err := usable(t, ctx, "InFlight"); err != nil {
+		return 0, 0, err
+	}
 	if t.lease == nil {
 		return 0, 0, invalidf("InFlight: the Throttler was made without WithInFlight")
 	}

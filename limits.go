@@ -81,6 +81,9 @@ func sameSlot(first, key string) error {
 // fails or ctx ends during the write: the change then holds in this
 // process only.
 func (t *Throttler) SetLimit(ctx context.Context, n int, d time.Duration) error {
+	if err := usable(t, ctx, "SetLimit"); err != nil {
+		return err
+	}
 	if n < 1 || d <= 0 {
 		return invalidf("SetLimit(%d, %s): n must be at least 1 and d positive", n, d)
 	}

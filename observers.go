@@ -40,6 +40,9 @@ type WaitInfo struct {
 // Observer.Degraded). A Throttler with no Observer pays one atomic load per
 // event for the feature, and nothing else.
 func (t *Throttler) AddObserver(o Observer) {
+	if t == nil || t.st == nil {
+		return
+	}
 	if o.Degraded == nil {
 		t.addObserver(o)
 		return

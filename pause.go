@@ -32,6 +32,9 @@ import (
 // the call (nothing changes then), and one wrapping ErrRedis when Redis
 // fails or ctx ends during the write.
 func (t *Throttler) PauseUntil(ctx context.Context, until time.Time) error {
+	if err := usable(t, ctx, "PauseUntil"); err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return ctxError(ctx)
 	}

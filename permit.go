@@ -54,6 +54,9 @@ func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) 
 // a send that holds its write until then (see sendgate.go).
 // It counts one wait in Stats, however many times it waited.
 func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead time.Duration) (_ *Permit, err error) {
+	if err := usable(t, ctx, where); err != nil {
+		return nil, err
+	}
 	start := t.now()
 	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
 	for {
@@ -76,17 +79,22 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead
 	}
 }
 
-// Estimate returns the units Reserve admitted.
-func (p *Permit) Estimate() int { return p.estimate }
+// Estimate returns the units Reserve admitted (0 for a nil Permit).
+func (p *Permit) Estimate() int {
+	if p == nil {
+		return 0
+	}
+	return p.estimate
+}
 
 // At returns the time the call was counted at, on the Redis server's clock:
 // its place in the shared window, which the call is meant to reach the API
 // within half the buffer of (see WithBuffer). It is the zero Time for a
 // permit admitted without Redis (FailOpen, or FallbackLocal while Redis
 // failed). Compare it with the API's own timestamps to see how far a call
-// strayed from its slot.
+// strayed from its slot, and for a nil Permit.
 func (p *Permit) At() time.Time {
-	if p.score == 0 {
+	if p == nil || p.score == 0 {
 		return time.Time{}
 	}
 	return time.UnixMicro(p.score)
@@ -118,8 +126,12 @@ func (p *Permit) At() time.Time {
 // surplus stops counting with the window regardless). A permit admitted
 // without Redis (FailOpen, or FallbackLocal while Redis failed) settles
 // nothing. actual below 0 is an error wrapping ErrInvalidArgument, and
-// neither settles nor ends the permit.
+// neither settles nor ends the permit; so is a nil or zero Permit (one
+// Reserve did not return), which holds nothing.
 func (p *Permit) Settle(ctx context.Context, actual int) error {
+	if p == nil || p.t == nil {
+		return invalidf("Settle(%d): the permit is nil or was not returned by Reserve", actual)
+	}
 	if actual < 0 {
 		return invalidf("Settle(%d): actual must not be negative", actual)
 	}
@@ -137,8 +149,12 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 // timeout; a place Redis did not take back is given back once more in the
 // background, and otherwise expires with its lease). Settle calls Done.
 // Only the first call counts; Done is safe to call on any permit, with or
-// without a place.
+// without a place, and does nothing on a nil or zero Permit (so that
+// `defer p.Done()` may come before Reserve's error is checked).
 func (p *Permit) Done() {
+	if p == nil || p.t == nil {
+		return
+	}
 	p.doneOnce.Do(func() {
 		t := p.t
 		if t.lease == nil || p.lease == "" {

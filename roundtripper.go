@@ -32,8 +32,13 @@ func (t *Throttler) RoundTripper(next http.RoundTripper) http.RoundTripper {
 	return &Transport{Base: next, Route: t.Route()}
 }
 
-// Route returns a Transport.Route that sends every request through t.
+// Route returns a Transport.Route that sends every request through t; nil
+// for a nil or zero Throttler (a Transport without a Route fails its
+// requests).
 func (t *Throttler) Route() func(*http.Request) *Throttler {
+	if t == nil || t.st == nil {
+		return nil // a Transport without a Route fails its requests
+	}
 	return func(*http.Request) *Throttler { return t }
 }
 
@@ -104,7 +109,8 @@ type Transport struct {
 
 	// Route picks the Throttler for a request, by host, path or anything
 	// else in it; a nil result sends the request unthrottled. Route must be
-	// set.
+	// set: without it, RoundTrip fails every request with an error
+	// wrapping ErrInvalidArgument (rather than send them all unthrottled).
 	Route func(*http.Request) *Throttler
 
 	// Retries is how many times a refused request is sent again: one
@@ -210,12 +216,15 @@ type Transport struct {
 	obs       atomic.Pointer[TransportObserver] // AddObserver's, joined; nil when none
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. A nil Transport, or one without
+// a Route, fails the request with an error wrapping ErrInvalidArgument
+// and closes its body, as the RoundTripper contract asks.
 func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	var t *Throttler
-	if tr.Route != nil {
-		t = tr.Route(req)
+	if tr == nil || tr.Route == nil {
+		closeBody(req)
+		return nil, invalidf("Transport: no Route: set Route to pick each request's Throttler (Throttler.Route for one)")
 	}
+	t := tr.Route(req)
 	if t == nil {
 		return tr.base().RoundTrip(req)
 	}

@@ -27,11 +27,13 @@ import (
 // The simulation runs the real library (every replica, one Redis, faults)
 // in virtual time, one seed per run; see internal/sim.
 //
-//	go test -run '^TestSimulation$' .                      the CI seed set
+//	go test -run '^TestSimulation$' .                      the regression seeds
+//	go test -run '^TestSimulation$' -sim.ci -timeout 25m .   the CI seed set
 //	go test -run '^TestSimulation$' -sim.seeds 100000 -timeout 0 .   a long run
 //	go test -run '^TestSimulation$' -sim.seed 4242 -v .    one seed, with its trace
 var (
-	simSeeds = flag.Int("sim.seeds", 0, "simulation: how many seeds to run (0: the CI set)")
+	simCI    = flag.Bool("sim.ci", false, "simulation: run the CI seed set (seeds 1-1,000 and the regression seeds found beyond)")
+	simSeeds = flag.Int("sim.seeds", 0, "simulation: how many seeds to run (0: the regression seeds, or the CI set with -sim.ci)")
 	simFirst = flag.Uint64("sim.first", 1, "simulation: the first seed to run")
 	simSeed  = flag.Uint64("sim.seed", 0, "simulation: run only this seed and print its trace")
 )
@@ -149,17 +151,18 @@ func simScenario(seed uint64) sim.Scenario {
 // sim.Generate).
 const simCISet = 1000
 
-// TestSimulation runs the seeds the flags name; without flags, the CI seed
-// set: seeds 1 to 1,000, and the regression seeds found beyond. Under the race
-// detector, which makes each run several times slower, it runs only the
-// regression seeds: CI runs the whole set in a second pass without it
-// (see .ci/run).
+// TestSimulation runs the seeds the flags name. Without flags it runs the
+// regression seeds only, so that a plain go test stays a few minutes long;
+// with -sim.ci, the CI seed set: seeds 1 to 1,000, and the regression seeds
+// found beyond. Under the race detector, which makes each run several
+// times slower, -sim.ci also runs only the regression seeds: CI runs the
+// whole set in a second pass without it (see .ci/run).
 func TestSimulation(t *testing.T) {
 	first, n := *simFirst, uint64(*simSeeds)
 	if *simSeed != 0 {
 		first, n = *simSeed, 1
 	}
-	if n == 0 && raceEnabled {
+	if n == 0 && (raceEnabled || !*simCI) {
 		for _, r := range simRegressions {
 			t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
 				t.Parallel()

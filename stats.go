@@ -102,6 +102,9 @@ type Stats struct {
 // Stats returns a snapshot of t's counters and state. It takes no Redis
 // round trip and is cheap enough to call on every metrics scrape.
 func (t *Throttler) Stats() Stats {
+	if t == nil || t.st == nil {
+		return Stats{}
+	}
 	s := Stats{
 		Admitted:    t.stats.admitted.Load(),
 		Waited:      time.Duration(t.stats.waited.Load()),

@@ -121,13 +121,23 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 // Limit returns the number of calls allowed per interval, as given to New.
 // A limit lowered by SetLimit or by an API's answer (see Transport) does not
 // change it.
-func (t *Throttler) Limit() int { return t.rules.Wins[0].Limit }
+func (t *Throttler) Limit() int { return firstWindow(t).Limit }
 
 // Interval returns the length of the sliding window.
-func (t *Throttler) Interval() time.Duration { return t.rules.Wins[0].Interval }
+func (t *Throttler) Interval() time.Duration { return firstWindow(t).Interval }
 
 // Key returns the Redis key holding the shared window.
-func (t *Throttler) Key() string { return t.rules.Wins[0].Key }
+func (t *Throttler) Key() string { return firstWindow(t).Key }
+
+// firstWindow returns t's first limit's window as New was given it: a zero
+// Window for a nil or zero Throttler, whose Limit, Interval and Key are
+// zero.
+func firstWindow(t *Throttler) core.Window {
+	if t == nil || len(t.rules.Wins) == 0 {
+		return core.Window{}
+	}
+	return t.rules.Wins[0]
+}
 
 // testHooks lets tests watch the worker. Each runs under the Throttler's
 // mutex when set.

@@ -55,6 +55,9 @@ type Usage struct {
 // throttler command: it reads every member counted in Used (to tell debt
 // from calls). It returns an error wrapping ErrRedis when Redis fails.
 func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
+	if err := usable(t, ctx, "Usage"); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
 	rd, err := t.st.Usage(ctx, t.usageLimits)

@@ -82,6 +82,9 @@ func (t *Throttler) WaitN(ctx context.Context, n int) error {
 // call went with. With wantPlace (and WithInFlight), the call also takes a
 // place in flight, whose lease it returns.
 func (t *Throttler) wait(ctx context.Context, where string, n int, want waitWants) (res reservation, lease string, err error) {
+	if err := usable(t, ctx, where); err != nil {
+		return reservation{}, "", err
+	}
 	start := t.now()
 	defer func() { t.stats.wait(ctx, n, start, t.now(), err) }()
 	return t.waitSlot(ctx, where, n, want, 0)

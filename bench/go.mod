@@ -1,6 +1,6 @@
 module github.com/go-throttler/throttler/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -11,7 +11,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )

@@ -1,6 +1,6 @@
 module github.com/go-throttler/throttler/throttlerotel
 
-go 1.26.8
+go 1.26.0
 
 // For this repository's development only: Go ignores a dependency's
 // replace directives. throttlerotel needs the first release of

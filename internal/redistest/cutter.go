@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 )
 
 // Cutter loses replies the way a network that resets a connection does:
-// armed with Cut, the next replies to a request that holds the bytes it
-// matches are read from the server, so the request was applied, and then
-// the connection is closed and the read fails with ECONNRESET, as a reset
-// after the server answered makes it fail. A client reaches the server
+// armed with Cut, the replies to a request that holds the bytes it matches
+// are read from the server, every command's (so the whole request was
+// applied, a transaction's EXEC included), and then the connection is
+// closed and the read fails with ECONNRESET, as a reset after the server
+// answered makes it fail. A client reaches the server
 // through a Cutter's Dial (redis.Options.Dialer). It is safe for
 // concurrent use.
 type Cutter struct {
@@ -49,31 +51,109 @@ type cutConn struct {
 	net.Conn
 	c       *Cutter
 	matched bool // the last request written holds the match
+	sent    int  // commands written since the last reply was read whole
+	replies []byte
 }
 
 func (cc *cutConn) Write(p []byte) (int, error) {
 	if m := cc.c.match.Load(); m != nil {
 		cc.matched = bytes.Contains(p, *m)
 	}
+	cc.sent += respValues(p)
 	return cc.Conn.Write(p)
 }
 
 func (cc *cutConn) Read(p []byte) (int, error) {
 	n, err := cc.Conn.Read(p)
 	if err != nil || !cc.matched {
+		cc.sent = 0
 		return n, err
 	}
 	for {
 		left := cc.c.armed.Load()
 		if left <= 0 {
+			cc.sent = 0
 			return n, err
 		}
 		if cc.c.armed.CompareAndSwap(left, left-1) {
 			break
 		}
 	}
-	cc.matched = false
+	// Read on until every command written has its reply: the server has
+	// then applied them all (a reply to MULTI alone tells nothing of the
+	// EXEC behind it).
+	cc.replies = append(cc.replies[:0], p[:n]...)
+	buf := make([]byte, 4096)
+	for respValues(cc.replies) < cc.sent {
+		m, err := cc.Conn.Read(buf)
+		if err != nil {
+			break
+		}
+		cc.replies = append(cc.replies, buf[:m]...)
+	}
+	cc.matched, cc.sent = false, 0
 	cc.c.cuts.Add(1)
 	cc.Conn.Close()
 	return 0, &net.OpError{Op: "read", Net: "tcp", Addr: cc.RemoteAddr(), Err: syscall.ECONNRESET}
+}
+
+// respValues counts the whole RESP values (RESP2 or RESP3) at the top level
+// of b: the commands of a request, or the replies to them.
+func respValues(b []byte) int {
+	n := 0
+	for {
+		rest, ok := respSkip(b)
+		if !ok {
+			return n
+		}
+		b, n = rest, n+1
+	}
+}
+
+// respSkip returns what follows the RESP value b starts with, or false
+// when b does not hold it whole.
+func respSkip(b []byte) ([]byte, bool) {
+	if len(b) == 0 {
+		return nil, false
+	}
+	end := bytes.Index(b, []byte("\r\n"))
+	if end < 0 {
+		return nil, false
+	}
+	kind, line, rest := b[0], b[1:end], b[end+2:]
+	size := func() int {
+		v, err := strconv.Atoi(string(line))
+		if err != nil {
+			return -1
+		}
+		return v
+	}
+	elems := 0
+	switch kind {
+	case '$', '=', '!': // a bulk string, verbatim string or bulk error
+		l := size()
+		if l < 0 {
+			return rest, true // a RESP2 null
+		}
+		if len(rest) < l+2 {
+			return nil, false
+		}
+		return rest[l+2:], true
+	case '*', '~', '>': // an array, set or push
+		elems = size()
+	case '%', '|': // a map or attribute: pairs
+		elems = 2 * size()
+	default: // a line: +, -, :, _, ,, #, (
+		return rest, true
+	}
+	for range max(elems, 0) {
+		var ok bool
+		if rest, ok = respSkip(rest); !ok {
+			return nil, false
+		}
+	}
+	if kind == '|' {
+		return respSkip(rest) // an attribute precedes the value it describes
+	}
+	return rest, true
 }
