@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -240,7 +239,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 	t.mu.Lock()
 	switch w.res.state {
 	case stQueued:
-		t.worker.queue = slices.DeleteFunc(t.worker.queue, func(x *waiter) bool { return x == w })
+		t.worker.remove(w)
 		t.lease.unpark(w)
 		stale := w.res.stale
 		w.moveLocked(reservation{state: stFailed}, gone)

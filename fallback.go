@@ -16,8 +16,7 @@ const retryRedisAfter = time.Second
 // failLocked applies the failure policy after a round trip (or the first
 // clock sample) failed; rd is the round whose round trip failed (nil
 // when no reservation was sent). It returns how long the worker sleeps.
-func (f *fallback) failLocked(rd *round, err error) time.Duration {
-	t := f.t
+func (f *fallback) failLocked(t *Throttler, rd *round, err error) time.Duration {
 	var batch []*waiter
 	var a *core.Attempt
 	if rd != nil {
@@ -40,22 +39,22 @@ func (f *fallback) failLocked(rd *round, err error) time.Duration {
 			}
 		}
 	}
-	t.known.Near = true
+	t.known.Doubt()
 	f.closed = redisstore.Closed(err)
 	switch t.opt.policy.kind {
 	case policyOpen:
 		t.stats.logRedis(t.now(), err, "calls admitted without throttling")
-		f.failOpenLocked(batch)
+		f.failOpenLocked(t, batch)
 	case policyLocal:
 		t.stats.logRedis(t.now(), err, "calls throttled locally")
-		if d, serving := f.fallBackLocked(batch, err); serving {
+		if d, serving := f.fallBackLocked(t, batch, err); serving {
 			return d
 		}
 	default:
 		t.stats.logRedis(t.now(), err, "calls fail")
-		f.failAllLocked(batch, err)
+		f.failAllLocked(t, batch, err)
 	}
-	return f.idleAfterFailureLocked(err)
+	return f.idleAfterFailureLocked(t, err)
 }
 
 // failOpenLocked admits the batch's calls without Redis (FailOpen). Their
@@ -63,26 +62,24 @@ func (f *fallback) failLocked(rd *round, err error) time.Duration {
 // a clock estimate a step made wrong may have scored them far ahead, where
 // they would count at the wrong time. The calls count anew, at the time
 // they go, on the runtime's clock (see core.Clock.ServerByRuntime).
-func (f *fallback) failOpenLocked(batch []*waiter) {
-	t := f.t
-	f.degradeLocked()
+func (f *fallback) failOpenLocked(t *Throttler, batch []*waiter) {
+	f.degradeLocked(&t.stats)
 	now := t.now()
 	at := t.shared.after(now, t.clock)
 	rtAt := time.Now().Add(at.Sub(now))
 	for _, w := range batch {
-		if f.admitDegradedLocked(w, at, time.Time{}) && w.caller == present {
-			f.countLaterLocked(rtAt, at, w.n)
+		if f.admitDegradedLocked(t, w, at, time.Time{}) && w.caller == present {
+			f.countLaterLocked(t, rtAt, at, w.n)
 		}
 	}
-	f.serveDegradedLocked(now)
+	f.serveDegradedLocked(t, now)
 }
 
 // fallBackLocked queues the batch's calls again for the local window
 // (FallbackLocal), and serves it; serving reports that calls still wait,
 // to be served again after d.
-func (f *fallback) fallBackLocked(batch []*waiter, err error) (d time.Duration, serving bool) {
-	t := f.t
-	f.degradeLocked()
+func (f *fallback) fallBackLocked(t *Throttler, batch []*waiter, err error) (d time.Duration, serving bool) {
+	f.degradeLocked(&t.stats)
 	var requeue []*waiter
 	for _, w := range batch {
 		if w.caller != present {
@@ -94,15 +91,14 @@ func (f *fallback) fallBackLocked(batch []*waiter, err error) (d time.Duration, 
 		requeue = append(requeue, w)
 	}
 	t.worker.pushFront(requeue)
-	d = f.serveDegradedLocked(t.now())
+	d = f.serveDegradedLocked(t, t.now())
 	return d, len(t.worker.queue) > 0
 }
 
 // failAllLocked fails the batch's calls and the whole queue with err
 // (FailClosed): while Redis hangs, no waiter should sit out one timeout
 // per batch ahead of it.
-func (f *fallback) failAllLocked(batch []*waiter, err error) {
-	t := f.t
+func (f *fallback) failAllLocked(t *Throttler, batch []*waiter, err error) {
 	e := redisError(err)
 	for _, w := range batch {
 		stale := w.res.held() // a leaving caller gives them back itself
@@ -115,14 +111,13 @@ func (f *fallback) failAllLocked(batch []*waiter, err error) {
 	for _, w := range t.worker.queue {
 		w.settleLocked(reservation{state: stFailed, err: e, stale: w.res.stale})
 	}
-	t.worker.queue = t.worker.queue[:0]
+	t.worker.keep(nil)
 }
 
 // admitDegradedLocked admits w without Redis, to go at at (its slot in the
 // local window at shareAt, when FallbackLocal gave it one). An AllowN that
 // could only go later is refused instead. It reports whether w was admitted.
-func (f *fallback) admitDegradedLocked(w *waiter, at, shareAt time.Time) bool {
-	t := f.t
+func (f *fallback) admitDegradedLocked(t *Throttler, w *waiter, at, shareAt time.Time) bool {
 	if w.now && at.After(t.now()) {
 		w.settleLocked(reservation{state: stRefused, retry: at, stale: w.res.stale})
 		return false
@@ -142,8 +137,7 @@ func (f *fallback) admitDegradedLocked(w *waiter, at, shareAt time.Time) bool {
 // none counts longer; one that a failed round trip scored further ahead, by
 // a clock estimate a step had made wrong, matters until its score has left
 // the longest window, and the retry removes it once Redis answers again.
-func (f *fallback) idleAfterFailureLocked(err error) time.Duration {
-	t := f.t
+func (f *fallback) idleAfterFailureLocked(t *Throttler, err error) time.Duration {
 	if len(t.worker.queue) > 0 {
 		return 0
 	}
@@ -175,15 +169,14 @@ func isOurs(member string, batch []*waiter) bool {
 // FailOpen admits everyone now; FallbackLocal schedules waiters in the local
 // window at the configured share of the limit. It returns how long to sleep
 // before the next round (never past the time Redis is tried again).
-func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
-	t := f.t
+func (f *fallback) serveDegradedLocked(t *Throttler, now time.Time) time.Duration {
 	retry := time.Until(f.degraded)
 	start := t.shared.after(now, t.clock)
 	if t.opt.policy.kind == policyOpen {
 		for _, w := range t.worker.queue {
-			f.admitDegradedLocked(w, start, time.Time{})
+			f.admitDegradedLocked(t, w, start, time.Time{})
 		}
-		t.worker.queue = t.worker.queue[:0]
+		t.worker.keep(nil)
 		return retry
 	}
 	horizon := now.Add(t.rules.Ahead)
@@ -218,11 +211,10 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 			continue
 		}
 		f.local.Take(rtAt, w.n)
-		f.countLaterLocked(rtAt, at, w.n)
-		f.admitDegradedLocked(w, at, rtAt)
+		f.countLaterLocked(t, rtAt, at, w.n)
+		f.admitDegradedLocked(t, w, at, rtAt)
 	}
-	clear(t.worker.queue[len(rest):])
-	t.worker.queue = rest
+	t.worker.keep(rest)
 	t.owed.trimReplay(t.clock.Server(now), t.rules.LongestW())
 	return max(sleep, time.Millisecond)
 }
@@ -230,8 +222,7 @@ func (f *fallback) serveDegradedLocked(now time.Time) time.Duration {
 // countLaterLocked notes n calls admitted without Redis, going at rt on the
 // runtime's clock (at on the local one), to count in Redis once it
 // answers; a closed client never will, and then nothing is kept.
-func (f *fallback) countLaterLocked(rt, at time.Time, n int) {
-	t := f.t
+func (f *fallback) countLaterLocked(t *Throttler, rt, at time.Time, n int) {
 	if !f.closed {
 		t.owed.countLater(t.clock, t.ids, rt, at, n)
 	}

@@ -163,15 +163,24 @@ func (lossRider) heal(t *Throttler, serverNow int64) {
 		end += core.MaxSpread
 	}
 	t.owed.heal(end)
-	// Until the marker is back, a missing one says nothing new.
-	t.health.lastSeen = 0
-	// Our calls went with the window: none is left to probe for.
-	t.health.journal.Clear()
-	t.health.unsure = t.health.unsure[:0]
+	t.health.lost()
 	t.stats.heals.Add(1)
 	t.opt.logger.Warn("throttler: redis lost the shared window; pausing every process until the calls it held stop counting",
 		slog.String("key", t.rules.Wins[0].Key), slog.Time("until", t.clock.Local(end)))
 	t.shared.pauseTo(end, t.clock, &t.stats)
+}
+
+// admitted journals our call admitted at score with members: a probe for
+// a lost window while it counts.
+func (h *health) admitted(score int64, members []string) { h.journal.Add(score, members) }
+
+// lost forgets what told of the window Redis lost: until the marker is
+// back, a missing one says nothing new, and our calls went with the
+// window, so none is left to probe for.
+func (h *health) lost() {
+	h.lastSeen = 0
+	h.journal.Clear()
+	h.unsure = h.unsure[:0]
 }
 
 // lossRider carries the loss checks on every round trip: the probes, the

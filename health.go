@@ -1,7 +1,6 @@
 package throttler
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -28,9 +27,11 @@ type health struct {
 
 // fallback is how a process serves its calls while Redis fails, as its
 // failure policy says (see fallback.go), guarded by the Throttler's mu.
-// It owns Redis's health as the process sees it, and the local window.
+// It owns Redis's health as the process sees it, and the local window
+// (FallbackLocal's: nil under the other policies). Its policy's moves on
+// the queue and on what the process owes Redis take the Throttler as an
+// argument, as a rider's do; it keeps no pointer to it.
 type fallback struct {
-	t          *Throttler
 	degraded   time.Time // on the runtime's clock: until then, Redis is not tried (FailOpen, FallbackLocal)
 	shareUntil time.Time // after FallbackLocal: admissions also keep to the local share until then
 	// The client was closed (redis.ErrClosed): it will never answer, so
@@ -46,28 +47,29 @@ type fallback struct {
 func (f *fallback) isDegraded() bool { return time.Now().Before(f.degraded) }
 
 // degradeLocked stops trying Redis for a while after it failed, under the
-// FailOpen and FallbackLocal policies.
-func (f *fallback) degradeLocked() {
+// FailOpen and FallbackLocal policies, and tells m when it was not
+// degraded before.
+func (f *fallback) degradeLocked(m *meter) {
 	if f.degraded.IsZero() {
-		f.t.stats.degraded(true)
+		m.degraded(true)
 	}
 	f.degraded = time.Now().Add(retryRedisAfter)
 }
 
-// recoveredLocked notes a successful round trip. After FallbackLocal,
-// other processes may still be admitting calls locally, and write them
-// back only when they next try Redis (at most retryRedisAfter from now):
-// until then Redis's counts miss them, and this process keeps to its share
-// of the limit in the local window as well as to Redis's.
-func (f *fallback) recoveredLocked() {
+// recoveredLocked notes a successful round trip at now, and reports
+// whether Redis was not tried before it (degraded). After FallbackLocal
+// (a local window), other processes may still be admitting calls locally,
+// and write them back only when they next try Redis (at most
+// retryRedisAfter from now): until then Redis's counts miss them, and this
+// process keeps to its share of the limit in the local window as well as
+// to Redis's.
+func (f *fallback) recoveredLocked(now time.Time) bool {
 	if f.degraded.IsZero() {
-		return
+		return false
 	}
-	t := f.t
 	f.degraded = time.Time{}
-	t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.rules.Wins[0].Key))
-	if t.opt.policy.kind == policyLocal {
-		f.shareUntil = t.now().Add(retryRedisAfter + 250*time.Millisecond)
+	if f.local != nil {
+		f.shareUntil = now.Add(retryRedisAfter + 250*time.Millisecond)
 	}
-	t.stats.degraded(false)
+	return true
 }

@@ -199,6 +199,16 @@ func (l *leases) parkBehind(w *waiter, degraded bool) bool {
 	return true
 }
 
+// began counts a wait that wants a place, until ended (see active).
+func (l *leases) began() { l.active++ }
+
+// released notes that the call holding place id ended: the keeper, which
+// may have nothing left to keep, looks again.
+func (l *leases) released(id string) {
+	delete(l.held, id)
+	l.nudge()
+}
+
 // ended ends the wait of w, which wanted a place (see active), and
 // reports whether w goes holding one. A w that does not go (ok false)
 // gives its place back; a place its round trip in flight asks for is the
@@ -454,3 +464,41 @@ func (t *Throttler) InFlight(ctx context.Context) (taken, limit int, err error) 
 	}
 	return n, t.lease.N, nil
 }
+
+// inFlightRider gives each call that wants one a place in flight
+// (WithInFlight): it asks for places for the round's batch, takes those the
+// reply granted, and holds aside the calls that got a slot but no place.
+// Without WithInFlight (t.lease nil) no call wants one.
+type inFlightRider struct{ noRider }
+
+func (inFlightRider) claim(t *Throttler, rd *round) {
+	if t.lease == nil {
+		return
+	}
+	for _, w := range rd.batch {
+		t.lease.ask(rd.Attempt, w, t.ids)
+	}
+}
+
+func (inFlightRider) read(t *Throttler, rd *round, _ *replyRead) {
+	t.lease.grant(rd.Attempt, rd.Reply, rd.batch)
+}
+
+// enter parks a call behind those already waiting for a place (see
+// leases.parkBehind).
+func (inFlightRider) enter(t *Throttler, w *waiter) bool {
+	if !t.lease.parkBehind(w, t.fallback.isDegraded()) {
+		return false
+	}
+	t.stats.placeWait()
+	return true
+}
+
+func (inFlightRider) lacks(w *waiter) bool { return w.needsPlaceLocked() }
+
+func (inFlightRider) aside(t *Throttler, w *waiter, a *core.Attempt) bool {
+	t.stats.placeWait()
+	return t.lease.park(w, a)
+}
+
+func (inFlightRider) drop(t *Throttler, w *waiter) { t.lease.drop(w) }

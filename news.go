@@ -58,6 +58,18 @@ type newsState struct {
 // with the round trip that reserves it.)
 func (n *newsState) wanted() bool { return n.sleeping > 0 || n.queued }
 
+// wakeAll wakes the sleepers, to look again at a pause or a limit that
+// changed.
+func (n *newsState) wakeAll() {
+	if n.woke != nil {
+		close(n.woke)
+		n.woke = nil
+	}
+}
+
+// ended notes that the listener ended.
+func (n *newsState) ended() { n.running = false }
+
 // queue notes whether calls stay queued near the limit after a round's
 // plan, and reports whether a listener is to start (it is then counted as
 // running).
@@ -169,7 +181,7 @@ func (l *listener) turn() bool {
 		l.watch.Close()
 		if l.watch.Closed {
 			t.mu.Lock()
-			t.news.running = false
+			t.news.ended()
 			t.mu.Unlock()
 			l.watch = nil
 			return false // the client was closed: nothing more will come
@@ -196,7 +208,7 @@ func (l *listener) lingering() (now time.Time, kick <-chan struct{}, ok bool) {
 		l.lingerTill = now.Add(newsLinger)
 	}
 	if !l.lingerTill.IsZero() && !now.Before(l.lingerTill) {
-		t.news.running = false
+		t.news.ended()
 		return now, nil, false
 	}
 	return now, t.news.kick, true
@@ -258,11 +270,8 @@ func (t *Throttler) newsLocked(n core.News) {
 	}
 	// What the last reply told of the free slots was told under the old
 	// pause or limit: the next round learns them again.
-	t.known.Near, t.known.Slots, t.known.Capped = true, nil, [core.Levels][]int64{}
-	if t.news.woke != nil {
-		close(t.news.woke)
-		t.news.woke = nil
-	}
+	t.known.Forget()
+	t.news.wakeAll()
 	t.worker.nudge()
 }
 
@@ -271,11 +280,11 @@ type announceRider struct{ noRider }
 
 // claim has attempt a publish the slots plan p claims near the limit while
 // this process contends for slots (see core.Known.Announce).
-func (announceRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) {
-	if !a.Exact || len(p.Claims) == 0 || t.known.Announce == 0 {
+func (announceRider) claim(t *Throttler, rd *round) {
+	a, p := rd.Attempt, rd.Plan
+	if !a.Exact || len(p.Claims) == 0 || !t.known.Announcing() {
 		return
 	}
-	t.known.Announce--
 	for _, c := range p.Claims {
 		// One score per unit, core.MaxTaken at most: the rest of a costly
 		// call's units go unannounced, a hint missed (the count decides).

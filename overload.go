@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -74,7 +73,7 @@ func (q *workerState) enter(w *waiter, maxQueue int) error {
 		if victim == nil {
 			return rejectf(RejectedQueueFull, ErrQueueFull, "throttler: %d calls wait already (WithMaxQueue)", q.waiting)
 		}
-		q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == victim })
+		q.remove(victim)
 		victim.counted = false
 		q.waiting--
 		victim.settleLocked(reservation{state: stFailed, stale: victim.res.stale,

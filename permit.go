@@ -161,8 +161,7 @@ func (p *Permit) Done() {
 			return
 		}
 		t.mu.Lock()
-		delete(t.lease.held, p.lease)
-		t.lease.nudge() // it may have nothing left to keep
+		t.lease.released(p.lease)
 		t.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), t.opt.redisTimeout)
 		defer cancel()

@@ -14,7 +14,8 @@ type placeRider struct{ noRider }
 // (see core.Attempt.Place), where it finds room when it applies them, when
 // the free slots the plan worked from, a round trip old, are stale by then
 // (see core.Rules.StaleSlots).
-func (placeRider) claim(t *Throttler, a *core.Attempt, p core.PlanOut) {
+func (placeRider) claim(t *Throttler, rd *round) {
+	a, p := rd.Attempt, rd.Plan
 	a.Place = p.Exact && len(p.Claims) > 0 && t.rules.StaleSlots(t.clock.View().RTT)
 	if !a.Place {
 		return

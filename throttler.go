@@ -104,7 +104,6 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	t.stats.logger, t.stats.logAttrs = o.logger, []any{slog.String("key", key), slog.String("policy", o.policy.String())}
 	t.worker.spawn = func(sleep time.Duration) { go runWorker(t, sleep) }
-	t.fallback.t = t
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
 	t.health.journal.Cap = 2 * wins[t.rules.Longest()].Limit

@@ -27,8 +27,9 @@ func (u *upkeep) due(a *core.Attempt, c *config, now time.Time, clockSynced, mon
 }
 
 // done notes the upkeep attempt a, planned at now, carried, once its round
-// trip succeeded.
+// trip succeeded, and that a round trip reached Redis then.
 func (u *upkeep) done(a *core.Attempt, now time.Time) {
+	u.round = now
 	u.widen = marginWiden(a)
 	if a.Trim.On {
 		u.trim = now

@@ -138,7 +138,7 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 	}
 	if w.wantLease {
 		t.mu.Lock()
-		t.lease.active++
+		t.lease.began()
 		t.mu.Unlock()
 		defer func() {
 			t.mu.Lock()

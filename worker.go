@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -23,8 +24,7 @@ import (
 func (t *Throttler) submit(w *waiter) {
 	t.mu.Lock()
 	w.moveLocked(reservation{state: stQueued, stale: w.res.stale}, w.caller)
-	if t.lease.parkBehind(w, t.fallback.isDegraded()) {
-		t.stats.placeWait()
+	if roundRiders.enter(t, w) {
 		t.mu.Unlock()
 		return
 	}
@@ -78,7 +78,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 		return 0, false
 	}
 	if t.opt.policy.kind != policyClosed && t.fallback.isDegraded() {
-		d := t.fallback.serveDegradedLocked(t.now())
+		d := t.fallback.serveDegradedLocked(t, t.now())
 		t.mu.Unlock()
 		return d, true
 	}
@@ -89,7 +89,7 @@ func (t *Throttler) round() (time.Duration, bool) {
 			t.stats.redisError(err)
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			return t.fallback.failLocked(nil, err), true
+			return t.fallback.failLocked(t, nil, err), true
 		}
 	}
 
@@ -111,14 +111,13 @@ func (t *Throttler) round() (time.Duration, bool) {
 	defer t.mu.Unlock()
 	if err != nil {
 		roundRiders.unsent(t, a) // it may not have arrived
-		d := t.fallback.failLocked(rd, err)
+		d := t.fallback.failLocked(t, rd, err)
 		// A round trip that timed out may still be running, reading a: the
 		// next round must not reuse its buffers.
 		rd.Attempt = nil
 		return d, true
 	}
 	rd.Reply = r
-	t.upkeep.round = now
 	t.upkeep.done(a, now)
 	t.owed.sent(a)
 	t.resolveLocked(rd)
@@ -208,7 +207,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	a.Checks = append(a.Checks, p.Checks...)
 	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.Exact, p.Slots, p.Soonest, p.Room, p.PrioMask
 	for _, r := range roundRiders {
-		r.claim(t, a, p)
+		r.claim(t, rd)
 	}
 	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
 	rd.sleep, rd.planned = p.Sleep, now
@@ -242,7 +241,6 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			if !d.ShareAt.IsZero() {
 				t.fallback.local.Take(d.ShareAt, w.n)
 			}
-			t.lease.ask(a, w, t.ids)
 			first := len(a.Adds)
 			members := make([]string, w.n)
 			for j := range members {
@@ -254,8 +252,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			rd.batch = append(rd.batch, w)
 		}
 	}
-	clear(t.worker.queue[len(rest):])
-	t.worker.queue = rest
+	t.worker.keep(rest)
 }
 
 // resolveLocked applies a reply (see core.Resolve): claims that fit are
@@ -265,12 +262,11 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 func (t *Throttler) resolveLocked(rd *round) {
 	t.shared.learnMeta(rd.Reply, t.rules.Wins[0].Limit, t.clock.Server(t.now()), t.clock, &t.stats)
 	t.decideLocked(rd)
-	t.lease.grant(rd.Attempt, rd.Reply, rd.batch)
 	if rd.Attempt.Learn.Slots > 0 {
 		// Before the claims settle: a slot admitted and given back at
 		// once (its caller gone, or no place in flight for it) is free
 		// in what this reply told (see core.Known.Free).
-		t.known.Slots, t.known.Capped = rd.Outcome.Slots, rd.Outcome.Capped
+		t.known.Learn(rd.Outcome)
 	}
 	rd.admitted = 0
 	var requeue []*waiter
@@ -283,17 +279,13 @@ func (t *Throttler) resolveLocked(rd *round) {
 		}
 	}
 	t.worker.pushFront(requeue)
-	if rd.admitted > 0 {
-		t.known.Lost = 0
-	} else if len(requeue) > 0 {
-		t.known.Lost++
-		if !rd.Reply.PlacedByStore() {
-			// Claims placed by the store lose no turn to stale slots:
-			// there is nothing to announce (see core.Known.Announce).
-			t.known.Announce = core.ContendedRounds
-		}
+	// Claims placed by the store lose no turn to stale slots: there is
+	// nothing to announce (see core.Known.Announce).
+	t.known.Turn(rd.admitted > 0, len(requeue) > 0, !rd.Reply.PlacedByStore())
+	if t.fallback.recoveredLocked(t.now()) {
+		t.opt.logger.Info("throttler: redis answered again", slog.String("key", t.rules.Wins[0].Key))
+		t.stats.degraded(false)
 	}
-	t.fallback.recoveredLocked()
 	if t.hooks.onResolved != nil {
 		t.hooks.onResolved(len(requeue))
 	}
@@ -323,7 +315,7 @@ func (t *Throttler) decideLocked(rd *round) {
 	rd.Outcome = core.Resolve(&t.rules, core.ResolveIn{A: a, R: r, Claims: rd.Plan.Claims, Leaving: rd.leaving, Lims: rd.lims,
 		PausedTill: t.shared.pausedTill, Arrived: arrived, Distrust: r.Stepped || rr.lost, Wide: rr.wide}, rd.Outcome)
 	if len(rd.Plan.Claims) > 0 { // a round that claimed nothing says nothing about room
-		t.known.Near = rd.Outcome.Near
+		t.known.Claimed(rd.Outcome)
 	}
 }
 
@@ -339,16 +331,16 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 			t.known.Free(c.Score, w.n, w.prio.level())
 		}
 		t.owed.unhold(w, t.fallback.local, c.Score)
-		t.lease.drop(w)
+		roundRiders.drop(t, w)
 		w.settleLocked(reservation{state: stFailed})
 	case w.caller == leaving:
 		// Its caller is leaving, and gives back what it holds.
 		w.settleLocked(reservation{state: stFailed, stale: w.res.held(), shareAt: w.res.shareAt})
-	case res.OK[i] && !w.needsPlaceLocked():
+	case res.OK[i] && !roundRiders.lack(w):
 		w.settleLocked(reservation{state: stAdmitted, members: w.res.members, shareAt: w.res.shareAt,
 			at: t.clock.Local(c.Score), score: c.Score, margin: ownMargin(a), immediate: res.Immediate[i],
 			limitGen: t.shared.limitGen, remaining: res.Remaining[i]})
-		t.health.journal.Add(c.Score, w.res.members)
+		t.health.admitted(c.Score, w.res.members)
 		if t.hooks.onAdmit != nil {
 			t.hooks.onAdmit(c.Score, w.res.members)
 		}
@@ -371,11 +363,10 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 			t.known.Free(c.Score, w.n, w.prio.level())
 		}
 		w.requeueLocked(&t.owed, t.fallback.local, c.Score)
-		if !w.needsPlaceLocked() {
+		if !roundRiders.lack(w) {
 			return false, true
 		}
-		t.stats.placeWait()
-		return false, t.lease.park(w, a)
+		return false, roundRiders.aside(t, w, a)
 	}
 	return false, false
 }
@@ -445,6 +436,18 @@ func (q *workerState) stopIdle(o *owed, n *newsState) bool {
 	q.running = false
 	n.queue(false)
 	return true
+}
+
+// remove takes w out of the queue.
+func (q *workerState) remove(w *waiter) {
+	q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == w })
+}
+
+// keep leaves rest in the queue, in its order: the waiters the queue held
+// that rest, which shares the queue's array, does not hold have left it.
+func (q *workerState) keep(rest []*waiter) {
+	clear(q.queue[len(rest):])
+	q.queue = rest
 }
 
 // start starts a worker, with spawn, when there is something to do (see

@@ -115,6 +115,26 @@ func (a *alsoFlag) Set(s string) error {
 	return nil
 }
 
+// newFlags returns the flags of command cmd ("status" or "watch"), set
+// into cfg and the other values given; usage lists each.
+func newFlags(cmd string, cfg *config, redisURL *string, also *alsoFlag, inflight *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("throttler "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by the caller
+	fs.StringVar(redisURL, "redis", *redisURL, "")
+	fs.IntVar(&cfg.limit, "limit", 0, "")
+	fs.DurationVar(&cfg.interval, "interval", 0, "")
+	fs.DurationVar(&cfg.buffer, "buffer", defaultBuffer, "")
+	fs.Var(also, "also", "")
+	if cmd == "status" {
+		fs.StringVar(inflight, "inflight", "", "")
+	}
+	if cmd == "watch" {
+		fs.DurationVar(&cfg.every, "every", time.Second, "")
+		fs.IntVar(&cfg.count, "count", 0, "")
+	}
+	return fs
+}
+
 // parseArgs parses the arguments of command cmd ("status" or "watch"), flags
 // and the positional KEY in any order. getenv supplies REDIS_URL. It returns
 // flag.ErrHelp for -h, and a *usageError for anything wrong.
@@ -128,19 +148,7 @@ func parseArgs(cmd string, args []string, getenv func(string) string) (*config, 
 	if u := getenv("REDIS_URL"); u != "" {
 		redisURL = u
 	}
-	fs := flag.NewFlagSet("throttler "+cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported by the caller
-	fs.StringVar(&redisURL, "redis", redisURL, "")
-	fs.IntVar(&cfg.limit, "limit", 0, "")
-	fs.DurationVar(&cfg.interval, "interval", 0, "")
-	fs.DurationVar(&cfg.buffer, "buffer", defaultBuffer, "")
-	fs.Var(&also, "also", "")
-	fs.StringVar(&inflight, "inflight", "", "")
-	if cmd == "watch" {
-		fs.DurationVar(&cfg.every, "every", time.Second, "")
-		fs.IntVar(&cfg.count, "count", 0, "")
-	}
-
+	fs := newFlags(cmd, cfg, &redisURL, &also, &inflight)
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, err

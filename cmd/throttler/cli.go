@@ -33,7 +33,10 @@ Flags (before or after KEY):
   -buffer D       what each call holds beyond the interval (default 50ms)
   -also KEY:N:D   another limit of the same Throttlers, e.g. {gh}:hourly:5000:1h;
                   repeatable; the key must share KEY's {hash tag}
+  -inflight KEY:N status: the places in flight (WithInFlight) taken, of N,
+                  e.g. {gh}:inflight:100; the key must share KEY's {hash tag}
   -every D        watch: time between redraws (default 1s)
+  -count N        watch: stop after N redraws (default 0: until interrupted)
 
 Limits, interval, buffer and -also must match what the Throttlers on the key
 were given. Nothing is admitted: the window is only read.

@@ -283,3 +283,16 @@ func TestRunInProcess(t *testing.T) {
 		t.Errorf("watch: %d redraws, want several: %q", n, stdout)
 	}
 }
+
+// The help lists every flag each command accepts.
+func TestUsageListsEveryFlag(t *testing.T) {
+	for _, cmd := range []string{"status", "watch"} {
+		var redisURL, inflight string
+		var also alsoFlag
+		newFlags(cmd, &config{}, &redisURL, &also, &inflight).VisitAll(func(f *flag.Flag) {
+			if !strings.Contains(usageText, "\n  -"+f.Name+" ") {
+				t.Errorf("%s accepts -%s, which the help does not list", cmd, f.Name)
+			}
+		})
+	}
+}

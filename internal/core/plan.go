@@ -410,6 +410,47 @@ const LearnShares = 8
 // process announces after it lost a turn (see Known.Announce).
 const ContendedRounds = 64
 
+// Forget drops the free slots k knows of, told under a pause or a limit
+// that has changed since: the next round learns them again.
+func (k *Known) Forget() { k.Near, k.Slots, k.Capped = true, nil, [Levels][]int64{} }
+
+// Doubt notes that a round trip failed: what room is left is unknown, so
+// the next round reserves exactly.
+func (k *Known) Doubt() { k.Near = true }
+
+// Learn takes the free slots a reply told of (see ResolveOut.Slots).
+func (k *Known) Learn(o ResolveOut) { k.Slots, k.Capped = o.Slots, o.Capped }
+
+// Claimed takes what a round that claimed slots found of the room left
+// (see ResolveOut.Near): a round that claimed nothing says nothing of it.
+func (k *Known) Claimed(o ResolveOut) { k.Near = o.Near }
+
+// Turn notes how a round that claimed slots ended: it admitted some, or
+// none and its calls claim again (a lost turn), after which its next
+// ContendedRounds claiming rounds announce their slots when announce (the
+// store did not place its claims: see Announce).
+func (k *Known) Turn(admitted, lost, announce bool) {
+	switch {
+	case admitted:
+		k.Lost = 0
+	case lost:
+		k.Lost++
+		if announce {
+			k.Announce = ContendedRounds
+		}
+	}
+}
+
+// Announcing reports whether a round that claims slots near the limit
+// tells the other processes which (see Announce), and counts it.
+func (k *Known) Announcing() bool {
+	if k.Announce == 0 {
+		return false
+	}
+	k.Announce--
+	return true
+}
+
 // Take tells k that another process claims the slots at scores (one per
 // unit): each stops being a known free slot, so that this process claims
 // the next ones instead of racing for those and losing its turn. The slots

@@ -2,8 +2,9 @@
 // to change the library: per package, its line count (non-test Go
 // files), the fields of its biggest structs, the types with the most
 // methods and its longest functions; for the root, also the places that
-// change a waiter's reservation; and the places where a rider's fields are
-// touched outside its own files (see riders.go).
+// change a waiter's reservation; the places where a rider's fields are
+// touched outside its own files (see riders.go); and the places where a
+// concern type's fields change outside its own files (see owners.go).
 //
 // Run it from the module root, with the package directories to measure
 // (the root and the library's own packages by default):
@@ -47,6 +48,14 @@ func main() {
 	}
 	fmt.Printf("riders' fields touched outside their files (see riders.go): %d\n", len(stray))
 	for _, s := range stray {
+		fmt.Println("  " + s)
+	}
+	writes, err := strayWrites(".", owners)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("concern types' fields changed outside their files (see owners.go): %d\n", len(writes))
+	for _, s := range writes {
 		fmt.Println("  " + s)
 	}
 }

@@ -113,7 +113,7 @@ func typeCheck(fset *token.FileSet, dir string) ([]*ast.File, *types.Info, error
 		}
 		files = append(files, f)
 	}
-	info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}, Types: map[ast.Expr]types.TypeAndValue{}}
+	info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}, Types: map[ast.Expr]types.TypeAndValue{}, Uses: map[*ast.Ident]types.Object{}}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
 	if _, err := conf.Check(dir, fset, files, info); err != nil {
 		return nil, nil, err
