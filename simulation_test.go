@@ -117,7 +117,7 @@ var simRegressions = []simCase{
 // between runs; each must be run a few times to reproduce (seed 5046, now
 // fixed: 6 failures in 20 runs).
 var simOpen = []simCase{
-	{21213, "a run of 3h48m virtual time (5 replicas, places in flight on an 11s lease, FallbackLocal, connections set up in up to 8 minutes) ran for over 55 minutes of wall time in the long run of seeds 20001-40000, at a core's worth of CPU, with no request flood for the network's watchdog to name; -sim.wall named it. Not known yet: a world that runs slowly, or one whose virtual time creeps on"},
+	{21213, "a run of 3h48m virtual time (5 replicas, places in flight on an 11s lease, FallbackLocal, connections set up in up to 8 minutes) ran for over 55 minutes of wall time in the long run of seeds 20001-40000, at a core's worth of CPU, with no request flood for the network's watchdog to name; -sim.wall named it. A CPU profile puts most of the time in owed.takeRecheck, owed.doubt and building their ZREM: the members failed round trips leave in doubt are sent whole with every round trip until one succeeds, and giveUp ages them out only once the queue is empty, which it never is under FallbackLocal with callers waiting, so the set grows with the failure's length"},
 }
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
