@@ -17,12 +17,14 @@ import (
 // What a call cost comes from Actual, but for a refusal, which is settled
 // at 0 without asking Actual, since the API refused the call before doing
 // its work: a 429 (Too Many Requests), and any response whose verdict is
-// Pause or RetryCall, whatever its status, as the Transport's Counters read
-// it, or without Counters the default reading (a 429 or 503 with
-// Retry-After). A 503 with Retry-After settles at 0, then, and so does a
-// GitHub 403 for a secondary rate limit under GitHub(). Any other response
-// asks Actual, and keeps its estimate when Actual cannot tell: a 500, a
-// 503 without Retry-After, or Anthropic's 529 (overloaded_error), which
+// Pause, or RetryCall but for a 503, whatever its status, as the
+// Transport's Counters read it, or without Counters the default reading (a
+// 429 or 503 with Retry-After). A 503 with Retry-After settles at 0, then,
+// and so does a GitHub 403 for a secondary rate limit under GitHub(). Any
+// other response asks Actual, and keeps its estimate when Actual cannot
+// tell: a 500, a 503 without Retry-After (which the Transport retries
+// alone, see Transport, but which may have counted), or Anthropic's 529
+// (overloaded_error), which
 // Anthropic() does not read as a refusal (Anthropic's "Errors" page puts
 // it down to high traffic across all users, not to the organization's
 // limits, and does not say whether such a call counts against them, so
@@ -86,9 +88,17 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 }
 
 // refusal reports whether resp, read as verdict, is the API refusing the
-// call: a 429, or a Pause or RetryCall whatever its status (see Cost).
+// call, which it did not count: a 429, a Pause whatever its status, or a
+// RetryCall but for a 503's (one that states no pause says nothing of
+// whether the call counted: it keeps its estimate, see Cost).
 func refusal(resp *http.Response, verdict Verdict) bool {
-	return resp.StatusCode == http.StatusTooManyRequests || verdict != Proceed
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || verdict == Pause:
+		return true
+	case verdict == RetryCall:
+		return resp.StatusCode != http.StatusServiceUnavailable
+	}
+	return false
 }
 
 type costKey struct{}

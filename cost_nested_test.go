@@ -105,8 +105,9 @@ func TestCostRefusalSettlesZero(t *testing.T) {
 
 // A refusal settles at 0 by its verdict, whatever its status: a 503 with
 // Retry-After under the default reading and under OpenAI(), a GitHub 403
-// for a secondary limit; a response read as Proceed asks Actual, a 503
-// without Retry-After and Anthropic's 529 (overloaded) among them: Anthropic
+// for a secondary limit; a response read as Proceed asks Actual, and so
+// does a 503 without Retry-After (retried alone, see Transport, but it may
+// have counted) and Anthropic's 529 (overloaded): Anthropic
 // does not say whether an overloaded call counts against the limits, so its
 // estimate is not given back on a guess.
 func TestCostRefusalByVerdict(t *testing.T) {

@@ -50,12 +50,16 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 	if tr.Counters != nil {
 		c = tr.Counters
 	}
-	q := c.Read(resp, body, now)
+	q := unread(resp, c.Read(resp, body, now))
 	if q.Verdict == Pause {
 		if q.Until.IsZero() {
-			tr.backOff(ctx, t)
+			tr.backOff(ctx, t, q.Backoff)
 		} else {
-			t.PauseUntil(ctx, minTime(q.Until, now.Add(tr.maxPause()))) // a failure is logged; the response stands
+			limit := tr.maxPause()
+			if q.Until.Equal(q.Reset) && q.Remaining <= 0 { // until a counter at zero resets
+				limit = tr.pauseCap(t)
+			}
+			t.PauseUntil(ctx, minTime(q.Until, now.Add(limit))) // a failure is logged; the response stands
 		}
 	}
 	if tr.Counters != nil && tr.Cost == nil && !q.Reset.IsZero() { // it states a counter, and the window counts calls
@@ -65,11 +69,34 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 	return q.Verdict
 }
 
+// unread gives a refusal that Counters made nothing of its one meaning
+// (no verdict, no counter at zero to follow): a 429 is a refusal for quota
+// that states no end (back off); a 503 that states none is this call's
+// alone (RetryCall).
+func unread(resp *http.Response, q counters.Quota) counters.Quota {
+	if q.Verdict != Proceed || !q.Reset.IsZero() && q.Remaining <= 0 {
+		return q
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		q.Verdict = Pause
+	case http.StatusServiceUnavailable:
+		q.Verdict = RetryCall
+	}
+	return q
+}
+
 func (tr *Transport) maxPause() time.Duration {
 	if tr.MaxPause > 0 {
 		return tr.MaxPause
 	}
 	return 15 * time.Minute
+}
+
+// pauseCap is the longest pause until a counter at zero resets: MaxPause,
+// or t's interval when that is longer (see Transport.MaxPause).
+func (tr *Transport) pauseCap(t *Throttler) time.Duration {
+	return max(tr.maxPause(), t.Interval())
 }
 
 // follow holds every replica to what the API's counter leaves: no call
@@ -86,7 +113,7 @@ func (tr *Transport) follow(ctx, caller context.Context, t *Throttler, rd readin
 		// gradual counter at zero frees a call as one ages out: apply
 		// holds us to the calls of ours it counts, which age out as
 		// theirs do.)
-		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.maxPause())))
+		t.PauseUntil(ctx, minTime(rd.q.Reset, rd.recv.Add(tr.pauseCap(t))))
 		return
 	}
 	if rd.q.Remaining >= t.Limit() && !lowered(t) {
@@ -189,19 +216,21 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 	t.mu.Unlock()
 	if got.ZeroUntil > 0 {
 		last := batch[len(batch)-1]
-		t.PauseUntil(ctx, minTime(t.clock.Local(got.ZeroUntil), last.recv.Add(tr.maxPause())))
+		t.PauseUntil(ctx, minTime(t.clock.Local(got.ZeroUntil), last.recv.Add(tr.pauseCap(t))))
 	}
 }
 
 // backOff pauses every replica after a refusal that states no end: for
-// Transport.Backoff, or twice the last back-off when the API refuses again
-// within that back-off's length after it ended, at most MaxPause. A
+// Transport.Backoff or least (the API's own, see counters.Quota.Backoff),
+// whichever is longer, or twice the last back-off when the API refuses
+// again within that back-off's length after it ended, at most MaxPause. A
 // refusal while a back-off lasts (a call sent before it) changes nothing.
-func (tr *Transport) backOff(ctx context.Context, t *Throttler) {
+func (tr *Transport) backOff(ctx context.Context, t *Throttler, least time.Duration) {
 	d := tr.Backoff
 	if d <= 0 {
-		d = time.Minute
+		d = time.Second
 	}
+	d = max(d, least)
 	serverNow := t.clock.Server(t.now())
 	if t.clock.Synced() {
 		rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)

@@ -225,24 +225,24 @@ func TestCountersGradualHoldsTheLeast(t *testing.T) {
 }
 
 // A refusal that says neither until when nor that the counter is at zero
-// (GitHub's secondary limits) backs every replica off, and the back-off
-// doubles when the API refuses again soon after it, whichever replica
-// reads it.
+// (a bare 429, under the default Counters or a preset) backs every replica
+// off, and the back-off doubles when the API refuses again soon after it,
+// whichever replica reads it.
 func TestCountersBackoffGrowsAcrossReplicas(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
-		secondary := scripted{status: 403, body: `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`}
-		api := &scriptedAPI{answers: []scripted{secondary, secondary, {status: 200}}}
+		bare := scripted{status: 429, body: "slow down"}
+		api := &scriptedAPI{answers: []scripted{bare, bare, {status: 200}}}
 		srv := httptest.NewServer(api)
 		defer srv.Close()
 		defer srv.Client().CloseIdleConnections()
 		a := mustNew(t, dial(), key, 100, time.Second)
 		b := mustNew(t, dial(), key, 100, time.Second)
-		tr := func(th *Throttler) *http.Client {
-			return &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: GitHub(), Backoff: 300 * time.Millisecond}}
+		tr := func(th *Throttler, c Counters) *http.Client {
+			return &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: c, Backoff: 300 * time.Millisecond}}
 		}
-		ca, cb := tr(a), tr(b)
-		if code, body := do(t, ca, srv.URL); code != 403 || body != secondary.body {
-			t.Fatalf("a got %d %q, want the 403 and its body untouched", code, body)
+		ca, cb := tr(a, nil), tr(b, GitHub())
+		if code, body := do(t, ca, srv.URL); code != 429 || body != bare.body {
+			t.Fatalf("a got %d %q, want the 429 and its body untouched", code, body)
 		}
 		first := time.Now()
 		do(t, cb, srv.URL) // waits out 300ms, then is refused again
@@ -265,9 +265,9 @@ func TestCountersBackoffGrowsAcrossReplicas(t *testing.T) {
 func TestCountersBackoffNotGrownByCallsInFlight(t *testing.T) {
 	th := miniThrottler(t, 100, time.Second)
 	tr := &Transport{Counters: GitHub(), Backoff: time.Second}
-	tr.backOff(t.Context(), th)
+	tr.backOff(t.Context(), th, 0)
 	end := th.Stats().PausedUntil
-	tr.backOff(t.Context(), th)
+	tr.backOff(t.Context(), th, 0)
 	if got := th.Stats().PausedUntil; !got.Equal(end) {
 		t.Fatalf("a second refusal during the back-off moved its end by %s", got.Sub(end))
 	}

@@ -32,7 +32,8 @@ func (f *fallback) failLocked(t *Throttler, rd *round, err error) time.Duration 
 	if a != nil {
 		// What a was to give back, and what it added for batch, goes
 		// with every round trip until one after a success (see owed).
-		t.owed.doubt(a, batch)
+		w := t.rules.LongestW()
+		t.owed.doubt(a, batch, t.clock.ServerByRuntime(time.Now(), t.now()), w, w+t.rules.Ahead.Microseconds())
 		for _, e := range a.Adds {
 			if !isOurs(e.Member, batch) {
 				t.owed.replayLater(e) // admitted without Redis: count it once Redis answers

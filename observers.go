@@ -168,8 +168,8 @@ func (g *Group) observeLocked(t *Throttler) {
 type TransportObserver struct {
 	// Refused is called, on the goroutine of RoundTrip, each time the API
 	// refuses a request the Transport sent through a Throttler: a
-	// response that Counters (without Counters, the reading of a 429 or
-	// 503 with Retry-After) read as Pause or RetryCall. It is called with
+	// response that Counters read as Pause or RetryCall, and a 429 or 503
+	// that they make nothing of (see Transport). It is called with
 	// the request's context once the Transport has followed the refusal
 	// (paused the Throttler for a Pause, and for a RetryCall it will
 	// retry, waited out the delay before the retry, up to 2s), and before

@@ -28,14 +28,22 @@ type owed struct {
 	// A round trip that failed may still be applied, late: a stalled
 	// server reads the request of a connection its client closed after the
 	// requests of newer ones, in any order. So what a failed round trip
-	// added for its batch, or was to give back, goes with every round trip
-	// until one planned after a round trip succeeded, which reaches the
-	// server after every request it read before that success. A set: every
-	// failure in a row doubts the same members again.
-	recheck    map[string]struct{}
-	recheckDue bool  // one did: the next round trip carries recheck
-	latest     int64 // server µs: the latest score of a member in recheck (0 = none)
+	// added for its batch, or was to give back, is given back again by a
+	// round trip planned after one succeeded, which reaches the server
+	// after every request it read before that success. A set, each member
+	// with the server time (µs) after which it counts nowhere and is
+	// dropped: an outage of hours, with callers retrying through it, must
+	// cost each round trip no more than a short one does (seed 21213).
+	recheck    map[string]int64
+	recheckDue bool  // one did: the next round trips carry recheck, recheckChunk at a time
+	pruneAt    int   // the size of recheck at which prune next looks
+	pruneBy    int64 // server µs: when prune next looks, whatever the size
 }
+
+// recheckChunk is the most members of recheck one round trip carries, so
+// that giving back what a long outage doubted does not make one command of
+// a size without bound.
+const recheckChunk = 1024
 
 // pending reports whether anything is left to write.
 func (o *owed) pending() bool {
@@ -44,37 +52,71 @@ func (o *owed) pending() bool {
 
 // doubt notes what failed attempt a may still write late: the members it
 // added for batch (calls given back; under FailOpen, calls that go and
-// are counted anew) and those it was to give back.
-func (o *owed) doubt(a *core.Attempt, batch []*waiter) {
+// are counted anew) and those it was to give back. A member counts nowhere
+// once the longest window (w µs) has passed its score; one to give back,
+// whose score it does not know, once reserve-ahead and w (horizon µs) have
+// passed serverNow, the server's time now, for no call of ours is scored
+// further ahead.
+func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int64) {
 	if o.recheck == nil {
-		o.recheck = map[string]struct{}{}
+		o.recheck = map[string]int64{}
 	}
 	for _, m := range a.Remove {
-		o.recheck[m] = struct{}{}
+		if _, ok := o.recheck[m]; !ok { // doubted again by a probe: it counts no longer than it did
+			o.recheck[m] = serverNow + horizon
+		}
 	}
 	for _, e := range a.GiveBack { // given back again plainly: it may have left its bucket
-		o.recheck[e.Member] = struct{}{}
+		o.recheck[e.Member] = max(o.recheck[e.Member], e.Score+w)
 	}
 	for _, e := range a.Adds {
 		if isOurs(e.Member, batch) {
-			o.recheck[e.Member] = struct{}{}
-			o.latest = max(o.latest, e.Score)
+			o.recheck[e.Member] = max(o.recheck[e.Member], e.Score+w)
 		}
 	}
 	o.recheckDue = false
+	o.prune(serverNow, w) // after: a member a probe carried again keeps its time
 }
 
-// takeRecheck returns the members to give back again. Every round trip
-// carries them (so the worker, which runs while they are listed, always has
-// a round trip to make) until one planned after a round trip succeeded:
-// that one takes them off the list.
-func (o *owed) takeRecheck() []string {
+// prune drops the members of recheck that count nowhere by serverNow,
+// when the list doubled since it last did or a sixteenth of the longest
+// window (w µs) passed: each failure of an outage costs about the members
+// it doubts, not the whole list, and a member stays at most w/16 past the
+// time it stops counting.
+func (o *owed) prune(serverNow, w int64) {
+	if len(o.recheck) < o.pruneAt && serverNow < o.pruneBy {
+		return
+	}
+	maps.DeleteFunc(o.recheck, func(_ string, until int64) bool { return until <= serverNow })
+	o.pruneAt, o.pruneBy = max(2*len(o.recheck), recheckChunk), serverNow+w/16
 	if len(o.recheck) == 0 {
+		o.recheck, o.recheckDue = nil, false
+	}
+}
+
+// takeRecheck returns members to give back again, at most recheckChunk.
+// Once a round trip succeeded after the failures that doubted them, the
+// round trips planned next carry them and take them off the list. Before,
+// only a probe carries them (a round trip that has nothing else to send,
+// made so that the worker, which runs while they are listed, learns when
+// Redis answers again) and they stay: a round trip that fails gains
+// nothing from carrying them.
+func (o *owed) takeRecheck(probe bool) []string {
+	if len(o.recheck) == 0 || !o.recheckDue && !probe {
 		return nil
 	}
-	r := slices.Collect(maps.Keys(o.recheck))
-	if o.recheckDue {
-		o.recheck, o.recheckDue, o.latest = nil, false, 0
+	r := make([]string, 0, min(len(o.recheck), recheckChunk))
+	for m := range o.recheck {
+		if len(r) == recheckChunk {
+			break
+		}
+		r = append(r, m)
+		if o.recheckDue {
+			delete(o.recheck, m)
+		}
+	}
+	if len(o.recheck) == 0 {
+		o.recheck, o.recheckDue = nil, false
 	}
 	return r
 }
@@ -94,9 +136,11 @@ func (o *owed) sent(a *core.Attempt) {
 // take returns what the next round trip writes, and leaves it to it: the
 // members to remove (with those a failure doubts, see takeRecheck), the
 // calls to give back that were written for sure, and the calls to count
-// that went without Redis, appended to replay.
-func (o *owed) take(replay []core.Entry) (core.Removals, []core.Entry) {
-	out := core.Removals{Remove: append(o.giveBack, o.takeRecheck()...), GiveBack: o.returned}
+// that went without Redis, appended to replay. queued says that callers
+// wait, whose claims may give the round trip something to send.
+func (o *owed) take(replay []core.Entry, queued bool) (core.Removals, []core.Entry) {
+	probe := !queued && len(o.giveBack) == 0 && len(o.returned) == 0 && len(o.replay) == 0
+	out := core.Removals{Remove: append(o.giveBack, o.takeRecheck(probe)...), GiveBack: o.returned}
 	replay = append(replay, o.replay...)
 	o.giveBack, o.returned, o.replay = nil, nil, nil
 	return out, replay
@@ -142,26 +186,28 @@ func (o *owed) markLater(mark bool) { o.mark = o.mark || mark }
 // forget drops everything owed: the client was closed, and nothing will be
 // written again.
 func (o *owed) forget() {
-	o.replay, o.unscored, o.healPause, o.giveBack, o.returned, o.recheck = nil, nil, 0, nil, nil, nil
+	o.replay, o.unscored, o.healPause, o.giveBack, o.returned, o.recheck, o.recheckDue = nil, nil, 0, nil, nil, nil, false
 }
 
 // giveUp drops, after a failure, the members still to give back once they
 // stop counting on their own, within the crash bound: reserve-ahead plus
 // the longest window w (µs) after the first failure to give them back, on
 // the runtime's clock (rtNow; a local clock that stepped ahead would give
-// them up at once), and once a member a failed round trip added, which may
-// lie further ahead than reserve-ahead (scored by an estimate a clock
-// step had made wrong), has left the longest window by the server's time
-// serverNow.
+// them up at once); and the members a failed round trip may have written
+// once each counts nowhere by the server's time serverNow (see doubt: one
+// it added, which may lie further ahead than reserve-ahead, scored by an
+// estimate a clock step had made wrong, once its score has left the
+// longest window).
 func (o *owed) giveUp(rtNow time.Time, ahead time.Duration, w, serverNow int64) {
-	if len(o.giveBack) == 0 && len(o.returned) == 0 && len(o.recheck) == 0 {
+	o.prune(serverNow, w)
+	if len(o.giveBack) == 0 && len(o.returned) == 0 {
 		return
 	}
 	if o.giveUpAt.IsZero() {
 		o.giveUpAt = rtNow.Add(ahead + time.Duration(w)*time.Microsecond)
 	}
-	if !rtNow.Before(o.giveUpAt) && o.latest+w <= serverNow {
-		o.giveBack, o.returned, o.recheck, o.latest = nil, nil, nil, 0
+	if !rtNow.Before(o.giveUpAt) {
+		o.giveBack, o.returned = nil, nil
 	}
 }
 

@@ -1,8 +1,10 @@
 package throttler
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
 )
@@ -12,42 +14,47 @@ import (
 // round trip planned after one that succeeded (which reaches the server
 // after every request it read before).
 func TestOwedRecheckAfterSuccess(t *testing.T) {
+	const w, horizon = 1_000_000, 2_000_000
 	ours := &waiter{res: reservation{members: []string{"a1", "a2"}}}
 	failed := &core.Attempt{
 		Removals: core.Removals{Remove: []string{"old"}},
 		Adds:     []core.Entry{{Member: "a1"}, {Member: "a2"}, {Member: "replayed"}},
 	}
 	var o owed
-	o.doubt(failed, []*waiter{ours})
+	o.doubt(failed, []*waiter{ours}, 0, w, horizon)
 	if !o.pending() {
 		t.Fatal("pending() = false with members to recheck")
 	}
-	// Before a success, every round trip carries them, and they stay.
+	// Before a success, a round trip with something else to send does not
+	// carry them; a probe does; both leave them on the list.
+	if got := o.takeRecheck(false); got != nil {
+		t.Fatalf("takeRecheck(not a probe) before any round trip succeeded = %v, want none", got)
+	}
 	for range 2 {
-		got := o.takeRecheck()
+		got := o.takeRecheck(true)
 		slices.Sort(got)
 		if want := []string{"a1", "a2", "old"}; !slices.Equal(got, want) {
-			t.Fatalf("takeRecheck() before any round trip succeeded = %v, want %v", got, want)
+			t.Fatalf("takeRecheck(probe) before any round trip succeeded = %v, want %v", got, want)
 		}
 		if !o.pending() {
 			t.Fatal("recheck taken off the list before a round trip succeeded")
 		}
 	}
 	o.sent(&core.Attempt{}) // a round trip succeeds
-	got := o.takeRecheck()
+	got := o.takeRecheck(false)
 	slices.Sort(got)
 	if want := []string{"a1", "a2", "old"}; !slices.Equal(got, want) {
 		t.Fatalf("takeRecheck() after a success = %v, want %v (not the replayed member, which counts)", got, want)
 	}
-	if o.pending() || o.takeRecheck() != nil {
+	if o.pending() || o.takeRecheck(true) != nil {
 		t.Fatal("recheck still pending after it was taken")
 	}
 
 	// A second failure before the success restarts the wait for one.
-	o.doubt(failed, []*waiter{ours})
+	o.doubt(failed, []*waiter{ours}, 0, w, horizon)
 	o.sent(&core.Attempt{})
-	o.doubt(&core.Attempt{Removals: core.Removals{Remove: []string{"later"}}}, nil)
-	o.takeRecheck()
+	o.doubt(&core.Attempt{Removals: core.Removals{Remove: []string{"later"}}}, nil, 0, w, horizon)
+	o.takeRecheck(false)
 	if !o.pending() {
 		t.Fatal("a failure after the success: recheck taken off the list before another success")
 	}
@@ -56,10 +63,80 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 	// (an outage of thousands of failed round trips must not grow the list).
 	var long owed
 	for range 1000 {
-		long.doubt(failed, []*waiter{ours})
+		long.doubt(failed, []*waiter{ours}, 0, w, horizon)
 	}
 	if len(long.recheck) != 3 {
 		t.Fatalf("after 1000 failures doubting the same 3 members, recheck holds %d", len(long.recheck))
 	}
+}
 
+// TestOwedRecheckBoundedInALongOutage: an outage of hours in which callers
+// retry through every failure (seed 21213: FallbackLocal, a process cut
+// off from Redis for good) doubts fresh members with each failed round
+// trip. Those that count nowhere any more leave the list, so that it holds
+// about a window of them, and no round trip carries more than
+// recheckChunk; once Redis answers, the rest goes a chunk per round trip.
+func TestOwedRecheckBoundedInALongOutage(t *testing.T) {
+	const w, horizon = 10_000_000, 11_000_000 // a 10s window, 1s ahead (µs)
+	const step = 10_000                       // a failure every 10ms
+	var o owed
+	most := 0
+	for i := range 30_000 { // 5 minutes, 30 windows
+		now := int64(i) * step
+		member := fmt.Sprintf("m%d", i)
+		batch := []*waiter{{res: reservation{members: []string{member}}}}
+		a := &core.Attempt{Adds: []core.Entry{{Member: member, Score: now + step}}}
+		a.Removals = core.Removals{Remove: []string{"given-" + member}}
+		a.Remove = append(a.Remove, o.takeRecheck(false)...)
+		o.doubt(a, batch, now, w, horizon)
+		most = max(most, len(o.recheck))
+	}
+	// A window's failures doubt 2*1,000 members, reserve-ahead's 100 more;
+	// pruning at twice the size lets the list reach about twice that.
+	if limit := 2 * 2 * (w + horizon) / step; most > int(limit) {
+		t.Fatalf("recheck grew to %d members over 30 windows of failures, want at most %d", most, limit)
+	}
+	if got := o.takeRecheck(false); got != nil {
+		t.Fatalf("a failing round trip carried %d members to recheck, want none", len(got))
+	}
+	if probe := o.takeRecheck(true); len(probe) > recheckChunk {
+		t.Fatalf("a probe carried %d members, want at most %d", len(probe), recheckChunk)
+	}
+
+	// Redis answers: the list goes, a chunk per round trip.
+	left := len(o.recheck)
+	o.sent(&core.Attempt{})
+	for left > 0 {
+		got := o.takeRecheck(false)
+		if want := min(left, recheckChunk); len(got) != want {
+			t.Fatalf("after a success, a round trip carried %d members, want %d", len(got), want)
+		}
+		left -= len(got)
+		o.sent(&core.Attempt{})
+	}
+	if o.pending() {
+		t.Fatal("recheck still pending after every chunk went")
+	}
+}
+
+// TestOwedGiveUpKeepsWhatStillCounts: giveUp drops a doubted member once
+// it counts nowhere, not before: an add once the longest window has
+// passed its score, however far ahead a wrong clock estimate scored it.
+func TestOwedGiveUpKeepsWhatStillCounts(t *testing.T) {
+	const w = 1_000_000
+	var o owed
+	batch := []*waiter{{res: reservation{members: []string{"near", "far"}}}}
+	o.doubt(&core.Attempt{Adds: []core.Entry{{Member: "near", Score: 500_000}, {Member: "far", Score: 60_000_000}}},
+		batch, 0, w, 2*w)
+	o.giveUp(time.Unix(0, 0), 0, w, 1_600_000)
+	if _, ok := o.recheck["near"]; ok {
+		t.Fatal("giveUp kept a member whose score left the longest window")
+	}
+	if _, ok := o.recheck["far"]; !ok {
+		t.Fatal("giveUp dropped a member scored ahead that still counts")
+	}
+	o.giveUp(time.Unix(0, 0), 0, w, 61_000_000)
+	if o.pending() {
+		t.Fatal("giveUp kept a member that counts nowhere")
+	}
 }

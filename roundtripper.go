@@ -55,10 +55,15 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 //
 //   - a response 429 (Too Many Requests) or 503 (Service Unavailable) with a
 //     Retry-After header, in seconds or as an HTTP date, pauses the
-//     Throttler for every replica until then (see Throttler.PauseUntil);
+//     Throttler for every replica until then (see Throttler.PauseUntil),
+//     at most MaxPause;
 //   - with Counters set, what the API says of its own quota on every
-//     response is followed instead, for every replica (see Counters; a
+//     response is followed as well, for every replica (see Counters; a
 //     Transport with Cost takes its refusals only);
+//   - a 429 that says nothing Counters can read (no Retry-After, no
+//     counter at zero) backs every replica off (see Backoff); a 503 that
+//     says nothing is this call's alone, retried with Retries as a
+//     RetryCall, and pauses no one;
 //   - with LimitHeader set, a response stating a lower limit than the
 //     Throttler's lowers it for every replica (see Throttler.SetLimit).
 //
@@ -136,8 +141,13 @@ type Transport struct {
 	// multiply: each outer attempt makes up to Retries+1 inner ones.
 	Retries int
 
-	// MaxPause caps how long one refusal may pause the Throttler, and a
-	// counter at zero too. Default 15 minutes.
+	// MaxPause caps how long one refusal may pause the Throttler: a
+	// Retry-After, a back-off (see Backoff), and a counter at zero until
+	// its reset, except that a pause until a reset is capped at the
+	// Throttler's interval when that is longer: GitHub's reset, up to an
+	// hour away, holds every replica until then, rather than letting a
+	// call per replica go every MaxPause to be refused again. Default 15
+	// minutes.
 	MaxPause time.Duration
 
 	// Counters, when set, reads what the API says of its own quota on
@@ -191,9 +201,13 @@ type Transport struct {
 	// described above.
 	Counters Counters
 
-	// Backoff is how long a refusal that does not say until when pauses
-	// every replica at first (see Counters). Default 1 minute, as GitHub
-	// asks of its secondary rate limits.
+	// Backoff is how long a refusal that does not say until when (a bare
+	// 429, or a Pause without Until read by Counters) pauses every replica
+	// at first: the longer of Backoff and the Quota's own Backoff (a
+	// minute for GitHub's secondary rate limits), doubled each time the
+	// API refuses again within a back-off's length after the last one
+	// ended, whichever replica reads it, at most MaxPause. Default 1
+	// second.
 	Backoff time.Duration
 
 	// LimitHeader names a response header stating how many calls per

@@ -98,9 +98,15 @@ func (r reservation) held() []string {
 }
 
 // queuedAfter is the reservation of a call sent back to the queue: what
-// its last attempt added is being given back.
+// its last attempt added is being given back (see owed.unhold). The
+// members of the attempts before it went to owed when those were sent
+// back: a call requeued by every failed round trip of a long outage keeps
+// one attempt's members, not all of them (seed 21213).
 func queuedAfter(r reservation) reservation {
-	return reservation{state: stQueued, stale: r.held()}
+	if len(r.members) == 0 {
+		return reservation{state: stQueued, stale: r.stale}
+	}
+	return reservation{state: stQueued, stale: r.members}
 }
 
 // settleLocked gives w its reservation, its caller's presence unchanged

@@ -173,7 +173,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
 	// A new attempt on the last one's buffers.
-	removals, adds := t.owed.take(a.Adds[:0])
+	removals, adds := t.owed.take(a.Adds[:0], len(t.worker.queue) > 0)
 	*a = core.Attempt{Adds: adds, Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims),
 		Learn:    core.Learning{LowCaps: a.Learn.LowCaps},
 		Removals: removals,

@@ -19,7 +19,8 @@ func (q *Quota) pauseFor(resp *http.Response, now time.Time) bool {
 
 // Default returns the Counters a Transport without Counters reads: a 429 or
 // 503 with Retry-After pauses every replica until then, and nothing else
-// is read.
+// is read. (What the Transport does with a 429 or 503 that no Counters
+// makes anything of is the same for every Counters: see Transport.)
 func Default() Counters { return retryAfterCounters{} }
 
 type retryAfterCounters struct{}
@@ -88,7 +89,7 @@ func (g githubCounters) Read(resp *http.Response, body []byte, now time.Time) Qu
 			q.Verdict, q.Until = Pause, reset
 		}
 	case secondaryLimit(body):
-		q.Verdict = Pause // no end stated: back off
+		q.Verdict, q.Backoff = Pause, time.Minute // no end stated: back off, a minute at least
 	}
 	return q
 }

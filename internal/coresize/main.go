@@ -15,6 +15,13 @@
 // Wait passes through, from the face to Redis and back (see walk.go):
 //
 //	go run ./internal/coresize -walk
+//
+// With -surface, it counts the exported API of each package directory
+// (the root by default): package-level names, then with the methods of
+// its types, then with the fields of its structs (see surface.go);
+// -surface-list lists them too:
+//
+//	go run ./internal/coresize -surface [dir...]
 package main
 
 import (
@@ -32,6 +39,18 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == "-walk" {
 		if err := walkOneWait(); err != nil {
 			fail(err)
+		}
+		return
+	}
+	if len(os.Args) >= 2 && (os.Args[1] == "-surface" || os.Args[1] == "-surface-list") {
+		dirs := os.Args[2:]
+		if len(dirs) == 0 {
+			dirs = []string{"."}
+		}
+		for _, d := range dirs {
+			if err := printSurface(d, os.Args[1] == "-surface-list"); err != nil {
+				fail(err)
+			}
 		}
 		return
 	}
