@@ -31,7 +31,7 @@ func (t *Throttler) Allow(ctx context.Context) (Result, error) {
 
 // AllowN makes one attempt to admit n calls now. n must be at least 1 and
 // at most the smallest limit in force (New's and WithLimit's, the first as
-// lowered by SetLimit) times the share of ctx's priority (see
+// lowered by LowerLimit) times the share of ctx's priority (see
 // WithPriorityShare), rounded down, or 1 if that is less; otherwise AllowN
 // returns an error wrapping ErrInvalidArgument. When Allowed is true, the
 // calls are counted. When it is false, nothing is counted: the attempt's

@@ -135,7 +135,7 @@ func TestSettleAfterCompaction(t *testing.T) {
 		c := dial()
 		// A window of 2.05s: calls compact after 512ms.
 		th := mustNew(t, c, key, 10, 2*time.Second, withCompaction(1, 64))
-		p, err := th.Reserve(ctx, 10)
+		p, err := th.Acquire(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,14 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 	if o.ahead < 0 {
 		o.ahead = min(interval, time.Second)
 	}
-	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.extra...)
+	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.limits.extra...)
+	if o.limits.pace > 0 {
+		pace, err := paceWindow(wins[0], o.limits.pace)
+		if err != nil {
+			return config{}, err
+		}
+		wins = append(wins, pace)
+	}
 	for i := range wins {
 		wins[i].W = core.WindowMicros(wins[i].Interval + o.buffer)
 		wins[i].Bucket, wins[i].Age = core.Compaction(wins[i].Limit, wins[i].W, o.compact.from, o.compact.buckets)

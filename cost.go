@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // Cost prices a Transport's requests when a call's cost is known only from
 // its response, as an LLM API's tokens are. Each request reserves its
-// estimate (see Estimate) in units of the Throttler (see Throttler.Reserve);
+// estimate (see Estimate) in units of the Throttler (see Throttler.Acquire);
 // once the caller has read the response body to its end, or closed it, the
 // permit is settled (see Permit.Settle) with what the call cost: a surplus
 // goes back to every replica at once, an excess counts as debt.
@@ -91,11 +93,11 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 // call, which it did not count: a 429, a Pause whatever its status, or a
 // RetryCall but for a 503's (one that states no pause says nothing of
 // whether the call counted: it keeps its estimate, see Cost).
-func refusal(resp *http.Response, verdict Verdict) bool {
+func refusal(resp *http.Response, verdict counters.Verdict) bool {
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || verdict == Pause:
+	case resp.StatusCode == http.StatusTooManyRequests || verdict == counters.Pause:
 		return true
-	case verdict == RetryCall:
+	case verdict == counters.RetryCall:
 		return resp.StatusCode != http.StatusServiceUnavailable
 	}
 	return false

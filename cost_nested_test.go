@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // okBody answers every request 200 with a small body.
@@ -113,18 +115,18 @@ func TestCostRefusalSettlesZero(t *testing.T) {
 func TestCostRefusalByVerdict(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
-		counters Counters
+		counters counters.Counters
 		status   int
 		header   http.Header
 		body     string
 		refused  bool
 	}{
 		{"503 with Retry-After, default reading", nil, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
-		{"503 with Retry-After, OpenAI()", OpenAI(), http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
-		{"403 secondary limit, GitHub()", GitHub(), http.StatusForbidden, http.Header{}, `{"message":"You have exceeded a secondary rate limit."}`, true},
+		{"503 with Retry-After, counters.OpenAI()", counters.OpenAI(), http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
+		{"403 secondary limit, counters.GitHub()", counters.GitHub(), http.StatusForbidden, http.Header{}, `{"message":"You have exceeded a secondary rate limit."}`, true},
 		{"429 without Retry-After, default reading", nil, http.StatusTooManyRequests, http.Header{}, "", true},
 		{"503 without Retry-After, default reading", nil, http.StatusServiceUnavailable, http.Header{}, "", false},
-		{"529 overloaded, Anthropic()", Anthropic(), 529, http.Header{}, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, false},
+		{"529 overloaded, counters.Anthropic()", counters.Anthropic(), 529, http.Header{}, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			th := miniThrottler(t, 100, time.Hour, WithLogger(quiet))
@@ -192,14 +194,14 @@ func TestCostTransportFollowsNoCounter(t *testing.T) {
 		}
 		return &http.Response{StatusCode: status, Header: h, Body: http.NoBody, Request: r}, nil
 	})
-	tr := &Transport{Base: base, Route: th.Route(), Counters: OpenAI(), Cost: &Cost{Estimate: func(*http.Request) int { return 5 }}}
+	tr := &Transport{Base: base, Route: th.Route(), Counters: counters.OpenAI(), Cost: &Cost{Estimate: func(*http.Request) int { return 5 }}}
 	for range 3 {
 		if _, err := send(t, tr, context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if s := th.Stats(); s.Limit != 100 || s.Pauses != 0 {
-		t.Fatalf("after 3 responses stating 1 request left: limit %d, %d pauses; want New's 100, none", s.Limit, s.Pauses)
+	if s := th.Stats(); s.LimitNow != 100 || s.Pauses != 0 {
+		t.Fatalf("after 3 responses stating 1 request left: limit %d, %d pauses; want New's 100, none", s.LimitNow, s.Pauses)
 	}
 	refuse.Store(true)
 	if _, err := send(t, tr, context.Background(), nil); err != nil {
@@ -247,9 +249,9 @@ func TestNestedRetriesPlacement(t *testing.T) {
 		tokens.hooks.onAdmit = func(score int64, members []string) { admitted = append(admitted, score); held += len(members) }
 		tokens.hooks.onRelease = func(members []string) { held -= len(members) }
 		client := &http.Client{Transport: &Transport{
-			Route: tokens.Route(), Counters: OpenAI(), Retries: outer,
+			Route: tokens.Route(), Counters: counters.OpenAI(), Retries: outer,
 			Cost: &Cost{Estimate: func(*http.Request) int { return 50 }},
-			Base: &Transport{Route: requests.Route(), Counters: OpenAI(), Retries: inner, Base: api.Client().Transport},
+			Base: &Transport{Route: requests.Route(), Counters: counters.OpenAI(), Retries: inner, Base: api.Client().Transport},
 		}}
 		resp, err := client.Get(api.URL)
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 // response read, on the local clock, and the score its call was admitted
 // at (server µs; 0 = admitted without Redis).
 type reading struct {
-	q          Quota
+	q          counters.Quota
 	sent, recv time.Time
 	scored     int64
 }
@@ -42,7 +42,7 @@ const (
 )
 
 // learn applies what resp says of the API's quota, and returns its verdict.
-func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response, body []byte, sent time.Time, scored int64) Verdict {
+func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response, body []byte, sent time.Time, scored int64) counters.Verdict {
 	// The caller's context may be about to end; the news is for everyone.
 	ctx := context.WithoutCancel(req.Context())
 	now := t.now()
@@ -51,7 +51,7 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 		c = tr.Counters
 	}
 	q := unread(resp, c.Read(resp, body, now))
-	if q.Verdict == Pause {
+	if q.Verdict == counters.Pause {
 		if q.Until.IsZero() {
 			tr.backOff(ctx, t, q.Backoff)
 		} else {
@@ -74,14 +74,14 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 // that states no end (back off); a 503 that states none is this call's
 // alone (RetryCall).
 func unread(resp *http.Response, q counters.Quota) counters.Quota {
-	if q.Verdict != Proceed || !q.Reset.IsZero() && q.Remaining <= 0 {
+	if q.Verdict != counters.Proceed || !q.Reset.IsZero() && q.Remaining <= 0 {
 		return q
 	}
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
-		q.Verdict = Pause
+		q.Verdict = counters.Pause
 	case http.StatusServiceUnavailable:
-		q.Verdict = RetryCall
+		q.Verdict = counters.RetryCall
 	}
 	return q
 }
@@ -299,7 +299,7 @@ func peekBody(resp *http.Response) []byte {
 		return nil
 	}
 	rest := resp.Body
-	buf, err := io.ReadAll(io.LimitReader(rest, PeekBytes))
+	buf, err := io.ReadAll(io.LimitReader(rest, counters.PeekBytes))
 	var tail io.Reader = rest
 	if err != nil {
 		tail = errReader{err}
@@ -333,7 +333,7 @@ func lowered(t *Throttler) bool {
 }
 
 // lowerTo lowers (or restores) t's shared limit to n, what the API stated,
-// for d (see SetLimit), writing to Redis only when that changes what is in
+// for d (see LowerLimit), writing to Redis only when that changes what is in
 // force or the lowering is past half its time. A failure is logged; the
 // response stands.
 func lowerTo(ctx context.Context, t *Throttler, n int, d time.Duration) {
@@ -345,5 +345,5 @@ func lowerTo(ctx context.Context, t *Throttler, n int, d time.Duration) {
 	if fresh || (!lowered && n >= t.rules.Wins[0].Limit) {
 		return
 	}
-	t.SetLimit(ctx, n, d)
+	t.LowerLimit(ctx, n, d)
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // scriptedAPI answers each request with the next of its answers (the last
@@ -75,8 +77,8 @@ func TestCountersZeroPausesEveryReplica(t *testing.T) {
 		defer srv.Client().CloseIdleConnections()
 		a := mustNew(t, dial(), key, 100, time.Second)
 		b := mustNew(t, dial(), key, 100, time.Second)
-		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: IETF()}}
-		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: IETF()}}
+		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: counters.IETF()}}
+		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: counters.IETF()}}
 
 		do(t, ca, srv.URL)
 		read := time.Now()
@@ -101,7 +103,7 @@ func TestCountersZeroPausesEveryReplica(t *testing.T) {
 // is held to the calls of ours it counts, not paused until it is empty.
 func TestCountersGradualZeroHoldsToOurCalls(t *testing.T) {
 	th := miniThrottler(t, 10, 10*time.Second)
-	tr := &Transport{Counters: OpenAI()}
+	tr := &Transport{Counters: counters.OpenAI()}
 	for range 3 {
 		if err := th.Wait(t.Context()); err != nil {
 			t.Fatal(err)
@@ -110,9 +112,9 @@ func TestCountersGradualZeroHoldsToOurCalls(t *testing.T) {
 	// Read as though by a request sent after the three (a call is scored
 	// for when its reply comes back, a little after Wait returns).
 	now := time.Now().Add(20 * time.Millisecond)
-	tr.follow(t.Context(), t.Context(), th, reading{q: Quota{Remaining: 0, Reset: now.Add(9 * time.Second), Gradual: true}, sent: now, recv: now})
-	if st := th.Stats(); st.Limit != 3 || st.Pauses != 0 {
-		t.Fatalf("after a gradual counter at zero with 3 calls of ours: limit %d, %d pauses; want 3, none", st.Limit, st.Pauses)
+	tr.follow(t.Context(), t.Context(), th, reading{q: counters.Quota{Remaining: 0, Reset: now.Add(9 * time.Second), Gradual: true}, sent: now, recv: now})
+	if st := th.Stats(); st.LimitNow != 3 || st.Pauses != 0 {
+		t.Fatalf("after a gradual counter at zero with 3 calls of ours: limit %d, %d pauses; want 3, none", st.LimitNow, st.Pauses)
 	}
 	waitIdle(t, th)
 }
@@ -134,12 +136,12 @@ func TestCountersHoldBackUntilReset(t *testing.T) {
 		defer srv.Client().CloseIdleConnections()
 		a := mustNew(t, dial(), key, 10, 2*time.Second)
 		b := mustNew(t, dial(), key, 10, 2*time.Second)
-		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: IETF()}}
-		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: IETF()}}
+		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: counters.IETF()}}
+		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: counters.IETF()}}
 
 		do(t, ca, srv.URL)
 		read := time.Now()
-		if got := a.Stats().Limit; got != 4 {
+		if got := a.Stats().LimitNow; got != 4 {
 			t.Fatalf("a's limit after reading 3 left: %d, want 4 (the call the API counted, plus 3)", got)
 		}
 		for i := range 4 {
@@ -152,7 +154,7 @@ func TestCountersHoldBackUntilReset(t *testing.T) {
 		if wait := arrivals[4].Sub(read); wait < 900*time.Millisecond {
 			t.Fatalf("the 4th call after the reading arrived %s after it, before the reset (1s)", wait)
 		}
-		if got := b.Stats().Limit; got != 10 {
+		if got := b.Stats().LimitNow; got != 10 {
 			t.Errorf("b's limit after the reset: %d, want New's 10", got)
 		}
 		waitIdle(t, a)
@@ -165,10 +167,10 @@ func TestCountersHoldBackUntilReset(t *testing.T) {
 func TestCountersSameResetOnlyLowers(t *testing.T) {
 	mr := miniThrottler(t, 10, 10*time.Second)
 	reset := time.Now().Add(5 * time.Second)
-	tr := &Transport{Counters: IETF()}
+	tr := &Transport{Counters: counters.IETF()}
 	apply := func(remaining int, reset time.Time) int {
-		tr.apply(t.Context(), mr, []reading{{q: Quota{Remaining: remaining, Reset: reset}, sent: time.Now(), recv: time.Now()}})
-		return mr.Stats().Limit
+		tr.apply(t.Context(), mr, []reading{{q: counters.Quota{Remaining: remaining, Reset: reset}, sent: time.Now(), recv: time.Now()}})
+		return mr.Stats().LimitNow
 	}
 	if got := apply(4, reset); got != 4 {
 		t.Fatalf("4 left: limit %d, want 4", got)
@@ -198,14 +200,14 @@ func TestCountersSameResetOnlyLowers(t *testing.T) {
 func TestCountersGradualHoldsTheLeast(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		th := mustNew(t, dial(), key, 10, 10*time.Second, WithLogger(quiet))
-		tr := &Transport{Counters: OpenAI()}
+		tr := &Transport{Counters: counters.OpenAI()}
 		now := time.Now()
 		read := func(remaining int, sent time.Time) reading {
-			return reading{q: Quota{Remaining: remaining, Reset: now.Add(10 * time.Second), Gradual: true}, sent: sent, recv: now}
+			return reading{q: counters.Quota{Remaining: remaining, Reset: now.Add(10 * time.Second), Gradual: true}, sent: sent, recv: now}
 		}
 		apply := func(batch ...reading) int {
 			tr.apply(t.Context(), th, batch)
-			return th.Stats().Limit
+			return th.Stats().LimitNow
 		}
 		// A reading two intervals old is recorded, but holds nothing now.
 		if got := apply(read(2, now.Add(-20*time.Second))); got != 10 {
@@ -237,10 +239,10 @@ func TestCountersBackoffGrowsAcrossReplicas(t *testing.T) {
 		defer srv.Client().CloseIdleConnections()
 		a := mustNew(t, dial(), key, 100, time.Second)
 		b := mustNew(t, dial(), key, 100, time.Second)
-		tr := func(th *Throttler, c Counters) *http.Client {
+		tr := func(th *Throttler, c counters.Counters) *http.Client {
 			return &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: c, Backoff: 300 * time.Millisecond}}
 		}
-		ca, cb := tr(a, nil), tr(b, GitHub())
+		ca, cb := tr(a, nil), tr(b, counters.GitHub())
 		if code, body := do(t, ca, srv.URL); code != 429 || body != bare.body {
 			t.Fatalf("a got %d %q, want the 429 and its body untouched", code, body)
 		}
@@ -264,7 +266,7 @@ func TestCountersBackoffGrowsAcrossReplicas(t *testing.T) {
 // does not grow the back-off.
 func TestCountersBackoffNotGrownByCallsInFlight(t *testing.T) {
 	th := miniThrottler(t, 100, time.Second)
-	tr := &Transport{Counters: GitHub(), Backoff: time.Second}
+	tr := &Transport{Counters: counters.GitHub(), Backoff: time.Second}
 	tr.backOff(t.Context(), th, 0)
 	end := th.Stats().PausedUntil
 	tr.backOff(t.Context(), th, 0)
@@ -283,7 +285,7 @@ func TestCountersRetryCall(t *testing.T) {
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	th := miniThrottler(t, 100, time.Second)
-	c := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: Stripe(), Retries: 1}}
+	c := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: counters.Stripe(), Retries: 1}}
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader([]byte("amount=100")))
 	resp, err := c.Do(req)
 	if err != nil {
@@ -305,7 +307,7 @@ func TestCountersRetryCall(t *testing.T) {
 	srv2 := httptest.NewServer(api2)
 	defer srv2.Close()
 	defer srv2.Client().CloseIdleConnections()
-	c2 := &http.Client{Transport: &Transport{Base: srv2.Client().Transport, Route: th.Route(), Counters: Stripe()}}
+	c2 := &http.Client{Transport: &Transport{Base: srv2.Client().Transport, Route: th.Route(), Counters: counters.Stripe()}}
 	if code, body := do(t, c2, srv2.URL); code != 429 || body != lock {
 		t.Fatalf("without Retries: %d %q, want the 429 with its body", code, body)
 	}
@@ -314,13 +316,13 @@ func TestCountersRetryCall(t *testing.T) {
 
 // A body longer than what Counters peek at reaches the caller whole.
 func TestCountersPeekKeepsTheBody(t *testing.T) {
-	long := `{"message":"Resource not accessible by integration","pad":"` + strings.Repeat("x", 3*PeekBytes) + `"}`
+	long := `{"message":"Resource not accessible by integration","pad":"` + strings.Repeat("x", 3*counters.PeekBytes) + `"}`
 	api := &scriptedAPI{answers: []scripted{{status: 403, body: long}}}
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	th := miniThrottler(t, 100, time.Second)
-	c := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: GitHub(), Retries: 2}}
+	c := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: counters.GitHub(), Retries: 2}}
 	if code, body := do(t, c, srv.URL); code != 403 || body != long {
 		t.Fatalf("got %d and %d bytes, want the 403 and its %d bytes", code, len(body), len(long))
 	}
@@ -347,7 +349,7 @@ func TestCountersKeepNoThrottlerAlive(t *testing.T) {
 		for i := range 5 {
 			ths[strconv.Itoa(i)] = mustNew(t, dial(), key+":"+strconv.Itoa(i), 100, time.Minute)
 		}
-		tr := &Transport{Counters: GitHub(), Route: func(r *http.Request) *Throttler { return ths[r.Header.Get("X-Key")] }}
+		tr := &Transport{Counters: counters.GitHub(), Route: func(r *http.Request) *Throttler { return ths[r.Header.Get("X-Key")] }}
 		c := &http.Client{Transport: tr}
 		for k := range ths {
 			req, _ := http.NewRequest(http.MethodGet, api.URL, nil)
@@ -365,7 +367,7 @@ func TestCountersKeepNoThrottlerAlive(t *testing.T) {
 			t.Fatalf("the Transport keeps %d Throttlers after their readings were applied", n)
 		}
 		for _, th := range ths {
-			if got := th.Stats().Limit; got >= 100 {
+			if got := th.Stats().LimitNow; got >= 100 {
 				t.Fatalf("limit in force %d: the reading (10 remaining) was not followed", got)
 			}
 		}

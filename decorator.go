@@ -45,7 +45,7 @@ func Wrap[In, Out any](t *Throttler, fn func(context.Context, In) (Out, error)) 
 	}
 }
 
-// DoCost reserves estimate units of quota (as Reserve does), calls fn as
+// DoCost reserves estimate units of quota (as Acquire does), calls fn as
 // Do does (with ctx holding fn's first HTTP request at its connection),
 // and settles the reservation with the cost fn reports (see
 // Permit.Settle): a surplus goes back to every replica at once, an excess

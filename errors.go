@@ -15,7 +15,7 @@ var (
 	// ErrRedis is wrapped by the error a call returns when Redis failed (an
 	// error or a timeout): a wait (WaitN or any face that waits) or an
 	// AllowN under FailClosed, and, whatever the policy, PauseUntil,
-	// SetLimit, Usage, InFlight, Permit.Settle and Group.Learn. The Redis
+	// LowerLimit, Usage, InFlight, Permit.Settle and Group.Learn. The Redis
 	// error is wrapped too, so errors.Is and errors.As reach it. A call
 	// FallbackLocal's share cannot take (see FallbackLocal) fails with an
 	// error wrapping ErrRedis but no Redis error.

@@ -153,9 +153,36 @@ func ExampleWithLimit() {
 	// a 4th this hour: false - retry in about an hour: true
 }
 
+// 5000 calls an hour, spread out: without pacing, a sliding window lets all
+// 5000 go at once and then none for the rest of the hour; WithPacing(10)
+// lets at most 10 go in any 7.2s (about 1.4 a second), in bursts of up to
+// 10 after a pause.
+func ExampleWithPacing() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	t, err := throttler.New(rdb, "github", 5000, time.Hour, throttler.WithPacing(10))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	allowed := 0
+	for range 20 {
+		res, err := t.Allow(ctx)
+		if err != nil {
+			panic(err)
+		}
+		if res.Allowed {
+			allowed++
+		}
+	}
+	fmt.Println("allowed at once:", allowed)
+	// Output:
+	// allowed at once: 10
+}
+
 // The API lowered the quota: every replica follows at once, and calls
 // already made still count.
-func ExampleThrottler_SetLimit() {
+func ExampleThrottler_LowerLimit() {
 	rdb, stop := embeddedRedis()
 	defer stop()
 	t, err := throttler.New(rdb, "partner-api", 10, time.Minute)
@@ -163,7 +190,7 @@ func ExampleThrottler_SetLimit() {
 		panic(err)
 	}
 	ctx := context.Background()
-	if err := t.SetLimit(ctx, 2, time.Hour); err != nil {
+	if err := t.LowerLimit(ctx, 2, time.Hour); err != nil {
 		panic(err)
 	}
 	for range 3 {
@@ -171,7 +198,7 @@ func ExampleThrottler_SetLimit() {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Println("allowed:", res.Allowed, "limit in force:", t.Stats().Limit)
+		fmt.Println("allowed:", res.Allowed, "limit in force:", t.Stats().LimitNow)
 	}
 	// Output:
 	// allowed: true limit in force: 2
@@ -196,7 +223,7 @@ func ExampleThrottler_Stats() {
 	t.Allow(ctx)
 	t.Allow(ctx) // refused: the window is full
 	s := t.Stats()
-	fmt.Println("admitted:", s.Admitted, "refused:", s.Refused, "observed:", waits.Load())
+	fmt.Println("admitted:", s.Admitted, "refused:", s.Denied, "observed:", waits.Load())
 	// Output: admitted: 2 refused: 1 observed: 2
 }
 

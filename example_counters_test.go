@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -49,7 +50,7 @@ func ExampleTransport_counters() {
 		return t, &http.Client{Transport: &throttler.Transport{
 			Base:     api.Client().Transport,
 			Route:    t.Route(),
-			Counters: throttler.GitHub(), // x-ratelimit-remaining, -reset, -resource; secondary limits
+			Counters: counters.GitHub(), // x-ratelimit-remaining, -reset, -resource; secondary limits
 		}}
 	}
 	ta, a := replica()
@@ -68,7 +69,7 @@ func ExampleTransport_counters() {
 		return resp.StatusCode, nil
 	}
 	status, _ := get(a)
-	fmt.Println("a:", status, "- the limit every replica follows until the reset:", ta.Stats().Limit)
+	fmt.Println("a:", status, "- the limit every replica follows until the reset:", ta.Stats().LimitNow)
 	for range 3 {
 		status, _ := get(b)
 		fmt.Println("b:", status)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/fakeshopify"
 )
 
@@ -186,7 +187,7 @@ func ExampleGroup_githubApp() {
 		// and -Reset, and the secondary limits' 403s) for every replica.
 		// The limit an installation is granted, X-RateLimit-Limit, the
 		// app records itself (g.Learn, below).
-		Counters: throttler.GitHub(),
+		Counters: counters.GitHub(),
 	}}
 
 	ctx := withInstallation(context.Background(), 42)
@@ -275,7 +276,7 @@ func ExampleGroup_openAI() {
 		// Transport follows no counter: it holds estimates until they
 		// settle), and a refused call is retried here, on the outer
 		// Transport only (see Transport.Retries).
-		Counters: throttler.OpenAI(),
+		Counters: counters.OpenAI(),
 		Retries:  2,
 		Base: &throttler.Transport{
 			Route: requests.Route(byKey),
@@ -283,7 +284,7 @@ func ExampleGroup_openAI() {
 			// Follow each key's own request counter
 			// (x-ratelimit-remaining-requests, -reset-requests) for
 			// every replica.
-			Counters: throttler.OpenAI(),
+			Counters: counters.OpenAI(),
 		},
 	}}
 

@@ -56,7 +56,7 @@ func ExampleThrottler_Wait() {
 // An LLM API meters tokens, and a call's cost is known only from its
 // response: reserve an estimate, then settle the actual cost. A surplus is
 // given back at once; an excess counts as debt that later calls wait out.
-func ExampleThrottler_Reserve() {
+func ExampleThrottler_Acquire() {
 	rdb, stop := embeddedRedis()
 	defer stop()
 
@@ -65,7 +65,7 @@ func ExampleThrottler_Reserve() {
 		panic(err)
 	}
 	ctx := context.Background()
-	p, err := tokens.Reserve(ctx, 1200) // prompt + max_tokens
+	p, err := tokens.Acquire(ctx, 1200) // prompt + max_tokens
 	if err != nil {
 		panic(err)
 	}

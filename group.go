@@ -14,6 +14,7 @@ import (
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 )
 
 // Group gives each key its own shared quota, for an API that meters each of
@@ -85,6 +86,8 @@ type Group struct {
 	// onMake, when set (tests), sees each Throttler For makes, before it
 	// is handed out.
 	onMake func(*Throttler)
+
+	making singleflight.Group // For's makes, one at a time per key
 }
 
 // KeyQuota is what a Group's Throttler enforces for one key: what the limits
@@ -102,12 +105,10 @@ type KeyQuota struct {
 	// (zero means WithInFlight's default).
 	InFlight    int
 	InFlightTTL time.Duration
-	// Options are further options of the Throttler (WithBuffer,
-	// WithFailurePolicy, WithObserver...). WithLimit and WithInFlight name
-	// a Redis key of their own, which New refuses unless it shares the
-	// key's {digest}: use More and InFlight instead. An Observer given
-	// here must not call the Group.
-	Options []Option
+	// Pacing, when positive, spreads the first limit over its interval:
+	// at most Pacing calls in any window of Interval*Pacing/Limit (see
+	// WithPacing).
+	Pacing int
 }
 
 // Rate is one limit of a KeyQuota: at most Limit calls in any window of
@@ -123,7 +124,33 @@ type GroupOption func(*groupOptions) error
 
 type groupOptions struct {
 	logger  *slog.Logger
-	learned bool // WithLearnedLimits
+	learned bool     // WithLearnedLimits
+	opts    []Option // WithThrottlerOptions
+}
+
+// WithThrottlerOptions gives every Throttler the Group makes these
+// options (WithBuffer, WithFailurePolicy, WithMaxWait, WithObserver...),
+// before those the KeyQuota makes. An Observer given here must not call
+// the Group. NewGroup refuses a nil Option and a bad one, and the options
+// that shape a key's quota, which name Redis keys of their own: WithLimit,
+// WithInFlight and WithPacing belong in KeyQuota (More, InFlight, Pacing).
+func WithThrottlerOptions(opts ...Option) GroupOption {
+	return func(o *groupOptions) error {
+		probe := defaultOptions()
+		for _, opt := range opts {
+			if opt == nil {
+				return invalidf("WithThrottlerOptions: nil Option")
+			}
+			if err := opt(&probe); err != nil {
+				return err
+			}
+		}
+		if len(probe.limits.extra) > 0 || probe.limits.pace > 0 || probe.inflight != nil {
+			return invalidf("WithThrottlerOptions: WithLimit, WithInFlight and WithPacing shape a key's quota: use KeyQuota's More, InFlight and Pacing")
+		}
+		o.opts = append(o.opts, opts...)
+		return nil
+	}
 }
 
 // WithGroupLogger sets where the Group logs what it does not return as an
@@ -194,7 +221,7 @@ func idOf(key string) keyID {
 // redisKey is the Redis key of id's first limit; its other keys add a
 // suffix to it. Its 16 characters of base64 take 16 bytes fewer than 32
 // hex digits would, in each of the credential's Redis keys (see
-// docs/recipes.md, "What a key costs Redis").
+// bench/README.md, "Memory: a daily quota, and a quota per key").
 func (g *Group) redisKey(id keyID) string {
 	return g.prefix + "{" + base64.RawURLEncoding.EncodeToString(id[:]) + "}"
 }
@@ -226,8 +253,9 @@ const groupVisits = 4
 // higher limit learned for the key (see Learn). For a key it holds no
 // Throttler for, it calls limits(key) and makes one with the KeyQuota
 // returned (with WithLearnedLimits, the first limit learned for the key, when
-// one is recorded). The limits function may be called more than once for a
-// key, concurrently: every call but one has its Throttler dropped unused.
+// one is recorded). Calls of For that find no Throttler for a key at the
+// same moment wait for one call of the limits function, and share the
+// Throttler it makes (golang.org/x/sync/singleflight).
 //
 // For returns an error when key is empty or New refuses the KeyQuota (both
 // wrapping ErrInvalidArgument), and one wrapping the limits function's
@@ -250,10 +278,11 @@ func (g *Group) For(key string) (*Throttler, error) {
 	}
 	g.mu.Unlock()
 
-	t, err := g.make(key, id)
+	v, err, _ := g.making.Do(string(id[:]), func() (any, error) { return g.make(key, id) })
 	if err != nil {
 		return nil, err
 	}
+	t := v.(*Throttler)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.byID[id]
@@ -303,8 +332,14 @@ func (g *Group) make(key string, id keyID) (*Throttler, error) {
 	if q.InFlight < 0 {
 		return nil, invalidf("Group.For(%s): KeyQuota.InFlight %d is negative", base, q.InFlight)
 	}
-	opts := make([]Option, 0, len(q.Options)+len(q.More)+2)
-	opts = append(opts, q.Options...)
+	if q.Pacing < 0 {
+		return nil, invalidf("Group.For(%s): KeyQuota.Pacing %d is negative", base, q.Pacing)
+	}
+	opts := make([]Option, 0, len(g.opt.opts)+len(q.More)+3)
+	opts = append(opts, g.opt.opts...)
+	if q.Pacing > 0 {
+		opts = append(opts, WithPacing(q.Pacing))
+	}
 	if g.clock != nil {
 		opts = append(opts, withClockSync(g.clock))
 	}

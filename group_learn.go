@@ -46,7 +46,7 @@ func WithLearnedLimits() GroupOption {
 //     no call counts in it), and a Throttler already made on the key, in
 //     any replica, reads it with its next round trip. One made with a
 //     higher limit keeps to the learned one at once (see
-//     Throttler.SetLimit). One made with a lower limit is made anew with
+//     Throttler.LowerLimit). One made with a lower limit is made anew with
 //     the learned one by the next For for the key in its Group, and this
 //     process's at once: the Throttler replaced serves the calls it
 //     already has, sharing the key's quota with its successor as two
@@ -78,7 +78,7 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 	if err := g.values.Set(rctx, t.Key()+learnedSuffix, limit, ttl); err != nil {
 		return redisError(err)
 	}
-	// The member SetLimit writes, whatever the limit: a Throttler made
+	// The member LowerLimit writes, whatever the limit: a Throttler made
 	// with a higher one is lowered, one made with a lower one finds the
 	// key states more (see outgrownLocked).
 	err = t.writeMeta(ctx, func(serverNow int64) metaWrite {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,7 +84,8 @@ func TestNewGroupRejectsBadInput(t *testing.T) {
 		"bad second limit":   {Limit: 1, Interval: time.Second, More: []Rate{{Limit: 0, Interval: time.Second}}},
 		"negative in flight": {Limit: 1, Interval: time.Second, InFlight: -1},
 		"short lease":        {Limit: 1, Interval: time.Second, InFlight: 1, InFlightTTL: time.Second},
-		"foreign key":        {Limit: 1, Interval: time.Second, Options: []Option{WithLimit("elsewhere", 1, time.Second)}},
+		"negative pacing":    {Limit: 10, Interval: time.Second, Pacing: -1},
+		"pacing the limit":   {Limit: 10, Interval: time.Second, Pacing: 10},
 	} {
 		g := mustGroup(t, c, "p", q)
 		_, err := g.For(secret)
@@ -267,7 +269,7 @@ func TestGroupKeepsBusyKeys(t *testing.T) {
 		t.Run("in flight", func(t *testing.T) {
 			g := mustGroup(t, dial(), key+":f:", KeyQuota{Limit: 100, Interval: time.Second, InFlight: 1})
 			th := mustFor(t, g, "k")
-			p, err := th.Reserve(ctx, 1)
+			p, err := th.Acquire(ctx, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -413,16 +415,16 @@ func TestGroupLearn(t *testing.T) {
 		}
 		// Learn made a's Throttler first, with the KeyQuota's limit, and
 		// lowered it through Redis.
-		if th := mustFor(t, a, "installation-1"); th.Limit() != 5 || th.Stats().Limit != 2 {
-			t.Fatalf("a's Throttler: limit %d, %d in force; want 5 lowered to 2", th.Limit(), th.Stats().Limit)
+		if th := mustFor(t, a, "installation-1"); th.Limit() != 5 || th.Stats().LimitNow != 2 {
+			t.Fatalf("a's Throttler: limit %d, %d in force; want 5 lowered to 2", th.Limit(), th.Stats().LimitNow)
 		}
 		// b's Throttler keeps New's limit, lowered through Redis: it
 		// learns so with its next round trip.
 		if res, err := old.Allow(ctx); err != nil || !res.Allowed {
 			t.Fatalf("Allow: %+v, %v", res, err)
 		}
-		if res, err := old.Allow(ctx); err != nil || res.Allowed || old.Stats().Limit != 2 {
-			t.Fatalf("third call under a learned limit of 2: %+v, %v (limit in force %d)", res, err, old.Stats().Limit)
+		if res, err := old.Allow(ctx); err != nil || res.Allowed || old.Stats().LimitNow != 2 {
+			t.Fatalf("third call under a learned limit of 2: %+v, %v (limit in force %d)", res, err, old.Stats().LimitNow)
 		}
 		if th := mustFor(t, mustGroup(t, dial(), key+":", q, WithLearnedLimits()), "installation-1"); th.Limit() != 2 {
 			t.Fatalf("a new replica's Throttler has limit %d, want the learned 2", th.Limit())
@@ -449,8 +451,8 @@ func TestGroupLearn(t *testing.T) {
 		if th == old || th.Limit() != 50 {
 			t.Fatalf("b's Throttler after reading a higher limit: the same %v, limit %d; want a new one with 50", th == old, th.Limit())
 		}
-		if res, err := th.Allow(ctx); err != nil || !res.Allowed || th.Stats().Limit != 50 {
-			t.Fatalf("Allow under the higher learned limit: %+v, %v (limit in force %d)", res, err, th.Stats().Limit)
+		if res, err := th.Allow(ctx); err != nil || !res.Allowed || th.Stats().LimitNow != 50 {
+			t.Fatalf("Allow under the higher learned limit: %+v, %v (limit in force %d)", res, err, th.Stats().LimitNow)
 		}
 		if again := mustFor(t, b, "installation-1"); again != th {
 			t.Fatal("b made its Throttler anew twice for one learned limit")
@@ -464,13 +466,12 @@ func TestGroupLearn(t *testing.T) {
 // own.
 func TestGroupSharesClock(t *testing.T) {
 	mr, c := miniClient(t)
-	g, err := NewGroup(c, "p", func(key string) (KeyQuota, error) {
-		q := KeyQuota{Limit: 10, Interval: time.Second}
-		if key == "own" {
-			q.Options = []Option{WithClock(time.Now)}
-		}
-		return q, nil
-	})
+	quota := func(string) (KeyQuota, error) { return KeyQuota{Limit: 10, Interval: time.Second}, nil }
+	g, err := NewGroup(c, "p", quota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownClock, err := NewGroup(c, "own", quota, WithThrottlerOptions(WithClock(time.Now)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,12 +483,77 @@ func TestGroupSharesClock(t *testing.T) {
 	if b.clock != a.clock || !b.clock.Synced() {
 		t.Fatal("a second key's Throttler does not share the first's synced clock estimate")
 	}
-	if own := mustFor(t, g, "own"); own.clock == a.clock {
+	if own := mustFor(t, ownClock, "a"); own.clock == a.clock {
 		t.Fatal("a Throttler given WithClock shares the Group's clock estimate")
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{mr.Addr()}})
 	defer cc.Close()
 	if mustGroup(t, cc, "p", KeyQuota{Limit: 1, Interval: time.Second}).clock != nil {
 		t.Fatal("a Group on a cluster client shares one clock estimate across servers")
+	}
+}
+
+// WithThrottlerOptions refuses, when the Group is made, what would fail
+// each key's Throttler later: a nil or bad option, and the options that
+// name Redis keys of their own (KeyQuota's More, InFlight and Pacing).
+func TestWithThrottlerOptionsChecked(t *testing.T) {
+	_, c := miniClient(t)
+	quota := func(string) (KeyQuota, error) { return KeyQuota{Limit: 10, Interval: time.Second}, nil }
+	for name, opt := range map[string]Option{
+		"nil":          nil,
+		"bad buffer":   WithBuffer(-time.Second),
+		"WithLimit":    WithLimit("elsewhere", 1, time.Second),
+		"WithInFlight": WithInFlight("elsewhere", 1, 0),
+		"WithPacing":   WithPacing(2),
+	} {
+		if _, err := NewGroup(c, "p", quota, WithThrottlerOptions(opt)); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: NewGroup: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	g, err := NewGroup(c, "p", func(string) (KeyQuota, error) {
+		return KeyQuota{Limit: 10, Interval: time.Second, Pacing: 2}, nil
+	}, WithThrottlerOptions(WithMaxWait(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := mustFor(t, g, "k")
+	if th.opt.maxWait != time.Minute || len(th.rules.Wins) != 2 || th.rules.Wins[1].Limit != 2 {
+		t.Fatalf("the Throttler made: max wait %s, limits %+v; want a minute, and a pace of 2", th.opt.maxWait, th.rules.Wins)
+	}
+}
+
+// Calls of For that find no Throttler for a key at the same moment share
+// one call of the limits function and the one Throttler it makes.
+func TestGroupMakesAKeyOnce(t *testing.T) {
+	_, c := miniClient(t)
+	var calls atomic.Int32
+	release := make(chan struct{})
+	g, err := NewGroup(c, "p", func(string) (KeyQuota, error) {
+		calls.Add(1)
+		<-release // hold every caller that comes meanwhile
+		return KeyQuota{Limit: 10, Interval: time.Second}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 16
+	got := make([]*Throttler, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { got[i] = mustFor(t, g, "k") })
+	}
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the others reach For meanwhile
+	close(release)
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("limits called %d times for one key asked for by %d callers at once, want 1", n, callers)
+	}
+	for i, th := range got {
+		if th != got[0] {
+			t.Fatalf("caller %d got another Throttler", i)
+		}
 	}
 }

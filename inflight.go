@@ -12,7 +12,7 @@ import (
 // WithInFlight caps the calls in flight at once at n, across every process
 // sharing key, besides the rate: a call holds a place from its admission
 // until it ends. Only calls whose end the Throttler sees take a place: Do,
-// DoCost, Wrap, WrapCost, a Transport's requests, and Reserve's permits
+// DoCost, Wrap, WrapCost, a Transport's requests, and Acquire's permits
 // (until Permit.Done or Permit.Settle). WaitN and AllowN cannot tell when
 // their call ends, and take none.
 //

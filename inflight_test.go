@@ -149,7 +149,7 @@ func TestInFlightCancelWhileWaiting(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		places := "{" + key + "}:inflight"
 		th := mustNew(t, dial(), "{"+key+"}:rate", 100, time.Second, WithLogger(quiet), WithInFlight(places, 1, 0))
-		p, err := th.Reserve(context.Background(), 1)
+		p, err := th.Acquire(context.Background(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestInFlightRenewsLongCalls(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		places := "{" + key + "}:inflight"
 		th := mustNew(t, dial(), "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithInFlight(places, 1, 3*time.Second))
-		p, err := th.Reserve(context.Background(), 1)
+		p, err := th.Acquire(context.Background(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +267,7 @@ func TestInFlightReleaseWakesOneProcess(t *testing.T) {
 			return mustNew(t, dial(), "{"+key+"}:rate", 100, time.Second, WithLogger(quiet), WithInFlight(places, 1, 0))
 		}
 		holder, first, second := newTh(), newTh(), newTh()
-		p, err := holder.Reserve(context.Background(), 1)
+		p, err := holder.Acquire(context.Background(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -133,7 +134,7 @@ func TestWithLimitKeyKeepsItsTTL(t *testing.T) {
 		c := dial()
 		fast, slow := "{"+key+"}:fast", "{"+key+"}:slow"
 		th := mustNew(t, c, fast, 100, time.Second, WithLimit(slow, 100, time.Minute))
-		p, err := th.Reserve(ctx, 1)
+		p, err := th.Acquire(ctx, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +185,7 @@ func TestWithLimitRejectsBadInput(t *testing.T) {
 	}
 }
 
-// SetLimit lowers the limit for every replica; the lowering ends when set
+// LowerLimit lowers the limit for every replica; the lowering ends when set
 // back to New's limit.
 func TestSetLimit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
@@ -200,11 +201,11 @@ func TestSetLimit(t *testing.T) {
 		b := mustNew(t, dial(), key, 10, time.Minute, WithObserver(Observer{
 			LimitChanged: func(n int) { mu.Lock(); changed = append(changed, n); mu.Unlock() },
 		}))
-		if err := a.SetLimit(ctx, 3, time.Hour); err != nil {
-			t.Fatalf("SetLimit: %v", err)
+		if err := a.LowerLimit(ctx, 3, time.Hour); err != nil {
+			t.Fatalf("LowerLimit: %v", err)
 		}
-		if err := a.SetLimit(ctx, 3, 2*time.Hour); err != nil { // only the end moves
-			t.Fatalf("SetLimit again: %v", err)
+		if err := a.LowerLimit(ctx, 3, 2*time.Hour); err != nil { // only the end moves
+			t.Fatalf("LowerLimit again: %v", err)
 		}
 		allowed := 0
 		for range 6 {
@@ -219,13 +220,13 @@ func TestSetLimit(t *testing.T) {
 		if allowed != 3 {
 			t.Fatalf("b allowed %d calls under a limit lowered to 3, want 3", allowed)
 		}
-		if got := b.Stats().Limit; got != 3 {
+		if got := b.Stats().LimitNow; got != 3 {
 			t.Errorf("b.Stats().Limit = %d, want 3", got)
 		}
 		if err := b.WaitN(ctx, 4); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WaitN(4) under a limit lowered to 3: %v, want ErrInvalidArgument", err)
 		}
-		if err := a.SetLimit(ctx, 10, time.Hour); err != nil {
+		if err := a.LowerLimit(ctx, 10, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		res, err := b.Allow(ctx)
@@ -244,8 +245,8 @@ func TestSetLimit(t *testing.T) {
 			n int
 			d time.Duration
 		}{{0, time.Second}, {3, 0}, {-1, time.Second}} {
-			if err := a.SetLimit(ctx, bad.n, bad.d); !errors.Is(err, ErrInvalidArgument) {
-				t.Errorf("SetLimit(%d, %s): %v, want ErrInvalidArgument", bad.n, bad.d, err)
+			if err := a.LowerLimit(ctx, bad.n, bad.d); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("LowerLimit(%d, %s): %v, want ErrInvalidArgument", bad.n, bad.d, err)
 			}
 		}
 		waitIdle(t, b)
@@ -272,7 +273,7 @@ func TestSetLimitRecallsReservedSlots(t *testing.T) {
 		for len(rec.scores()) < 8 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		if err := th.SetLimit(ctx, 2, time.Hour); err != nil {
+		if err := th.LowerLimit(ctx, 2, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		for range 4 {
@@ -285,8 +286,8 @@ func TestSetLimitRecallsReservedSlots(t *testing.T) {
 			t.Fatalf("recorded %d admissions after give-backs, want 8", len(scores))
 		}
 		assertWindow(t, scores[4:], every, 2)
-		if st := th.Stats(); st.Limit != 2 {
-			t.Errorf("limit in force %d, want 2", st.Limit)
+		if st := th.Stats(); st.LimitNow != 2 {
+			t.Errorf("limit in force %d, want 2", st.LimitNow)
 		}
 		waitIdle(t, th)
 	})
@@ -307,5 +308,63 @@ func TestWindowRoundsUp(t *testing.T) {
 	// Rounded up, plus the conversion slack.
 	if th.rules.Wins[0].W != 2065320+core.ConversionSlack || th.rules.Wins[1].W != 1001+core.ConversionSlack {
 		t.Fatalf("windows %d and %d µs, want 2065320 and 1001 plus %d", th.rules.Wins[0].W, th.rules.Wins[1].W, core.ConversionSlack)
+	}
+}
+
+// WithPacing holds every replica to burst calls per interval*burst/limit
+// besides the limit itself, in a key of the same Cluster slot.
+func TestWithPacing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		const (
+			limit, interval = 20, time.Second
+			burst, buffer   = 4, 20 * time.Millisecond
+			calls           = 30
+		)
+		var rec recorder
+		var ths []*Throttler
+		for range 3 {
+			ths = append(ths, rec.watch(mustNew(t, dial(), key, limit, interval, WithBuffer(buffer), WithPacing(burst))))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				if err := ths[i%len(ths)].Wait(ctx); err != nil {
+					t.Errorf("Wait: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		scores := rec.scores()
+		if len(scores) != calls {
+			t.Fatalf("admitted %d calls, want %d", len(scores), calls)
+		}
+		assertWindow(t, scores, interval*burst/limit+buffer, burst)
+		assertWindow(t, scores, interval+buffer, limit)
+		for _, th := range ths {
+			waitIdle(t, th)
+		}
+		if n := len(keyMembers(t, dial(), paceKey(key))); n == 0 {
+			t.Errorf("nothing in the pace's key %q", paceKey(key))
+		}
+	})
+}
+
+func TestWithPacingRejectsBadInput(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		limit, burst int
+		interval     time.Duration
+	}{{10, 0, time.Second}, {10, -1, time.Second}, {10, 10, time.Second}, {10, 20, time.Second}, {10000, 1, time.Second}} {
+		if _, err := New(c, "k", tc.limit, tc.interval, WithPacing(tc.burst)); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("New(%d per %s, WithPacing(%d)): %v, want ErrInvalidArgument", tc.limit, tc.interval, tc.burst, err)
+		}
+	}
+	for key, want := range map[string]string{"github": "{github}:pace", "{gh}:hourly": "{gh}:hourly:pace"} {
+		if got := paceKey(key); got != want || redisstore.HashTag(got) != redisstore.HashTag(key) {
+			t.Errorf("paceKey(%q) = %q (tag %q), want %q in the key's slot", key, got, redisstore.HashTag(got), want)
+		}
 	}
 }

@@ -30,14 +30,14 @@ func TestNilAndZeroValues(t *testing.T) {
 		{"WaitN", func(th *Throttler, ctx context.Context) error { return th.WaitN(ctx, 1) }},
 		{"Allow", func(th *Throttler, ctx context.Context) error { _, err := th.Allow(ctx); return err }},
 		{"AllowN", func(th *Throttler, ctx context.Context) error { _, err := th.AllowN(ctx, 1); return err }},
-		{"Reserve", func(th *Throttler, ctx context.Context) error { _, err := th.Reserve(ctx, 1); return err }},
+		{"Acquire", func(th *Throttler, ctx context.Context) error { _, err := th.Acquire(ctx, 1); return err }},
 		{"Do", func(th *Throttler, ctx context.Context) error {
 			return th.Do(ctx, func(context.Context) error { return errors.New("fn ran") })
 		}},
 		{"DoCost", func(th *Throttler, ctx context.Context) error {
 			return th.DoCost(ctx, 1, func(context.Context) (int, error) { return 1, errors.New("fn ran") })
 		}},
-		{"SetLimit", func(th *Throttler, ctx context.Context) error { return th.SetLimit(ctx, 1, time.Second) }},
+		{"LowerLimit", func(th *Throttler, ctx context.Context) error { return th.LowerLimit(ctx, 1, time.Second) }},
 		{"PauseUntil", func(th *Throttler, ctx context.Context) error { return th.PauseUntil(ctx, time.Now().Add(time.Second)) }},
 		{"Usage", func(th *Throttler, ctx context.Context) error { _, err := th.Usage(ctx); return err }},
 		{"InFlight", func(th *Throttler, ctx context.Context) error { _, _, err := th.InFlight(ctx); return err }},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // Observers added to what is in use: a Throttler's (AddObserver), every
@@ -15,7 +17,7 @@ import (
 type WaitInfo struct {
 	// N is the units the wait asked for: 1 for Wait, Do, Wrap and a
 	// Transport's request but for one Cost prices, n for WaitN, the
-	// estimate for Reserve and DoCost.
+	// estimate for Acquire and DoCost.
 	N int
 	// Start is when the call began to wait and End when it returned, on
 	// the Throttler's clock (time.Now unless WithClock set another):
@@ -187,7 +189,7 @@ type Refusal struct {
 	// StatusCode is the response's status, such as 429.
 	StatusCode int
 	// Verdict is what Counters read the response as: Pause or RetryCall.
-	Verdict Verdict
+	Verdict counters.Verdict
 	// Attempt counts the request's sends before this one: 0 for its first,
 	// 1 for its first retry.
 	Attempt int

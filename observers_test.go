@@ -411,8 +411,8 @@ func TestTransportObserverRefused(t *testing.T) {
 	mu.Lock()
 	checkAt(0)
 	want := []Refusal{
-		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: Pause, Attempt: 0, Retry: true},
-		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: Pause, Attempt: 1, Retry: false},
+		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: counters.Pause, Attempt: 0, Retry: true},
+		{Throttler: th, StatusCode: http.StatusTooManyRequests, Verdict: counters.Pause, Attempt: 1, Retry: false},
 	}
 	if !reflect.DeepEqual(seen, want) || vals[0] != "request" || vals[1] != "request" {
 		t.Errorf("Refused saw %+v with contexts carrying %v; want %+v with the request's", seen, vals, want)
@@ -431,7 +431,7 @@ func TestTransportObserverRefused(t *testing.T) {
 	resp.Body.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) != 1 || seen[0].Verdict != RetryCall || !seen[0].Retry || seen[0].Attempt != 0 {
+	if len(seen) != 1 || seen[0].Verdict != counters.RetryCall || !seen[0].Retry || seen[0].Attempt != 0 {
 		t.Fatalf("Refused saw %+v, want one RetryCall at attempt 0, retried", seen)
 	}
 	// At comes before the RetryCall's delay, and the report after it.

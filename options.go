@@ -19,7 +19,7 @@ type options struct {
 	redisTimeout time.Duration
 	ahead        time.Duration // WithReserveAhead, -1 = the default (see newConfig)
 	maxBatch     int
-	extra        []core.Window    // WithLimit
+	limits       limitOptions     // WithLimit, WithPacing
 	observer     *Observer        // WithObserver, nil = none
 	inflight     *core.InFlight   // WithInFlight
 	maxWait      time.Duration    // WithMaxWait, 0 = none

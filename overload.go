@@ -13,7 +13,7 @@ import (
 // lower priority. Both are decided from what the process already knows,
 // without a Redis round trip.
 
-// WithMaxWait bounds how long a call that waits (Wait, WaitN, Reserve, Do,
+// WithMaxWait bounds how long a call that waits (Wait, WaitN, Acquire, Do,
 // DoCost, Wrap, WrapCost and a request through a Transport) may wait for
 // its slot: as though its context had a deadline d after the call, unless
 // its own deadline is sooner. A call whose earliest slot lies further away
@@ -31,7 +31,7 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithMaxQueue bounds how many calls of this Throttler may wait at once
-// (Wait, WaitN, Reserve, Do, DoCost, Wrap, WrapCost and requests through a
+// (Wait, WaitN, Acquire, Do, DoCost, Wrap, WrapCost and requests through a
 // Transport: from the call until it returns, sleeping toward a reserved
 // slot included; AllowN calls never wait). A call that finds n waiting
 // sheds the most recent call of the lowest priority below its own that has

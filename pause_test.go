@@ -145,7 +145,7 @@ func TestPauseRecallsSleepingWaiters(t *testing.T) {
 
 // A pause and a lowered limit hold in this process at once even when Redis
 // cannot be reached, before the Throttler ever read the server's clock:
-// PauseUntil and SetLimit return ErrRedis, and the change is in force here.
+// PauseUntil and LowerLimit return ErrRedis, and the change is in force here.
 func TestMetaHoldsLocallyWhenRedisIsDown(t *testing.T) {
 	mr := miniredis.RunT(t)
 	addr := mr.Addr()
@@ -163,10 +163,10 @@ func TestMetaHoldsLocallyWhenRedisIsDown(t *testing.T) {
 	if s := th.Stats(); s.PausedUntil.IsZero() {
 		t.Fatal("the pause does not hold in this process")
 	}
-	if err := th.SetLimit(ctx, 3, time.Minute); !errors.Is(err, ErrRedis) {
-		t.Fatalf("SetLimit with Redis down: %v, want ErrRedis", err)
+	if err := th.LowerLimit(ctx, 3, time.Minute); !errors.Is(err, ErrRedis) {
+		t.Fatalf("LowerLimit with Redis down: %v, want ErrRedis", err)
 	}
-	if s := th.Stats(); s.Limit != 3 {
-		t.Fatalf("limit in force here %d, want 3", s.Limit)
+	if s := th.Stats(); s.LimitNow != 3 {
+		t.Fatalf("limit in force here %d, want 3", s.LimitNow)
 	}
 }

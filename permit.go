@@ -8,7 +8,7 @@ import (
 	"github.com/go-throttler/throttler/internal/core"
 )
 
-// A Permit is quota that Reserve admitted for one call whose cost is known
+// A Permit is quota that Acquire admitted for one call whose cost is known
 // only once it is done, as an LLM API's tokens are: settle it with the
 // actual cost. It is safe for concurrent use.
 type Permit struct {
@@ -28,24 +28,24 @@ type Permit struct {
 	err            error
 }
 
-// Reserve waits, as WaitN does, until estimate units of quota may be used
+// Acquire waits, as WaitN does, until estimate units of quota may be used
 // at once, and returns a Permit holding them: they count at the moment
-// Reserve returns, in every window that holds it, until Settle corrects
+// Acquire returns, in every window that holds it, until Settle corrects
 // them. Its errors are WaitN's. A Permit never settled keeps its estimate.
 //
 // With WithInFlight, the permit also holds a place in flight, taken in the
 // same round trip as its quota, until Done or Settle: call one of them
 // when the call ends, or the place stays taken for as long as the process
 // lives.
-func (t *Throttler) Reserve(ctx context.Context, estimate int) (*Permit, error) {
-	res, lease, err := t.wait(ctx, "Reserve", estimate, wantPlace)
+func (t *Throttler) Acquire(ctx context.Context, estimate int) (*Permit, error) {
+	res, lease, err := t.wait(ctx, "Acquire", estimate, wantPlace)
 	if err != nil {
 		return nil, err
 	}
 	return &Permit{t: t, estimate: estimate, score: res.score, margin: res.margin, members: res.members, lease: lease}, nil
 }
 
-// reserveToSend is Reserve for a call the library makes itself right
+// reserveToSend is Acquire for a call the library makes itself right
 // after (Do, DoCost, the Transport): just before it returns, the slot is
 // checked against the clock once more, and a permit whose call would now
 // go later than its allowance (its goroutine ran late after it was
@@ -79,7 +79,7 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead
 	}
 }
 
-// Estimate returns the units Reserve admitted (0 for a nil Permit).
+// Estimate returns the units Acquire admitted (0 for a nil Permit).
 func (p *Permit) Estimate() int {
 	if p == nil {
 		return 0
@@ -127,10 +127,10 @@ func (p *Permit) At() time.Time {
 // without Redis (FailOpen, or FallbackLocal while Redis failed) settles
 // nothing. actual below 0 is an error wrapping ErrInvalidArgument, and
 // neither settles nor ends the permit; so is a nil or zero Permit (one
-// Reserve did not return), which holds nothing.
+// Acquire did not return), which holds nothing.
 func (p *Permit) Settle(ctx context.Context, actual int) error {
 	if p == nil || p.t == nil {
-		return invalidf("Settle(%d): the permit is nil or was not returned by Reserve", actual)
+		return invalidf("Settle(%d): the permit is nil or was not returned by Acquire", actual)
 	}
 	if actual < 0 {
 		return invalidf("Settle(%d): actual must not be negative", actual)
@@ -150,7 +150,7 @@ func (p *Permit) Settle(ctx context.Context, actual int) error {
 // background, and otherwise expires with its lease). Settle calls Done.
 // Only the first call counts; Done is safe to call on any permit, with or
 // without a place, and does nothing on a nil or zero Permit (so that
-// `defer p.Done()` may come before Reserve's error is checked).
+// `defer p.Done()` may come before Acquire's error is checked).
 func (p *Permit) Done() {
 	if p == nil || p.t == nil {
 		return

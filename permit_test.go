@@ -40,7 +40,7 @@ func TestSettle(t *testing.T) {
 		th := mustNew(t, dial(), first, 10, time.Minute, WithLogger(quiet), WithLimit(second, 20, time.Hour))
 		peer := mustNew(t, other, first, 10, time.Minute, WithLogger(quiet), WithLimit(second, 20, time.Hour))
 
-		p, err := th.Reserve(ctx, 8)
+		p, err := th.Acquire(ctx, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestSettleDebt(t *testing.T) {
 		ctx := context.Background()
 		c := dial()
 		th := mustNew(t, c, key, 10, time.Hour, WithLogger(quiet))
-		p, err := th.Reserve(ctx, 2)
+		p, err := th.Acquire(ctx, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,8 +87,8 @@ func TestSettleDebt(t *testing.T) {
 		}
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if _, err := th.Reserve(short, 1); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Reserve in a window full with debt: %v, want the deadline error", err)
+		if _, err := th.Acquire(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire in a window full with debt: %v, want the deadline error", err)
 		}
 	})
 }
@@ -96,10 +96,10 @@ func TestSettleDebt(t *testing.T) {
 func TestSettleRejectsBadInput(t *testing.T) {
 	th := miniThrottler(t, 5, time.Second)
 	ctx := context.Background()
-	if _, err := th.Reserve(ctx, 6); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("Reserve above the limit: %v, want ErrInvalidArgument", err)
+	if _, err := th.Acquire(ctx, 6); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Acquire above the limit: %v, want ErrInvalidArgument", err)
 	}
-	p, err := th.Reserve(ctx, 2)
+	p, err := th.Acquire(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestSettleWhenRedisFails(t *testing.T) {
 		c := dial()
 		th := mustNew(t, c, key, 10, time.Hour, WithLogger(quiet))
 		fs := withFaults(th)
-		p, err := th.Reserve(ctx, 5)
+		p, err := th.Acquire(ctx, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestSettleInvariant(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
 					for range 12 {
 						est := 1 + rng.IntN(5)
-						p, err := th.Reserve(context.Background(), est)
+						p, err := th.Acquire(context.Background(), est)
 						if err != nil {
 							t.Error(err)
 							return
@@ -236,7 +236,7 @@ func TestProbeGivenBackMidFlightIsNoLoss(t *testing.T) {
 		ctx := context.Background()
 		th := mustNew(t, dial(), key, 10, time.Hour, WithLogger(quiet))
 		fs := withFaults(th)
-		p, err := th.Reserve(ctx, 3)
+		p, err := th.Acquire(ctx, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestPermitAtIsTheServerTimeCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := th.Reserve(context.Background(), 1)
+	p, err := th.Acquire(context.Background(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/fakequota"
 	"github.com/redis/go-redis/v9"
 )
@@ -54,8 +55,8 @@ func ExampleTransport_gitHub() {
 		}
 		return &http.Client{Transport: &throttler.Transport{
 			Route:    t.Route(),
-			Counters: throttler.GitHub(), // x-ratelimit-remaining and -reset, for every replica; 403 and 429 refusals
-			Retries:  1,                  // a refused request goes again once the pause is over
+			Counters: counters.GitHub(), // x-ratelimit-remaining and -reset, for every replica; 403 and 429 refusals
+			Retries:  1,                 // a refused request goes again once the pause is over
 			Base:     srv.Client().Transport,
 		}}
 	}
@@ -148,7 +149,7 @@ func TestGitHubRecipeFollowsCounter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &http.Client{Transport: &throttler.Transport{Route: th.Route(), Counters: throttler.GitHub(), Retries: 1, Base: srv.Client().Transport}}
+		return &http.Client{Transport: &throttler.Transport{Route: th.Route(), Counters: counters.GitHub(), Retries: 1, Base: srv.Client().Transport}}
 	})
 	t.Logf("%d calls of 27 answered, %d refusals of ours", answered, refused)
 	if answered != 27 || refused > recipeTolerance {
@@ -185,7 +186,7 @@ func TestGitHubRecipeRetriesSecondary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			client := &http.Client{Transport: &throttler.Transport{Route: th.Route(), Counters: throttler.GitHub(), Retries: 1,
+			client := &http.Client{Transport: &throttler.Transport{Route: th.Route(), Counters: counters.GitHub(), Retries: 1,
 				Backoff: 1500 * time.Millisecond, Base: srv.Client().Transport}}
 
 			send := func(c *http.Client, consumer string) int {

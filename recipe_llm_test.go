@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/fakellm"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,12 +71,12 @@ func ExampleTransport_openAI() {
 		}
 		return &http.Client{Transport: &throttler.Transport{
 			Route:    tokens.Route(),
-			Cost:     &throttler.Cost{},  // the context's cost, kept: no Estimate, no Actual
-			Counters: throttler.OpenAI(), // its refusals only: a Cost Transport follows no counter
-			Retries:  2,                  // here, on the outer Transport only
+			Cost:     &throttler.Cost{}, // the context's cost, kept: no Estimate, no Actual
+			Counters: counters.OpenAI(), // its refusals only: a Cost Transport follows no counter
+			Retries:  2,                 // here, on the outer Transport only
 			Base: &throttler.Transport{
 				Route:    requests.Route(),
-				Counters: throttler.OpenAI(), // x-ratelimit-*-requests, and the refusals
+				Counters: counters.OpenAI(), // x-ratelimit-*-requests, and the refusals
 				Base:     srv.Client().Transport,
 			},
 		}}
@@ -154,17 +155,17 @@ func ExampleTransport_anthropic() {
 				},
 				Actual: usageUnits(unit, func(u fakellm.Usage) int { return u.OutputTokens }),
 			},
-			Counters: throttler.Anthropic(), // its refusals only: a Cost Transport follows no counter
-			Retries:  2,                     // here, on the outer Transport only
+			Counters: counters.Anthropic(), // its refusals only: a Cost Transport follows no counter
+			Retries:  2,                    // here, on the outer Transport only
 			Base: &throttler.Transport{
 				Route: input.Route(),
 				Cost: &throttler.Cost{ // no Estimate: the context's cost
 					Actual: usageUnits(unit, func(u fakellm.Usage) int { return u.InputTokens + u.CacheCreationInputTokens }),
 				},
-				Counters: throttler.Anthropic(),
+				Counters: counters.Anthropic(),
 				Base: &throttler.Transport{
 					Route:    requests.Route(),
-					Counters: throttler.Anthropic(), // anthropic-ratelimit-requests-*, and the refusals
+					Counters: counters.Anthropic(), // anthropic-ratelimit-requests-*, and the refusals
 					Base:     srv.Client().Transport,
 				},
 			},
@@ -373,12 +374,12 @@ func TestOpenAIRecipeEstimates(t *testing.T) {
 				t.Fatal(err)
 			}
 			return &throttler.Transport{
-				Route: tokens.Route(), Counters: throttler.OpenAI(), MaxPause: time.Millisecond,
+				Route: tokens.Route(), Counters: counters.OpenAI(), MaxPause: time.Millisecond,
 				Cost: &throttler.Cost{
 					Estimate: func(req *http.Request) int { return units(tt.estimate(fakellm.Asked(req))) },
 					Actual:   tt.actual,
 				},
-				Base: &throttler.Transport{Route: requests.Route(), Counters: throttler.OpenAI(), MaxPause: time.Millisecond, Base: base},
+				Base: &throttler.Transport{Route: requests.Route(), Counters: counters.OpenAI(), MaxPause: time.Millisecond, Base: base},
 			}
 		})
 		s, minute := run.stats, run.api.Window()
@@ -449,18 +450,18 @@ func TestAnthropicRecipeEstimates(t *testing.T) {
 				}
 			}
 			return &throttler.Transport{
-				Route: th[0].Route(), Counters: throttler.Anthropic(), MaxPause: time.Millisecond,
+				Route: th[0].Route(), Counters: counters.Anthropic(), MaxPause: time.Millisecond,
 				Cost: &throttler.Cost{
 					Estimate: func(req *http.Request) int { _, m := fakellm.Asked(req); return units(tt.output(m)) },
 					Actual:   usageUnits(unit, func(u fakellm.Usage) int { return u.OutputTokens }),
 				},
 				Base: &throttler.Transport{
-					Route: th[1].Route(), Counters: throttler.Anthropic(), MaxPause: time.Millisecond,
+					Route: th[1].Route(), Counters: counters.Anthropic(), MaxPause: time.Millisecond,
 					Cost: &throttler.Cost{
 						Estimate: func(req *http.Request) int { p, _ := fakellm.Asked(req); return units(p) },
 						Actual:   usageUnits(unit, func(u fakellm.Usage) int { return u.InputTokens }),
 					},
-					Base: &throttler.Transport{Route: th[2].Route(), Counters: throttler.Anthropic(), MaxPause: time.Millisecond, Base: base},
+					Base: &throttler.Transport{Route: th[2].Route(), Counters: counters.Anthropic(), MaxPause: time.Millisecond, Base: base},
 				},
 			}
 		})

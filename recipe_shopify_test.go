@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/fakeshopify"
 	"github.com/redis/go-redis/v9"
 )
@@ -130,7 +131,7 @@ func (shopifyThrottled) Peek(resp *http.Response) bool {
 	return resp.StatusCode == http.StatusOK && resp.Request != nil && strings.HasSuffix(resp.Request.URL.Path, "/graphql.json")
 }
 
-func (shopifyThrottled) Read(resp *http.Response, body []byte, now time.Time) throttler.Quota {
+func (shopifyThrottled) Read(resp *http.Response, body []byte, now time.Time) counters.Quota {
 	var answer struct {
 		Errors []struct {
 			Extensions struct{ Code string }
@@ -143,7 +144,7 @@ func (shopifyThrottled) Read(resp *http.Response, body []byte, now time.Time) th
 		}
 	}
 	if json.Unmarshal(body, &answer) != nil {
-		return throttler.Quota{}
+		return counters.Quota{}
 	}
 	for _, e := range answer.Errors {
 		if e.Extensions.Code != "THROTTLED" {
@@ -154,9 +155,9 @@ func (shopifyThrottled) Read(resp *http.Response, body []byte, now time.Time) th
 		if short := c.RequestedQueryCost - c.ThrottleStatus.CurrentlyAvailable; short > 0 && c.ThrottleStatus.RestoreRate > 0 {
 			wait = time.Duration(short / c.ThrottleStatus.RestoreRate * float64(time.Second))
 		}
-		return throttler.Quota{Verdict: throttler.Pause, Until: now.Add(wait)}
+		return counters.Quota{Verdict: counters.Pause, Until: now.Add(wait)}
 	}
-	return throttler.Quota{}
+	return counters.Quota{}
 }
 
 // actualQueryCost reads what a GraphQL Admin API query cost from the

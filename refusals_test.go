@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // refusalLog records the refusals a Transport reports.
@@ -24,10 +26,10 @@ func (l *refusalLog) observer() TransportObserver {
 	}}
 }
 
-func (l *refusalLog) verdicts() []Verdict {
+func (l *refusalLog) verdicts() []counters.Verdict {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var v []Verdict
+	var v []counters.Verdict
 	for _, r := range l.got {
 		v = append(v, r.Verdict)
 	}
@@ -40,8 +42,8 @@ func (l *refusalLog) verdicts() []Verdict {
 func TestBare429BacksOffOnEveryCounters(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		c    Counters
-	}{{"default", nil}, {"GitHub", GitHub()}, {"OpenAI", OpenAI()}, {"Anthropic", Anthropic()}, {"Stripe", Stripe()}, {"IETF", IETF()}} {
+		c    counters.Counters
+	}{{"default", nil}, {"GitHub", counters.GitHub()}, {"OpenAI", counters.OpenAI()}, {"Anthropic", counters.Anthropic()}, {"Stripe", counters.Stripe()}, {"IETF", counters.IETF()}} {
 		t.Run(c.name, func(t *testing.T) {
 			api := &scriptedAPI{answers: []scripted{{status: 429, body: "too many"}}}
 			srv := httptest.NewServer(api)
@@ -58,7 +60,7 @@ func TestBare429BacksOffOnEveryCounters(t *testing.T) {
 			if d := th.Stats().PausedUntil.Sub(before); d < 1900*time.Millisecond || d > 3*time.Second {
 				t.Fatalf("paused for %s after a bare 429, want the 2s back-off", d)
 			}
-			if got := log.verdicts(); len(got) != 1 || got[0] != Pause {
+			if got := log.verdicts(); len(got) != 1 || got[0] != counters.Pause {
 				t.Fatalf("reported %v, want one Pause", got)
 			}
 			waitIdle(t, th)
@@ -80,7 +82,7 @@ func TestBare503RetriesTheCallAlone(t *testing.T) {
 	if code, body := do(t, &http.Client{Transport: tr}, srv.URL); code != 200 || body != "ok" {
 		t.Fatalf("got %d %q, want the retry's 200", code, body)
 	}
-	if got := log.verdicts(); len(got) != 1 || got[0] != RetryCall {
+	if got := log.verdicts(); len(got) != 1 || got[0] != counters.RetryCall {
 		t.Fatalf("reported %v, want one RetryCall", got)
 	}
 	if p := th.Stats().PausedUntil; !p.IsZero() {
@@ -113,7 +115,7 @@ func TestResetBeyondMaxPause(t *testing.T) {
 			defer srv.Close()
 			defer srv.Client().CloseIdleConnections()
 			th := miniThrottler(t, 5000, time.Hour)
-			tr := &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: GitHub()}
+			tr := &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: counters.GitHub()}
 			do(t, &http.Client{Transport: tr}, srv.URL)
 			if got := th.Stats().PausedUntil; got.Sub(tc.want).Abs() > 5*time.Second {
 				t.Fatalf("paused until %s from now, want %s", got.Sub(now).Round(time.Second), tc.want.Sub(now).Round(time.Second))

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-throttler/throttler/counters"
 )
 
 // RoundTripper returns an http.RoundTripper that waits for one call's worth of
@@ -65,7 +67,7 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 //     says nothing is this call's alone, retried with Retries as a
 //     RetryCall, and pauses no one;
 //   - with LimitHeader set, a response stating a lower limit than the
-//     Throttler's lowers it for every replica (see Throttler.SetLimit).
+//     Throttler's lowers it for every replica (see Throttler.LowerLimit).
 //
 // A call's slot holds where the API counts it: when its request is
 // written. The Transport hands Base the request on a context that carries
@@ -163,7 +165,7 @@ type Transport struct {
 	//     is a fixed window; a gradual one (Quota.Gradual) holds them to
 	//     the calls of ours it counts, which free up as they age out;
 	//   - Remaining below what our window leaves lowers the Throttler's
-	//     first limit (see Throttler.SetLimit) to the calls of ours the
+	//     first limit (see Throttler.LowerLimit) to the calls of ours the
 	//     API had counted plus Remaining, so that, of the calls admitted
 	//     once every replica has learned of it, at most Remaining go
 	//     before Reset; a fixed window's limit holds until Reset and only
@@ -199,7 +201,7 @@ type Transport struct {
 	// Give it the preset of the request Transport below it, so that a
 	// refusal pauses both. Nil (the default): only Retry-After is read, as
 	// described above.
-	Counters Counters
+	Counters counters.Counters
 
 	// Backoff is how long a refusal that does not say until when (a bare
 	// 429, or a Pause without Until read by Counters) pauses every replica
@@ -265,7 +267,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// back, a cost is settled (at 0 for a refusal, by the verdict).
 			endOnRead(req, resp, permit, tr.Cost, refusal(resp, verdict))
 		}
-		if verdict == Proceed {
+		if verdict == counters.Proceed {
 			return resp, nil
 		}
 		at := t.now() // before a RetryCall's delay
@@ -283,11 +285,11 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // was refused with verdict, once a RetryCall's delay has passed; nil when
 // it is not to go again: Retries are spent, its body cannot be made
 // afresh, or its context ended during the delay.
-func (tr *Transport) retry(req *http.Request, verdict Verdict, try int) *http.Request {
+func (tr *Transport) retry(req *http.Request, verdict counters.Verdict, try int) *http.Request {
 	if try >= tr.Retries || !replayable(req) {
 		return nil
 	}
-	if verdict == RetryCall && !sleepCtx(req.Context(), retryCallDelay(try)) {
+	if verdict == counters.RetryCall && !sleepCtx(req.Context(), retryCallDelay(try)) {
 		return nil
 	}
 	// The fresh body only once the request is sure to go again: one

@@ -13,7 +13,7 @@ import (
 // them. Guarded by the Throttler's mu.
 type sharedState struct {
 	pausedTill int64 // server µs: no call goes before it (a shared pause); 0 = none
-	lowered    int   // the first limit as lowered through Redis (SetLimit); 0 = not lowered
+	lowered    int   // the first limit as lowered through Redis (LowerLimit); 0 = not lowered
 	lowerTill  int64 // server µs at which the lowering ends
 	limitGen   int   // the limit generation: grows each time the limit is lowered: reservations made before must be made again
 	// The largest margin any replica published (µs) and when it ends

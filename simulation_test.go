@@ -554,7 +554,7 @@ func (w *simWorld) startCallers(r *simReplica) {
 type simVia int
 
 const (
-	simViaWait      simVia = iota // WaitN, AllowN or Reserve, then the call at once
+	simViaWait      simVia = iota // WaitN, AllowN or Acquire, then the call at once
 	simViaTransport               // an HTTP request through a Transport on its Throttler
 	simViaDo                      // Do, whose function makes an HTTP request with Do's context
 )
@@ -688,7 +688,7 @@ func (w *simWorld) allow(ctx context.Context, r *simReplica, n int, spacing time
 	return false
 }
 
-// wait makes one WaitN, or a Reserve when the call settles or holds a place
+// wait makes one WaitN, or a Acquire when the call settles or holds a place
 // in flight; end is called when the call is over.
 func (w *simWorld) wait(ctx context.Context, r *simReplica, n int, rng *rand.Rand) (admitted bool, end func()) {
 	end = func() {}
@@ -707,7 +707,7 @@ func (w *simWorld) wait(ctx context.Context, r *simReplica, n int, rng *rand.Ran
 	)
 	settling := rng.Float64() < sc.Settle
 	if settling || sc.InFlight > 0 {
-		permit, err = r.th.Reserve(ctx, n)
+		permit, err = r.th.Acquire(ctx, n)
 	} else {
 		err = r.th.WaitN(ctx, n)
 	}
@@ -1033,8 +1033,8 @@ func (w *simWorld) apply(f sim.Fault) {
 		}
 	case sim.Lower:
 		if !r.dead.Load() {
-			err := r.th.SetLimit(w.ctx, f.K, f.D)
-			w.rec.Note(f.Replica, "SetLimit(%d, %s): %v", f.K, f.D, err)
+			err := r.th.LowerLimit(w.ctx, f.K, f.D)
+			w.rec.Note(f.Replica, "LowerLimit(%d, %s): %v", f.K, f.D, err)
 		}
 	}
 }

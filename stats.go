@@ -12,7 +12,7 @@ import (
 // view, not the key's (Usage reads the key).
 //
 // A wait below is one of every face that waits for quota: WaitN (and
-// Wait), Reserve, Do, DoCost, Wrap, WrapCost and a request through a
+// Wait), Acquire, Do, DoCost, Wrap, WrapCost and a request through a
 // Transport.
 type Stats struct {
 	// Admitted is how many calls were admitted (a wait or an AllowN of n
@@ -30,8 +30,8 @@ type Stats struct {
 	// Failed is how many waits and AllowN calls returned an error wrapping
 	// ErrRedis.
 	Failed uint64
-	// Refused is how many AllowN calls answered Allowed: false.
-	Refused uint64
+	// Denied is how many AllowN calls answered Allowed: false.
+	Denied uint64
 	// RoundTrips is how many reservation round trips reached Redis;
 	// RedisErrors how many Redis calls failed or timed out.
 	RoundTrips, RedisErrors uint64
@@ -82,9 +82,9 @@ type Stats struct {
 	// PausedUntil is the end of the shared pause known to this Throttler;
 	// zero when none is in force.
 	PausedUntil time.Time
-	// Limit is the first limit in force: New's, or lower while SetLimit (or
+	// LimitNow is the first limit in force: New's, or lower while LowerLimit (or
 	// a Transport reading the API's limit) has lowered it.
-	Limit int
+	LimitNow int
 	// Degraded reports that Redis failed recently and calls follow the
 	// failure policy (FailOpen or FallbackLocal) instead of Redis.
 	Degraded bool
@@ -111,7 +111,7 @@ func (t *Throttler) Stats() Stats {
 		Waits:       t.stats.waits.Load(),
 		Abandoned:   t.stats.abandoned.Load(),
 		Failed:      t.stats.failed.Load(),
-		Refused:     t.stats.refused.Load(),
+		Denied:      t.stats.refused.Load(),
 		RoundTrips:  t.stats.roundTrips.Load(),
 		RedisErrors: t.stats.redisErrors.Load(),
 		Pauses:      t.stats.pauses.Load(),
@@ -139,7 +139,7 @@ func (t *Throttler) Stats() Stats {
 		s.PausedUntil = t.clock.Local(t.shared.pausedTill)
 	}
 	var lims [1]int
-	s.Limit = t.shared.limits(t.rules.Wins, serverNow, lims[:0])[0]
+	s.LimitNow = t.shared.limits(t.rules.Wins, serverNow, lims[:0])[0]
 	s.Degraded = t.fallback.isDegraded()
 	s.ClockError = time.Duration(t.clock.View().ErrBound()) * time.Microsecond
 	s.Margin = time.Duration(t.upkeep.widen) * time.Microsecond
@@ -162,9 +162,9 @@ type Observer struct {
 	// (PauseUntil, or a Transport that saw Retry-After), with its end.
 	Paused func(until time.Time)
 	// LimitChanged is called, with the new limit, when a lowering of the
-	// first limit is set or ended, by this process (SetLimit, a Transport,
+	// first limit is set or ended, by this process (LowerLimit, a Transport,
 	// Group.Learn) or by another, as this one learns through Redis; not
-	// when a lowering runs out at its end (Stats.Limit shows that).
+	// when a lowering runs out at its end (Stats.LimitNow shows that).
 	LimitChanged func(limit int)
 	// RedisError is called for every Redis call that failed or timed out.
 	RedisError func(err error)

@@ -44,7 +44,7 @@ func TestStatsAndObserver(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := th.Stats()
-		want := Stats{Admitted: 3, Waits: 1, Abandoned: 1, Refused: 1, Pauses: 1, Limit: 3}
+		want := Stats{Admitted: 3, Waits: 1, Abandoned: 1, Denied: 1, Pauses: 1, LimitNow: 3}
 		want.Rejected[RejectedDeadline] = 1 // the Wait whose slot lay past its deadline
 		got := s
 		got.Waited, got.RoundTrips, got.PausedUntil, got.ClockError = 0, 0, time.Time{}, 0

@@ -118,7 +118,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 }
 
 // Limit returns the number of calls allowed per interval, as given to New.
-// A limit lowered by SetLimit or by an API's answer (see Transport) does not
+// A limit lowered by LowerLimit or by an API's answer (see Transport) does not
 // change it.
 func (t *Throttler) Limit() int { return firstWindow(t).Limit }
 

@@ -207,7 +207,7 @@ func TestTransportLimitHeader(t *testing.T) {
 		b := mustNew(t, dial(), key, 10, 200*time.Millisecond)
 		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), LimitHeader: "X-RateLimit-Limit"}}
 		get(t, ca, srv.URL, "a")
-		if got := a.Stats().Limit; got != 3 {
+		if got := a.Stats().LimitNow; got != 3 {
 			t.Fatalf("a's limit after the API said 3: %d", got)
 		}
 		allowed := 0

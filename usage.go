@@ -15,7 +15,7 @@ type Usage struct {
 	// Key is the sorted set holding the window.
 	Key string
 	// Limit is the limit in force: the one configured, or lower while
-	// SetLimit has lowered it (first limit only).
+	// LowerLimit has lowered it (first limit only).
 	Limit int
 	// Interval is the length of the window.
 	Interval time.Duration

@@ -17,7 +17,7 @@ func (t *Throttler) Wait(ctx context.Context) error {
 //
 // WaitN returns an error, and counts nothing, when:
 //   - n is below 1, or above the smallest limit in force (New's and
-//     WithLimit's, the first as lowered by SetLimit) times the share of
+//     WithLimit's, the first as lowered by LowerLimit) times the share of
 //     ctx's priority (see WithPriorityShare), rounded down, or 1 if that
 //     is less: the error wraps ErrInvalidArgument;
 //   - ctx ends first, or by the time the call's slot comes (its deadline

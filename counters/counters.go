@@ -6,9 +6,9 @@
 //
 // The presets read the fields each vendor documents: GitHub, OpenAI,
 // Anthropic, IETF and Stripe; Default reads only a 429's or 503's
-// Retry-After. The package has no dependency beyond the standard library,
-// and the throttler package re-exports its names, so throttler.GitHub()
-// and counters.GitHub() are the same.
+// Retry-After. The package has no dependency beyond the standard library;
+// it is the one home of the presets: a Transport takes them as
+// Transport{Counters: counters.GitHub()}.
 package counters
 
 import (

@@ -25,7 +25,7 @@
 // ScopeName, its Version, and the schema URL of the semantic conventions
 // v1.43.0, whose error.type and http.response.status_code are recorded.
 // A unit ({unit}) is what a Throttler's limit counts: one per call, or n
-// for WaitN(n), Reserve(n) and AllowN(n). The events of every Throttler, a
+// for WaitN(n), Acquire(n) and AllowN(n). The events of every Throttler, a
 // Group's included, feed synchronous instruments:
 //
 //   - throttler.wait.duration (histogram, s): each wait, from the call to

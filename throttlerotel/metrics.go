@@ -165,7 +165,7 @@ func newInstruments(c *config) (*instruments, error) {
 		return nil, err
 	}
 	k := instrumentMaker{m: m}
-	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Reserve's estimate, AllowN) counts n.")
+	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Acquire's estimate, AllowN) counts n.")
 	in.quota.pauses = k.counter("throttler.pauses", "{pause}", "Shared pauses set or learned of (PauseUntil, an API's Retry-After).")
 	in.quota.redisErrors = k.counter("throttler.redis.errors", "{error}", "Redis calls that failed or timed out.")
 	in.inFlight.count = k.upDown("throttler.in_flight.count", "{call}", "Calls of this process holding a place in flight (WithInFlight).")

@@ -261,7 +261,7 @@ func TestSettleMetrics(t *testing.T) {
 	th := instrumented(t, s, rdb, "tokens", 1000, time.Minute, nil)
 	ctx := context.Background()
 	for _, actual := range []int{70, 130, 100} {
-		p, err := th.Reserve(ctx, 100)
+		p, err := th.Acquire(ctx, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +276,7 @@ func TestSettleMetrics(t *testing.T) {
 		}
 	}
 	if n, _ := got.count(t, "throttler.wait.duration", OutcomeAttribute.String("admitted")); n != 3 {
-		t.Errorf("throttler.wait.duration holds %d admitted waits, want 3 (one per Reserve)", n)
+		t.Errorf("throttler.wait.duration holds %d admitted waits, want 3 (one per Acquire)", n)
 	}
 }
 
@@ -417,8 +417,8 @@ func TestDegraded(t *testing.T) {
 			if c.group {
 				var err error
 				g, err = throttler.NewGroup(rdb, "deg:", func(string) (throttler.KeyQuota, error) {
-					return throttler.KeyQuota{Limit: 10, Interval: 100 * time.Millisecond, Options: tOpts}, nil
-				})
+					return throttler.KeyQuota{Limit: 10, Interval: 100 * time.Millisecond}, nil
+				}, throttler.WithThrottlerOptions(tOpts...))
 				if err != nil {
 					t.Fatal(err)
 				}

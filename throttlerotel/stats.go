@@ -62,7 +62,7 @@ func newStatInstruments(m metric.Meter) (*statInstruments, error) {
 		}
 	}
 	if si.limit, err = m.Int64ObservableGauge("throttler.limit", metric.WithUnit("{unit}"),
-		metric.WithDescription("The first limit in force: New's, or lower while SetLimit or an API's answer lowers it.")); err != nil {
+		metric.WithDescription("The first limit in force: New's, or lower while LowerLimit or an API's answer lowers it.")); err != nil {
 		return nil, err
 	}
 	if si.pauseRemaining, err = m.Float64ObservableGauge("throttler.pause.remaining", metric.WithUnit("s"),
@@ -94,11 +94,11 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 		}
 		s := t.Stats()
 		o.ObserveInt64(si.roundTrips, int64(s.RoundTrips), attrs)
-		o.ObserveInt64(si.allowRefusals, int64(s.Refused), attrs)
+		o.ObserveInt64(si.allowRefusals, int64(s.Denied), attrs)
 		o.ObserveInt64(si.lateWakes, int64(s.LateWakes), attrs)
 		o.ObserveInt64(si.heals, int64(s.Heals), attrs)
 		o.ObserveInt64(si.resent, int64(s.RoundsRetried), attrs)
-		o.ObserveInt64(si.limit, int64(s.Limit), attrs)
+		o.ObserveInt64(si.limit, int64(s.LimitNow), attrs)
 		left := 0.0
 		if !s.PausedUntil.IsZero() {
 			left = max(0, time.Until(s.PausedUntil).Seconds())

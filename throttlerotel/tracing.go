@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 )
 
 // Names of what this package records on traces. No event or attribute
@@ -89,11 +90,11 @@ func (in *instruments) traceRefusal(ctx context.Context, r throttler.Refusal, at
 }
 
 // verdictName is v as the attribute throttler.verdict names it.
-func verdictName(v throttler.Verdict) string {
+func verdictName(v counters.Verdict) string {
 	switch v {
-	case throttler.Pause:
+	case counters.Pause:
 		return "pause"
-	case throttler.RetryCall:
+	case counters.RetryCall:
 		return "retry_call"
 	}
 	return "proceed"

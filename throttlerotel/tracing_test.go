@@ -15,6 +15,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 )
 
 // waits records the WaitInfo of every wait of a Throttler, to compare
@@ -205,7 +206,7 @@ func (r *refuse) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // refusingAPI returns an instrumented Transport, with Retries 1 and c, over
 // an instrumented Throttler keyed "api", and the URL of a server that
 // refuses its first n requests (see refuse), both closed with the test.
-func refusingAPI(t *testing.T, s *sink, n int, c throttler.Counters) (*throttler.Transport, string) {
+func refusingAPI(t *testing.T, s *sink, n int, c counters.Counters) (*throttler.Transport, string) {
 	t.Helper()
 	rdb, _ := newRedis(t)
 	th := instrumented(t, s, rdb, "api", 100, time.Second, nil)
@@ -278,14 +279,14 @@ type retryFirst struct {
 
 func (*retryFirst) Peek(*http.Response) bool { return false }
 
-func (r *retryFirst) Read(*http.Response, []byte, time.Time) throttler.Quota {
+func (r *retryFirst) Read(*http.Response, []byte, time.Time) counters.Quota {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen++
 	if r.seen == 1 {
-		return throttler.Quota{Verdict: throttler.RetryCall}
+		return counters.Quota{Verdict: counters.RetryCall}
 	}
-	return throttler.Quota{}
+	return counters.Quota{}
 }
 
 // A RetryCall is counted with its verdict, and its event is at the

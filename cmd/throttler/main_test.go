@@ -423,7 +423,7 @@ func TestStatusDebtAndInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	settled, err := th.Reserve(ctx, 2)
+	settled, err := th.Acquire(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestStatusDebtAndInFlight(t *testing.T) {
 	}
 	var held []*throttler.Permit
 	for range 2 {
-		p, err := th.Reserve(ctx, 1)
+		p, err := th.Acquire(ctx, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,7 +85,7 @@ func writeStatus(w io.Writer, us []throttler.Usage, limits []int, buffer time.Du
 	_, _ = io.WriteString(w, b.String())
 }
 
-// lowered notes a limit lowered below the configured one (SetLimit).
+// lowered notes a limit lowered below the configured one (LowerLimit).
 func lowered(u throttler.Usage, limits []int, i int) string {
 	if i < len(limits) && u.Limit < limits[i] {
 		return fmt.Sprintf(", limit lowered from %d", limits[i])

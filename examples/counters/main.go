@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/exampleredis"
 	"github.com/go-throttler/throttler/internal/fakequota"
 	"github.com/redis/go-redis/v9"
@@ -184,9 +185,9 @@ func run(ctx context.Context, c config, dial func() *redis.Client) (result, erro
 		}
 		tr := &throttler.Transport{Base: base, Route: t.Route(), Backoff: c.backoff}
 		if c.counters {
-			tr.Counters = throttler.GitHub()
+			tr.Counters = counters.GitHub()
 			if c.style == fakequota.OpenAI {
-				tr.Counters = throttler.OpenAI()
+				tr.Counters = counters.OpenAI()
 			}
 		}
 		thrs = append(thrs, t)

@@ -51,7 +51,7 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		pauses:      desc("throttler_pauses_total", "Shared pauses this Throttler set or learned of."),
 		heals:       desc("throttler_heals_total", "Times this Throttler found that Redis had lost the window and paused every process until the calls it held stopped counting."),
 		lateWakes:   desc("throttler_late_wakes_total", "Calls that gave their slot back and reserved again because they were woken too late."),
-		settled:     desc("throttler_settled_total", "Permits settled with their actual cost (Reserve, Settle)."),
+		settled:     desc("throttler_settled_total", "Permits settled with their actual cost (Acquire, Settle)."),
 		returned:    desc("throttler_settle_returned_units_total", "Units given back in Redis by permits that cost less than estimated."),
 		debt:        desc("throttler_settle_debt_units_total", "Units added as debt in Redis by permits that cost more than estimated."),
 		inFlight:    desc("throttler_in_flight", "Calls of this process holding a place in flight (WithInFlight)."),
@@ -63,7 +63,7 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		reslotted:     desc("throttler_reslotted_total", "Calls whose connection came later than their slot allowed, and that took a new slot for it."),
 		sentLate:      desc("throttler_sent_late_total", "Calls written later than their slot allowed all the same."),
 		roundsRetried: desc("throttler_redis_round_trips_resent_total", "Reservation round trips sent again after a broken Redis connection."),
-		limit:         desc("throttler_limit", "The first limit in force: New's, or lower while SetLimit or an API's answer lowers it."),
+		limit:         desc("throttler_limit", "The first limit in force: New's, or lower while LowerLimit or an API's answer lowers it."),
 		interval:      desc("throttler_interval_seconds", "The length of the sliding window."),
 		pausedUntil:   desc("throttler_paused_until_seconds", "End of the shared pause in force, in Unix seconds; 0 when none."),
 		degraded:      desc("throttler_degraded", "1 while Redis has failed recently and calls follow the failure policy, else 0."),
@@ -99,7 +99,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.waitSeconds, s.Waited.Seconds())
 		counter(c.abandoned, float64(s.Abandoned))
 		counter(c.failed, float64(s.Failed))
-		counter(c.refused, float64(s.Refused))
+		counter(c.refused, float64(s.Denied))
 		counter(c.roundTrips, float64(s.RoundTrips))
 		counter(c.redisErrors, float64(s.RedisErrors))
 		counter(c.pauses, float64(s.Pauses))
@@ -117,7 +117,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.reslotted, float64(s.Reslotted))
 		counter(c.sentLate, float64(s.SentLate))
 		counter(c.roundsRetried, float64(s.RoundsRetried))
-		gauge(c.limit, float64(s.Limit))
+		gauge(c.limit, float64(s.LimitNow))
 		gauge(c.interval, t.Interval().Seconds())
 		gauge(c.pausedUntil, unixSeconds(s.PausedUntil))
 		gauge(c.degraded, boolValue(s.Degraded))

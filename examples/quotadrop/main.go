@@ -279,7 +279,7 @@ func run(c config) result {
 				if !limitSeen[i].IsZero() {
 					continue
 				}
-				if r.thr.Stats().Limit < c.limit {
+				if r.thr.Stats().LimitNow < c.limit {
 					limitSeen[i] = time.Now()
 				} else {
 					all = false
@@ -422,7 +422,7 @@ type probe struct {
 func (p *probe) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := send{replica: p.replica}
 	st := p.thr.Stats()
-	s.knownLimit, s.pausedUntil = st.Limit, st.PausedUntil
+	s.knownLimit, s.pausedUntil = st.LimitNow, st.PausedUntil
 	s.sent = time.Now()
 	a, _ := req.Context().Value(attemptsKey{}).(*attempts)
 	if a != nil {
@@ -481,7 +481,7 @@ func printLine(label string, reps []*replica, c fakeapi.Counts, perSecond string
 func knownLimits(reps []*replica) string {
 	lims := make([]string, len(reps))
 	for i, r := range reps {
-		lims[i] = fmt.Sprint(r.thr.Stats().Limit)
+		lims[i] = fmt.Sprint(r.thr.Stats().LimitNow)
 	}
 	if slices.Equal(lims, slices.Repeat(lims[:1], len(lims))) {
 		return lims[0]
@@ -660,7 +660,7 @@ func explain(c config, reps []*replica, sends []send, events []event, limitSeen 
 	// When each replica first learned of a pause and of a lower limit, from
 	// the drop on: from its Observer, or for the limit from the poll,
 	// whichever came first (a Throttler that lowers its own limit through
-	// SetLimit does not tell its Observer).
+	// LowerLimit does not tell its Observer).
 	pauseAt := make([]time.Time, len(reps))
 	limitAt := slices.Clone(limitSeen)
 	var news time.Time // when the first replica took a pause (set it, or read it from Redis)

@@ -33,7 +33,7 @@ const (
 	// (PauseUntil).
 	PauseMember = "\x00pause"
 
-	// LimitMember states the lowered first limit (SetLimit);
+	// LimitMember states the lowered first limit (LowerLimit);
 	// LimitEndMember the server time (µs) at which the lowering ends.
 	LimitMember    = "\x00limit"
 	LimitEndMember = "\x00limit-end"

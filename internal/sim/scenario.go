@@ -45,7 +45,7 @@ const (
 	Kill                   // Replica killed: connections closed, callers abandoned
 	ClockStep              // Replica's local clock steps by D
 	Pause                  // Replica calls PauseUntil(now + D)
-	Lower                  // Replica calls SetLimit(K, D)
+	Lower                  // Replica calls LowerLimit(K, D)
 	numKinds               // the kinds seeds cycle through (see drawFaults)
 )
 
@@ -169,9 +169,9 @@ type Scenario struct {
 	Allow    float64       // share of calls made with AllowN
 	Deadline float64       // share of Waits with a deadline
 	Cancel   float64       // share of Waits cancelled at a random moment
-	Settle   float64       // share of Waits made as Reserve and settled to a random cost
+	Settle   float64       // share of Waits made as Acquire and settled to a random cost
 	// WithInFlight's cap on calls in flight (0 = none) and the leases'
-	// ttl. With a cap every Wait is a Reserve whose call holds a place
+	// ttl. With a cap every Wait is a Acquire whose call holds a place
 	// for CallTime at most.
 	InFlight int
 	LeaseTTL time.Duration

@@ -32,10 +32,10 @@ const (
 	// ScoreHeader: the server time the call was counted at (this
 	// library's Permit.At), in Unix microseconds, Redis's own resolution.
 	ScoreHeader = "X-Bench-Score"
-	// StartedHeader: when the replica called Wait (or Reserve), in Unix
+	// StartedHeader: when the replica called Wait (or Acquire), in Unix
 	// nanoseconds.
 	StartedHeader = "X-Bench-Started"
-	// ReturnedHeader: when the replica's Wait (or Reserve) returned, in
+	// ReturnedHeader: when the replica's Wait (or Acquire) returned, in
 	// Unix nanoseconds.
 	ReturnedHeader = "X-Bench-Returned"
 	// SentHeader: right before the replica sent the request, in Unix

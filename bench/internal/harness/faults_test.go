@@ -109,7 +109,7 @@ func checkStats(t *testing.T, row Row, procs int) {
 }
 
 func TestStatsLine(t *testing.T) {
-	st := throttler.Stats{Admitted: 12, Waited: 1500 * time.Millisecond, Limit: 20, ClockError: 80 * time.Microsecond}
+	st := throttler.Stats{Admitted: 12, Waited: 1500 * time.Millisecond, LimitNow: 20, ClockError: 80 * time.Microsecond}
 	st.Rejected[0] = 3
 	raw, err := json.Marshal(st)
 	if err != nil {

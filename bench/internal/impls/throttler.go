@@ -42,7 +42,7 @@ func NewPriority(rdb *redis.Client, cfg Config, lowShare float64, opts ...thrott
 }
 
 // WaitAt waits on w as its Wait does, and returns the server time the call
-// was counted at, when w knows it: for this library it takes Reserve(ctx,
+// was counted at, when w knows it: for this library it takes Acquire(ctx,
 // 1) (without WithInFlight, the path of Wait) and returns the permit's At;
 // for the peers, which keep no such time, it calls Wait and returns the
 // zero Time.
@@ -51,7 +51,7 @@ func WaitAt(ctx context.Context, w Waiter) (time.Time, error) {
 	if !ok {
 		return time.Time{}, w.Wait(ctx)
 	}
-	p, err := t.Reserve(ctx, 1)
+	p, err := t.Acquire(ctx, 1)
 	if err != nil {
 		return time.Time{}, err
 	}

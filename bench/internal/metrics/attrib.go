@@ -31,8 +31,8 @@ type Call struct {
 	Replica  int
 	Arrival  int64 // when the API took it
 	Score    int64 // the server time it was counted at
-	Started  int64 // when its Wait (Reserve) was called in the replica
-	Returned int64 // when its Wait (Reserve) returned in the replica
+	Started  int64 // when its Wait (Acquire) was called in the replica
+	Returned int64 // when its Wait (Acquire) returned in the replica
 	Sent     int64 // right before its request was sent
 	HasScore bool
 	HasTimes bool
