@@ -116,7 +116,7 @@ func TestStatsLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := statsLine(raw)
-	for _, want := range []string{"Admitted=12 ", "Waited=1.5s ", "Rejected=[3 ", "Limit=20 ", "ClockError=80µs"} {
+	for _, want := range []string{"Admitted=12 ", "Waited=1.5s ", "Rejected=[3 ", "LimitNow=20 ", "ClockError=80µs"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("statsLine = %q, lacks %q", got, want)
 		}
