@@ -43,6 +43,8 @@ func main() {
 		jsonOut   = flag.String("json", "", "write the results as JSON to this file")
 		svgOut    = flag.String("svg", "", "write the chart (saturate, herd) as SVG to this file")
 		mdOut     = flag.String("md", "", "also write the Markdown tables to this file")
+		readme    = flag.String("readme", "", "run nothing: write the benchmark tables of this README.md (between its markers) from -from")
+		from      = flag.String("from", "results/results.json", "with -readme: the results to render")
 		lowAhead  *time.Duration
 		_         = flag.Bool("replica", false, "internal: run as a replica (configured through "+harness.ReplicaEnv+")")
 	)
@@ -52,6 +54,13 @@ func main() {
 		return err
 	})
 	flag.Parse()
+	if *readme != "" {
+		if err := harness.UpdateReadme(*readme, *from); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if *runs < 1 {
 		fatal(fmt.Errorf("-runs %d: must be at least 1", *runs))
