@@ -162,7 +162,8 @@ func TestGitHubRecipeFollowsCounter(t *testing.T) {
 // sent again once the pause is over and answered, whichever way GitHub
 // refuses: a 429 with retry-after (the pause lasts that long), or a 403
 // with neither retry-after nor a counter at 0 (every replica backs off for
-// Transport.Backoff: a minute by default, as GitHub asks; 1.5s here).
+// the longer of Transport.Backoff, 1.5s here, and the GitHub preset's
+// Quota.Backoff, a minute, as GitHub asks: the retry goes a minute later).
 func TestGitHubRecipeRetriesSecondary(t *testing.T) {
 	for _, tt := range []struct {
 		name       string

@@ -28,8 +28,9 @@ import (
 // context.DeadlineExceeded) and the like hold through http.Client's
 // *url.Error. The exception: the contract asks a RoundTripper not to
 // interpret the response, and this one reads the status and Retry-After
-// of a 429 or 503 to pause the other replicas (it never retries:
-// Transport.Retries is 0). It is safe for concurrent use.
+// of a 429 or 503 to pause the other replicas, and backs every replica
+// off after a 429 without Retry-After (see Transport.Backoff); it never
+// retries (Transport.Retries is 0). It is safe for concurrent use.
 func (t *Throttler) RoundTripper(next http.RoundTripper) http.RoundTripper {
 	return &Transport{Base: next, Route: t.Route()}
 }

@@ -126,10 +126,10 @@ func OpenAI() Counters {
 // anthropic-ratelimit-requests-remaining, and anthropic-ratelimit-
 // requests-reset, the time the request limit will be fully replenished,
 // in RFC 3339 format. Its limits are token buckets, replenished
-// continuously (Gradual). A 429 with retry-after pauses until then; one
-// without it, when the tokens (total, input or output) remaining are 0,
-// until the latest of their resets. Token counters are read for that
-// only, as for OpenAI.
+// continuously (Gradual). A 429 or 503 with retry-after pauses until
+// then; a 429 without it, when the tokens (total, input or output)
+// remaining are 0, until the latest of their resets. Token counters are
+// read for that only, as for OpenAI.
 func Anthropic() Counters {
 	return pairCounters{
 		remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",

@@ -12,7 +12,7 @@ import (
 type Rules struct {
 	Wins     []Window
 	MinLimit int           // the smallest configured limit: the most one call may claim
-	MaxBatch int           // WithMaxBatch
+	MaxBatch int           // the most units one round trip claims: 64 (options.go's maxBatch; no option sets it)
 	Ahead    time.Duration // WithReserveAhead
 	Buffer   time.Duration // WithBuffer
 	Shares   [Levels]int   // WithPriorityShare, in thousandths, by level
