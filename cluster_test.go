@@ -111,7 +111,7 @@ func TestClusterInFlight(t *testing.T) {
 	}
 	waits := uint64(0)
 	for _, th := range ths {
-		waits += th.Stats().PlaceWaits
+		waits += th.Stats().Places.Waits
 	}
 	if waits == 0 {
 		t.Fatal("no call waited for a place: the test did not fill the cap")

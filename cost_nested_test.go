@@ -92,15 +92,15 @@ func TestCostRefusalSettlesZero(t *testing.T) {
 	if _, err := send(t, tr, context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if s := th.Stats(); asked.Load() != 0 || s.Settled != 1 || s.Returned != 10 {
-		t.Fatalf("a 429: Actual asked %d times, %d settled, %d units returned; want not asked, settled at 0 (10 returned)", asked.Load(), s.Settled, s.Returned)
+	if s := th.Stats(); asked.Load() != 0 || s.Costs.Settled != 1 || s.Costs.Returned != 10 {
+		t.Fatalf("a 429: Actual asked %d times, %d settled, %d units returned; want not asked, settled at 0 (10 returned)", asked.Load(), s.Costs.Settled, s.Costs.Returned)
 	}
 	status.Store(http.StatusOK)
 	if _, err := send(t, tr, context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if s := th.Stats(); asked.Load() != 1 || s.Returned != 10+6 {
-		t.Fatalf("a 200: Actual asked %d times, %d units returned in all; want asked once, 6 more returned", asked.Load(), s.Returned)
+	if s := th.Stats(); asked.Load() != 1 || s.Costs.Returned != 10+6 {
+		t.Fatalf("a 200: Actual asked %d times, %d units returned in all; want asked once, 6 more returned", asked.Load(), s.Costs.Returned)
 	}
 	waitIdle(t, th)
 }
@@ -143,10 +143,10 @@ func TestCostRefusalByVerdict(t *testing.T) {
 			}
 			s := th.Stats()
 			switch {
-			case tt.refused && (asked.Load() != 0 || s.Returned != 10):
-				t.Errorf("Actual asked %d times, %d units returned; want a refusal settled at 0 (10 returned) without asking Actual", asked.Load(), s.Returned)
-			case !tt.refused && (asked.Load() != 1 || s.Returned != 6):
-				t.Errorf("Actual asked %d times, %d units returned; want no refusal: Actual asked once, settled at its 4 (6 returned)", asked.Load(), s.Returned)
+			case tt.refused && (asked.Load() != 0 || s.Costs.Returned != 10):
+				t.Errorf("Actual asked %d times, %d units returned; want a refusal settled at 0 (10 returned) without asking Actual", asked.Load(), s.Costs.Returned)
+			case !tt.refused && (asked.Load() != 1 || s.Costs.Returned != 6):
+				t.Errorf("Actual asked %d times, %d units returned; want no refusal: Actual asked once, settled at its 4 (6 returned)", asked.Load(), s.Costs.Returned)
 			}
 			waitIdle(t, th)
 		})
@@ -170,9 +170,9 @@ func TestCostRetried503CountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := th.Stats()
-	if resp.StatusCode != http.StatusOK || sends.Load() != 2 || s.Admitted-s.Returned != 10 {
+	if resp.StatusCode != http.StatusOK || sends.Load() != 2 || s.Admitted-s.Costs.Returned != 10 {
 		t.Fatalf("status %d after %d sends; %d units admitted, %d returned: %d held, want 200 after 2 sends and 10 held (the refused attempt settled at 0)",
-			resp.StatusCode, sends.Load(), s.Admitted, s.Returned, s.Admitted-s.Returned)
+			resp.StatusCode, sends.Load(), s.Admitted, s.Costs.Returned, s.Admitted-s.Costs.Returned)
 	}
 	waitIdle(t, th)
 }

@@ -84,7 +84,7 @@ func TestTransportSettlesCost(t *testing.T) {
 		if n := len(keyMembers(t, c, key)); n != 120+450 {
 			t.Fatalf("after a stream estimated at 300 that used 450, the window holds %d units, want %d", n, 120+450)
 		}
-		if s := th.Stats(); s.Settled != 2 || s.Returned != 180 || s.Debt != 150 {
+		if s := th.Stats(); s.Costs.Settled != 2 || s.Costs.Returned != 180 || s.Costs.Debt != 150 {
 			t.Fatalf("Stats: %+v, want 2 settled, 180 returned, 150 debt", s)
 		}
 

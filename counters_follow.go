@@ -221,16 +221,19 @@ func (tr *Transport) apply(ctx context.Context, t *Throttler, batch []reading) {
 }
 
 // backOff pauses every replica after a refusal that states no end: for
-// Transport.Backoff or least (the API's own, see counters.Quota.Backoff),
-// whichever is longer, or twice the last back-off when the API refuses
-// again within that back-off's length after it ended, at most MaxPause. A
-// refusal while a back-off lasts (a call sent before it) changes nothing.
-func (tr *Transport) backOff(ctx context.Context, t *Throttler, least time.Duration) {
+// Transport.Backoff, by default asked (the API's own, see
+// counters.Quota.Backoff) or else a second, or twice the last back-off
+// when the API refuses again within that back-off's length after it
+// ended, at most MaxPause. A refusal while a back-off lasts (a call sent
+// before it) changes nothing.
+func (tr *Transport) backOff(ctx context.Context, t *Throttler, asked time.Duration) {
 	d := tr.Backoff
+	if d <= 0 {
+		d = asked
+	}
 	if d <= 0 {
 		d = time.Second
 	}
-	d = max(d, least)
 	serverNow := t.clock.Server(t.now())
 	if t.clock.Synced() {
 		rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)

@@ -125,8 +125,8 @@ func TestClockStepDoesNotHideLostWindow(t *testing.T) {
 			t.Fatalf("call %d after the loss, 100ms into the window: %+v, %v; want refused", i, r, err)
 		}
 	}
-	if s := th.Stats(); s.Heals != 1 {
-		t.Fatalf("Heals = %d, want 1", s.Heals)
+	if s := th.Stats(); s.Redis.Heals != 1 {
+		t.Fatalf("Heals = %d, want 1", s.Redis.Heals)
 	}
 }
 
@@ -158,8 +158,8 @@ func TestLostLongerLimitIsNoticed(t *testing.T) {
 				t.Fatalf("call %d after the hour's window was lost: %+v, %v; want refused", i, r, err)
 			}
 		}
-		if s := th.Stats(); s.Heals != 1 {
-			t.Fatalf("Heals = %d, want 1", s.Heals)
+		if s := th.Stats(); s.Redis.Heals != 1 {
+			t.Fatalf("Heals = %d, want 1", s.Redis.Heals)
 		}
 		waitIdle(t, th)
 	})

@@ -54,7 +54,7 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	return -1
 }
 
-// sendDelayBounds are Stats.SendDelay's bucket bounds: from a millisecond,
+// sendDelayBounds are Stats.Sends.Delay's bucket bounds: from a millisecond,
 // well within any buffer, to seconds, a connection that took retries.
 var sendDelayBounds = [...]time.Duration{
 	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,

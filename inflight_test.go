@@ -87,9 +87,9 @@ func TestInFlightCap(t *testing.T) {
 		for _, th := range ths {
 			waitKeeperIdle(t, th)
 			waitIdle(t, th)
-			waits += th.Stats().PlaceWaits
-			if s := th.Stats(); s.InFlight != 0 {
-				t.Fatalf("Stats.InFlight %d after every call ended", s.InFlight)
+			waits += th.Stats().Places.Waits
+			if s := th.Stats(); s.Places.InFlight != 0 {
+				t.Fatalf("Stats.Places.InFlight %d after every call ended", s.Places.InFlight)
 			}
 		}
 		if waits == 0 {
@@ -108,8 +108,8 @@ func TestInFlightOneRoundTrip(t *testing.T) {
 		if err := th.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if s := th.Stats(); s.RoundTrips != 1 {
-			t.Fatalf("one uncontended Do took %d reservation round trips, want 1", s.RoundTrips)
+		if s := th.Stats(); s.Redis.RoundTrips != 1 {
+			t.Fatalf("one uncontended Do took %d reservation round trips, want 1", s.Redis.RoundTrips)
 		}
 		waitKeeperIdle(t, th)
 	})
@@ -156,7 +156,7 @@ func TestInFlightCancelWhileWaiting(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- th.Do(ctx, func(context.Context) error { return errors.New("ran") }) }()
-		for th.Stats().PlaceWaits == 0 {
+		for th.Stats().Places.Waits == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		cancel()
@@ -281,7 +281,7 @@ func TestInFlightReleaseWakesOneProcess(t *testing.T) {
 		done := make(chan error, 2)
 		go func() {
 			done <- first.Do(context.Background(), func(context.Context) error {
-				inFirst <- second.Stats().RoundTrips
+				inFirst <- second.Stats().Redis.RoundTrips
 				<-release
 				return nil
 			})
@@ -290,7 +290,7 @@ func TestInFlightReleaseWakesOneProcess(t *testing.T) {
 		go func() { done <- second.Do(context.Background(), func(context.Context) error { return nil }) }()
 		parked(second)
 		waitIdle(t, second) // its refused slot given back: nothing left to send
-		before := second.Stats().RoundTrips
+		before := second.Stats().Redis.RoundTrips
 		p.Done()
 		if during := <-inFirst; during != before {
 			t.Fatalf("the second process made %d round trips while the first in line took the place", during-before)

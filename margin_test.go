@@ -93,11 +93,11 @@ func TestLooseEstimatePublishesAMargin(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := loose.Stats()
-		if s.ClockError < 30*time.Millisecond || s.Margin == 0 {
-			t.Fatalf("after a 60ms lopsided round trip: clock error %s, margin %s; want at least 30ms and a margin", s.ClockError, s.Margin)
+		if s.Redis.ClockError < 30*time.Millisecond || s.Redis.Margin == 0 {
+			t.Fatalf("after a 60ms lopsided round trip: clock error %s, margin %s; want at least 30ms and a margin", s.Redis.ClockError, s.Redis.Margin)
 		}
 		wide, _ := wideMembers(t, dial(), key)
-		if want := (s.ClockError - 12500*time.Microsecond).Microseconds(); wide < want {
+		if want := (s.Redis.ClockError - 12500*time.Microsecond).Microseconds(); wide < want {
 			t.Fatalf("published margin %dµs, want at least the error past a quarter of the buffer, %dµs", wide, want)
 		}
 		for range 2 { // the first round trip learns of it; the second counts with it
@@ -105,7 +105,7 @@ func TestLooseEstimatePublishesAMargin(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if m := tight.Stats().Margin; m.Microseconds() < wide {
+		if m := tight.Stats().Redis.Margin; m.Microseconds() < wide {
 			t.Fatalf("the tight replica counts %s wider, want at least the published %dµs", m, wide)
 		}
 		waitIdle(t, loose)
@@ -126,7 +126,7 @@ func TestLateAgainAsksForAMargin(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitIdle(t, th)
-		if late := th.Stats().LateWakes; late != lateBeforeSlack || len(rec.scores()) != 1 {
+		if late := th.Stats().Sends.LateWakes; late != lateBeforeSlack || len(rec.scores()) != 1 {
 			t.Fatalf("late wakes %d, admissions kept %d; want %d late wakes and 1 admission", late, len(rec.scores()), lateBeforeSlack)
 		}
 		wide, _ := wideMembers(t, c, key)

@@ -61,7 +61,7 @@ func defaultOptions() options {
 // the buffer (a lopsided or slow link to Redis, a process just started on
 // a busy machine), or calls keep being woken late, the Throttler counts
 // with a margin instead: its calls' neighbourhoods are counted wider by
-// the excess, on every replica (see Stats.Margin), which costs that much
+// the excess, on every replica (see Stats.Redis.Margin), which costs that much
 // of the window's capacity while it lasts and keeps the promise. Default
 // 50ms. Zero is allowed (no margin is kept: calls go at their slots as
 // closely as the machine lets them); negative is an error, and so is, for
@@ -148,7 +148,7 @@ func WithLogger(l *slog.Logger) Option {
 // on a server state that passes (LOADING, READONLY, MASTERDOWN, TRYAGAIN,
 // CLUSTERDOWN) is sent again on another connection while the bound leaves
 // time, after pauses of none, then 2ms, doubling up to 64ms
-// (Stats.RoundsRetried counts them): a blip of the network costs its
+// (Stats.Redis.RoundsRetried counts them): a blip of the network costs its
 // calls a delay, not an error. A round trip sent again may have been
 // applied already: each of its writes is safe to apply twice, and its
 // counts may then refuse a call the first would have admitted, never

@@ -27,8 +27,8 @@ func rejectedAtOnce(t *testing.T, th *Throttler, limit int, ctx context.Context,
 		t.Fatalf("Wait beyond the window = %v, want %v and context.DeadlineExceeded", err, want)
 	}
 	after := th.Stats()
-	if after.RoundTrips != before.RoundTrips {
-		t.Fatalf("the refusal took %d round trips; the last reply already told", after.RoundTrips-before.RoundTrips)
+	if after.Redis.RoundTrips != before.Redis.RoundTrips {
+		t.Fatalf("the refusal took %d round trips; the last reply already told", after.Redis.RoundTrips-before.Redis.RoundTrips)
 	}
 	if after.Rejected[why] != before.Rejected[why]+1 {
 		t.Fatalf("Stats.Rejected[%s] = %d, want %d", why, after.Rejected[why], before.Rejected[why]+1)
@@ -225,8 +225,8 @@ func TestPriorityShareHoldsForWaiters(t *testing.T) {
 		assertWindow(t, rec.scores(), interval+50*time.Millisecond, 3)
 		for _, th := range ths {
 			s := th.Stats()
-			if s.RoundTrips > 3*uint64(s.Admitted) {
-				t.Errorf("%d round trips for %d low calls: refused over and over, not waiting for their slots", s.RoundTrips, s.Admitted)
+			if s.Redis.RoundTrips > 3*uint64(s.Admitted) {
+				t.Errorf("%d round trips for %d low calls: refused over and over, not waiting for their slots", s.Redis.RoundTrips, s.Admitted)
 			}
 		}
 	})

@@ -82,7 +82,7 @@ func TestSettleDebt(t *testing.T) {
 		if n := allowed(t, th, 10); n != 4 {
 			t.Fatalf("after a debt of 4, %d more calls fit in a window of 10, want 4", n)
 		}
-		if s := th.Stats(); s.Settled != 1 || s.Debt != 4 || s.Returned != 0 {
+		if s := th.Stats(); s.Costs.Settled != 1 || s.Costs.Debt != 4 || s.Costs.Returned != 0 {
 			t.Fatalf("Stats after one permit settled 2 -> 6: %+v, want Settled 1, Debt 4", s)
 		}
 		short, cancel := context.WithTimeout(ctx, time.Second)
@@ -251,7 +251,7 @@ func TestProbeGivenBackMidFlightIsNoLoss(t *testing.T) {
 		if err := th.Wait(short); err != nil {
 			t.Fatalf("Wait after a probe was given back mid-flight: %v", err)
 		}
-		if s := th.Stats(); s.Heals != 0 || s.Pauses != 0 {
+		if s := th.Stats(); s.Redis.Heals != 0 || s.Pauses != 0 {
 			t.Fatalf("a probe this process gave back was taken for a lost window: %+v", s)
 		}
 		waitIdle(t, th)

@@ -162,8 +162,9 @@ func TestGitHubRecipeFollowsCounter(t *testing.T) {
 // sent again once the pause is over and answered, whichever way GitHub
 // refuses: a 429 with retry-after (the pause lasts that long), or a 403
 // with neither retry-after nor a counter at 0 (every replica backs off for
-// the longer of Transport.Backoff, 1.5s here, and the GitHub preset's
-// Quota.Backoff, a minute, as GitHub asks: the retry goes a minute later).
+// Transport.Backoff, 1.5s here; unset, it would be the GitHub preset's
+// Quota.Backoff, a minute, as GitHub asks, see
+// TestGitHubSecondaryBacksOffAMinute).
 func TestGitHubRecipeRetriesSecondary(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
@@ -221,5 +222,32 @@ func TestGitHubRecipeRetriesSecondary(t *testing.T) {
 			}
 			t.Logf("refused %d, retried %v later: 200", tt.status, ours[1].At.Sub(ours[0].At).Round(time.Millisecond))
 		})
+	}
+}
+
+// Without Transport.Backoff, GitHub's secondary rate limit backs every
+// replica off for the minute GitHub asks for.
+func TestGitHubSecondaryBacksOffAMinute(t *testing.T) {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`)
+	}))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	th, err := throttler.New(rdb, "{gh:token-1}:hour", 100, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &throttler.Transport{Route: th.Route(), Counters: counters.GitHub(), Base: srv.Client().Transport}}
+	before := time.Now()
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if d := th.Stats().PausedUntil.Sub(before); d < 59*time.Second || d > 62*time.Second {
+		t.Fatalf("paused for %s after a secondary rate limit, want GitHub's minute", d)
 	}
 }

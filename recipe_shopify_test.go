@@ -368,9 +368,9 @@ func TestShopifyGraphQLRetriesThrottled(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := th.Stats()
-	t.Logf("API: %+v; Throttler: %d units admitted, %d returned, %d pauses", c, s.Admitted, s.Returned, s.Pauses)
-	if c.Queries != 2 || c.Throttled != 1 || s.Pauses != 1 || s.Admitted-s.Returned != uint64(c.Points) {
+	t.Logf("API: %+v; Throttler: %d units admitted, %d returned, %d pauses", c, s.Admitted, s.Costs.Returned, s.Pauses)
+	if c.Queries != 2 || c.Throttled != 1 || s.Pauses != 1 || s.Admitted-s.Costs.Returned != uint64(c.Points) {
 		t.Errorf("API %+v, the store's window holds %d points after %d pauses; want 2 answered, 1 throttled, 1 pause, and the answered queries' %d points held",
-			c, s.Admitted-s.Returned, s.Pauses, c.Points)
+			c, s.Admitted-s.Costs.Returned, s.Pauses, c.Points)
 	}
 }

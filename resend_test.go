@@ -58,7 +58,7 @@ func TestRoundResentWhenItsReplyIsLost(t *testing.T) {
 		for _, th := range ths {
 			waitIdle(t, th)
 			s := th.Stats()
-			retried += s.RoundsRetried
+			retried += s.Redis.RoundsRetried
 			if s.Failed > 0 {
 				t.Errorf("%d waits failed", s.Failed)
 			}

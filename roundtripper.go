@@ -90,7 +90,7 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 // for net/http writes a request once it holds its connection: its slot
 // goes back and its units count as debt at the time it goes (see
 // Permit.Settle), so that later calls count it where the API does.
-// Stats.SendDelay, Reslotted and SentLate, and Observer.Sent, report what
+// Stats.Sends (Delay, Reslotted, SentLate), and Observer.Sent, report what
 // the connections cost; a Throttler whose calls keep taking new slots
 // logs a warning once (see WithLogger). A Base that is not net/http's, or
 // does not call GotConn, is not held: its calls go when handed on. Nested
@@ -206,11 +206,12 @@ type Transport struct {
 
 	// Backoff is how long a refusal that does not say until when (a bare
 	// 429, or a Pause without Until read by Counters) pauses every replica
-	// at first: the longer of Backoff and the Quota's own Backoff (a
-	// minute for GitHub's secondary rate limits), doubled each time the
-	// API refuses again within a back-off's length after the last one
-	// ended, whichever replica reads it, at most MaxPause. Default 1
-	// second.
+	// at first, doubled each time the API refuses again within a
+	// back-off's length after the last one ended, whichever replica reads
+	// it, at most MaxPause. Default (zero): what the API asks, as the
+	// Quota's own Backoff states it (a minute for GitHub's secondary rate
+	// limits), and 1 second when it asks nothing; a Backoff set here wins
+	// over what the API asks.
 	Backoff time.Duration
 
 	// LimitHeader names a response header stating how many calls per

@@ -38,7 +38,7 @@ import (
 //     context ends goes at its slot (at most maxLead later), where it
 //     counts already.
 //
-// WroteHeaders marks the write: Stats.SendDelay counts how long after its
+// WroteHeaders marks the write: Stats.Sends.Delay counts how long after its
 // slot each call's connection came (a pool too small, or a buffer too
 // short for the API's distance, shows there), and the send is reported to
 // the Observers (Observer.Sent) and to the sends' watch (see sendWatch).

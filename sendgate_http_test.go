@@ -102,8 +102,8 @@ func TestTransportColdConnectionsAtTheAPI(t *testing.T) {
 				var reslotted, late uint64
 				for _, th := range ths {
 					waitIdle(t, th)
-					reslotted += th.Stats().Reslotted
-					late += th.Stats().SentLate
+					reslotted += th.Stats().Sends.Reslotted
+					late += th.Stats().Sends.SentLate
 				}
 				st := api.Stats()
 				// A refusal the library counted a late send for passes, and
@@ -111,7 +111,7 @@ func TestTransportColdConnectionsAtTheAPI(t *testing.T) {
 				// an HTTP/2 stream is at times written more than the
 				// allowance (100ms) after its connection came, past the
 				// gate; the library cannot hold the scheduler to its slot,
-				// but tells (Stats.SentLate).
+				// but tells (Stats.Sends.SentLate).
 				if most := fakeapi.MaxInWindow(api.Arrivals(), time.Second); most > limit || uint64(st.Rejected) > late {
 					var at []string
 					for _, r := range api.Rejections() {
@@ -196,8 +196,8 @@ func TestTransportSecondWriteTakesASlot(t *testing.T) {
 		if m := core.MaxInWindow(got, interval.Microseconds()); m > limit {
 			t.Fatalf("the server read %d requests within %s of each other (arrivals %v), limit %d", m, interval, got, limit)
 		}
-		if s.Reslotted == 0 || s.SentLate != 0 {
-			t.Fatalf("%d sends reslotted, %d late: want the second writes to take slots of their own", s.Reslotted, s.SentLate)
+		if s.Sends.Reslotted == 0 || s.Sends.SentLate != 0 {
+			t.Fatalf("%d sends reslotted, %d late: want the second writes to take slots of their own", s.Sends.Reslotted, s.Sends.SentLate)
 		}
 	})
 }

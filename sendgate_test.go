@@ -139,14 +139,14 @@ func TestTransportReslotsALateConnection(t *testing.T) {
 		}
 		waitIdle(t, th)
 		s := th.Stats()
-		if s.Reslotted != 1 || s.SentLate != 0 {
-			t.Fatalf("Reslotted %d, SentLate %d; want 1 and 0", s.Reslotted, s.SentLate)
+		if s.Sends.Reslotted != 1 || s.Sends.SentLate != 0 {
+			t.Fatalf("Reslotted %d, SentLate %d; want 1 and 0", s.Sends.Reslotted, s.Sends.SentLate)
 		}
-		if got := s.SendDelay.Count(); got != 2 {
+		if got := s.Sends.Delay.Count(); got != 2 {
 			t.Fatalf("SendDelay counts %d sends, want 2", got)
 		}
-		if late := s.SendDelay.Counts[bucketOf(150*time.Millisecond)]; late != 1 {
-			t.Fatalf("SendDelay %v: want the cold connection's 150ms in the 200ms bucket", s.SendDelay.Counts)
+		if late := s.Sends.Delay.Counts[bucketOf(150*time.Millisecond)]; late != 1 {
+			t.Fatalf("SendDelay %v: want the cold connection's 150ms in the 200ms bucket", s.Sends.Delay.Counts)
 		}
 		if n := len(calls(t, rc, key)); n != 2 {
 			t.Fatalf("%d calls in the set, want 2: the late slot goes back", n)
@@ -177,8 +177,8 @@ func TestTransportCountsALateSendWhereItGoes(t *testing.T) {
 		}
 		waitIdle(t, th)
 		s := th.Stats()
-		if s.Reslotted != 1 || s.SentLate != 1 || s.Debt != 0 {
-			t.Fatalf("Reslotted %d, SentLate %d, Debt %d; want 1, 1 and 0 (Debt is the settles')", s.Reslotted, s.SentLate, s.Debt)
+		if s.Sends.Reslotted != 1 || s.Sends.SentLate != 1 || s.Costs.Debt != 0 {
+			t.Fatalf("Reslotted %d, SentLate %d, Debt %d; want 1, 1 and 0 (Debt is the settles')", s.Sends.Reslotted, s.Sends.SentLate, s.Costs.Debt)
 		}
 		set := calls(t, rc, key)
 		if len(set) != 1 {
@@ -209,8 +209,8 @@ func TestDoHoldsItsRequestAtTheConnection(t *testing.T) {
 			t.Fatalf("DoCost: %v", err)
 		}
 		waitIdle(t, th)
-		if s := th.Stats(); s.Reslotted != 1 || s.SendDelay.Count() != 3 {
-			t.Fatalf("Reslotted %d, sends counted %d; want 1 and 3", s.Reslotted, s.SendDelay.Count())
+		if s := th.Stats(); s.Sends.Reslotted != 1 || s.Sends.Delay.Count() != 3 {
+			t.Fatalf("Reslotted %d, sends counted %d; want 1 and 3", s.Sends.Reslotted, s.Sends.Delay.Count())
 		}
 		// The requests fn makes after the first, with the same context,
 		// are not held: the gate is for the call's own request.
@@ -226,8 +226,8 @@ func TestDoHoldsItsRequestAtTheConnection(t *testing.T) {
 		if err != nil || !second.Load() {
 			t.Fatalf("Do: %v", err)
 		}
-		if s := th.Stats(); s.Reslotted != 1 || s.SendDelay.Count() != 4 {
-			t.Fatalf("after a Do of two requests: Reslotted %d, sends counted %d; want 1 and 4", s.Reslotted, s.SendDelay.Count())
+		if s := th.Stats(); s.Sends.Reslotted != 1 || s.Sends.Delay.Count() != 4 {
+			t.Fatalf("after a Do of two requests: Reslotted %d, sends counted %d; want 1 and 4", s.Sends.Reslotted, s.Sends.Delay.Count())
 		}
 	})
 }
@@ -252,8 +252,8 @@ func TestNestedTransportsHoldOneConnection(t *testing.T) {
 		waitIdle(t, tokens)
 		waitIdle(t, requests)
 		for _, th := range []*Throttler{tokens, requests} {
-			if s := th.Stats(); s.Reslotted != 1 || s.SendDelay.Count() != 2 || s.SentLate != 0 {
-				t.Fatalf("%s: Reslotted %d, sends counted %d, SentLate %d; want 1, 2, 0", th.Key(), s.Reslotted, s.SendDelay.Count(), s.SentLate)
+			if s := th.Stats(); s.Sends.Reslotted != 1 || s.Sends.Delay.Count() != 2 || s.Sends.SentLate != 0 {
+				t.Fatalf("%s: Reslotted %d, sends counted %d, SentLate %d; want 1, 2, 0", th.Key(), s.Sends.Reslotted, s.Sends.Delay.Count(), s.Sends.SentLate)
 			}
 		}
 		if n := len(base.writtenAt()); n != 2 {
@@ -362,8 +362,8 @@ func TestTransportDialsAheadOfTheSlot(t *testing.T) {
 		}
 		waitIdle(t, th)
 		s := th.Stats()
-		if early := s.SendDelay.Counts[0]; early == 0 || s.Reslotted >= 12 {
-			t.Fatalf("%d of 12 connections came by their slot, %d calls reslotted; want some handed on ahead, which need no new slot", early, s.Reslotted)
+		if early := s.Sends.Delay.Counts[0]; early == 0 || s.Sends.Reslotted >= 12 {
+			t.Fatalf("%d of 12 connections came by their slot, %d calls reslotted; want some handed on ahead, which need no new slot", early, s.Sends.Reslotted)
 		}
 		if lead := th.sends.lead(); lead < 150*time.Millisecond || lead > maxLead {
 			t.Fatalf("lead %s, want the connections' 150ms", lead)

@@ -134,7 +134,7 @@ func (w *simWorld) figures() simFigures {
 	}
 	var rt uint64
 	for _, r := range w.reps {
-		rt += r.th.Stats().RoundTrips
+		rt += r.th.Stats().Redis.RoundTrips
 	}
 	f.roundTrips = float64(rt) / float64(len(adms))
 	f.commands = float64(w.net.Commands()) / float64(len(adms))

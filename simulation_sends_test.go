@@ -42,8 +42,8 @@ func simSendStats(reps []*simReplica) string {
 	var reslotted, late uint64
 	for _, r := range reps {
 		s := r.th.Stats()
-		reslotted += s.Reslotted
-		late += s.SentLate
+		reslotted += s.Sends.Reslotted
+		late += s.Sends.SentLate
 	}
 	return fmt.Sprintf(" (the library: %d reslotted, %d written late)", reslotted, late)
 }

@@ -1070,7 +1070,7 @@ func (w *simWorld) loseSome(before map[string]bool) {
 		}
 	}
 	for _, r := range w.reps {
-		if r.th.Stats().RoundTrips == 0 || before != nil && !lostOne[r] {
+		if r.th.Stats().Redis.RoundTrips == 0 || before != nil && !lostOne[r] {
 			r.blind.Store(true)
 		}
 		r.th.mu.Lock()
@@ -1215,7 +1215,7 @@ func (w *simWorld) checkInFlight() {
 	}
 	for _, m := range w.store.Members(simInFlightKey) {
 		r := w.owner(m.Name)
-		if r == nil || r.dead.Load() || r.th.Stats().RedisErrors > 0 {
+		if r == nil || r.dead.Load() || r.th.Stats().Redis.Errors > 0 {
 			continue
 		}
 		w.t.Errorf("r%d left a place in flight taken after every call ended", r.id)
@@ -1282,7 +1282,7 @@ func (w *simWorld) checkMembers() {
 					time.UnixMicro(int64(m.Score)).Sub(w.rec.Start()), w.reps[0].th.rules.Ahead)
 			}
 			r := w.owner(m.Name)
-			if r == nil || r.dead.Load() || r.th.Stats().RedisErrors > 0 || w.sc.Policy != sim.FailClosed {
+			if r == nil || r.dead.Load() || r.th.Stats().Redis.Errors > 0 || w.sc.Policy != sim.FailClosed {
 				continue
 			}
 			r.mu.Lock()
@@ -1513,8 +1513,8 @@ func (w *simWorld) summary() string {
 	var rt, errs uint64
 	for _, r := range slices.Concat(w.old, w.reps) {
 		s := r.th.Stats()
-		rt += s.RoundTrips
-		errs += s.RedisErrors
+		rt += s.Redis.RoundTrips
+		errs += s.Redis.Errors
 	}
 	s := fmt.Sprintf("admitted %d calls (%d units); round trips %d; commands %d; redis errors %d; other outcomes %v; longest wait without deadline %s (bound %s)",
 		len(adms), units, rt, w.net.Commands(), errs, w.errs, w.longest, w.maxWait())

@@ -8,8 +8,9 @@ import (
 
 // Stats is a snapshot of a Throttler's counters and state, taken by Stats.
 // Counters start at zero when the Throttler is created and only grow;
-// InFlight and the fields after Rejected are state. All are this process's
-// view, not the key's (Usage reads the key).
+// PausedUntil, LimitNow, Places.InFlight, Redis.Degraded, Redis.ClockError
+// and Redis.Margin are state. All are this process's view, not the key's
+// (Usage reads the key).
 //
 // A wait below is one of every face that waits for quota: WaitN (and
 // Wait), Acquire, Do, DoCost, Wrap, WrapCost and a request through a
@@ -32,59 +33,78 @@ type Stats struct {
 	Failed uint64
 	// Denied is how many AllowN calls answered Allowed: false.
 	Denied uint64
-	// RoundTrips is how many reservation round trips reached Redis;
-	// RedisErrors how many Redis calls failed or timed out.
-	RoundTrips, RedisErrors uint64
-	// Pauses is how many shared pauses this Throttler set or learned of.
-	Pauses uint64
-	// Heals is how many times this Throttler found that Redis had lost the
-	// window, and paused every process until the calls it held stopped
-	// counting.
-	Heals uint64
-	// LateWakes is how many calls gave their slot back and reserved again
-	// because they were woken too late (see WaitN).
-	LateWakes uint64
-	// Settled is how many permits were settled (see Permit.Settle);
-	// Returned is how many units their surpluses gave back in Redis, and
-	// Debt how many their excesses added (a permit admitted without Redis
-	// adds to neither).
-	Settled, Returned, Debt uint64
-	// InFlight is how many calls of this process hold a place in flight
-	// now (see WithInFlight); PlaceWaits how many times a call found no
-	// place free and waited for one.
-	InFlight   int
-	PlaceWaits uint64
-	// SendDelay is how long after their slots calls' connections came,
-	// for the calls sent through net/http by a Transport, or by Do,
-	// DoCost, Wrap or WrapCost with the context they pass (see
-	// Transport): the dial and the wait for a pooled connection are
-	// there. A connection later than the slot allows (half the buffer,
-	// see WithBuffer) costs the call a new slot (Reslotted); delays near
-	// or past half the buffer call for a larger pool in the base
-	// transport, or a longer buffer.
-	SendDelay Histogram
-	// Reslotted is how many of those calls took a new slot at their
-	// connection, which came later than their slot allowed, or for a
-	// second write of their request (see SendInfo.Rewritten); SentLate how
-	// many were written later than their slot allowed all the same (see
-	// SendInfo.Late: those that could not wait for a new slot count as
-	// debt where they went, which Debt leaves out).
-	Reslotted, SentLate uint64
-	// RoundsRetried is how many reservation round trips failed on a
-	// broken connection to Redis and were sent again (see
-	// WithRedisTimeout).
-	RoundsRetried uint64
 	// Rejected counts the waits turned away, by Rejection: their
 	// slot lay past their deadline or their maximum wait, or the queue
 	// was full. Those past their deadline count in Abandoned too.
 	Rejected [numRejections]uint64
 
-	// PausedUntil is the end of the shared pause known to this Throttler;
-	// zero when none is in force.
+	// Pauses is how many shared pauses this Throttler set or learned of;
+	// PausedUntil is the end of the one in force as this Throttler knows
+	// it, zero when none is.
+	Pauses      uint64
 	PausedUntil time.Time
-	// LimitNow is the first limit in force: New's, or lower while LowerLimit (or
-	// a Transport reading the API's limit) has lowered it.
+	// LimitNow is the first limit in force: New's, or lower while
+	// LowerLimit (or a Transport reading the API's limit) has lowered it.
 	LimitNow int
+
+	Costs  CostStats  // costs settled after the call (Permit.Settle)
+	Places PlaceStats // places in flight (WithInFlight)
+	Sends  SendStats  // when calls went, against their slots
+	Redis  RedisStats // the round trips, and the state of the shared window
+}
+
+// CostStats count the permits settled (see Permit.Settle).
+type CostStats struct {
+	// Settled is how many permits were settled; Returned is how many units
+	// their surpluses gave back in Redis, and Debt how many their excesses
+	// added (a permit admitted without Redis adds to neither).
+	Settled, Returned, Debt uint64
+}
+
+// PlaceStats count the places in flight (see WithInFlight).
+type PlaceStats struct {
+	// InFlight is how many calls of this process hold a place in flight
+	// now; Waits how many times a call found no place free and waited for
+	// one.
+	InFlight int
+	Waits    uint64
+}
+
+// SendStats say when calls went, against their slots.
+type SendStats struct {
+	// Delay is how long after their slots calls' connections came, for
+	// the calls sent through net/http by a Transport, or by Do, DoCost,
+	// Wrap or WrapCost with the context they pass (see Transport): the
+	// dial and the wait for a pooled connection are there. A connection
+	// later than the slot allows (half the buffer, see WithBuffer) costs
+	// the call a new slot (Reslotted); delays near or past half the
+	// buffer call for a larger pool in the base transport, or a longer
+	// buffer.
+	Delay Histogram
+	// Reslotted is how many of those calls took a new slot at their
+	// connection, which came later than their slot allowed, or for a
+	// second write of their request (see SendInfo.Rewritten); SentLate how
+	// many were written later than their slot allowed all the same (see
+	// SendInfo.Late: those that could not wait for a new slot count as
+	// debt where they went, which CostStats.Debt leaves out).
+	Reslotted, SentLate uint64
+	// LateWakes is how many calls gave their slot back and reserved again
+	// because they were woken too late (see WaitN).
+	LateWakes uint64
+}
+
+// RedisStats count the round trips to Redis, and say what this process
+// knows of the shared window.
+type RedisStats struct {
+	// RoundTrips is how many reservation round trips reached Redis; Errors
+	// how many Redis calls failed or timed out; RoundsRetried how many
+	// reservation round trips failed on a broken connection and were sent
+	// again (see WithRedisTimeout).
+	RoundTrips, Errors, RoundsRetried uint64
+	// Heals is how many times this Throttler found that Redis had lost the
+	// window, and paused every process until the calls it held stopped
+	// counting.
+	Heals uint64
 	// Degraded reports that Redis failed recently and calls follow the
 	// failure policy (FailOpen or FallbackLocal) instead of Redis.
 	Degraded bool
@@ -106,27 +126,19 @@ func (t *Throttler) Stats() Stats {
 		return Stats{}
 	}
 	s := Stats{
-		Admitted:    t.stats.admitted.Load(),
-		Waited:      time.Duration(t.stats.waited.Load()),
-		Waits:       t.stats.waits.Load(),
-		Abandoned:   t.stats.abandoned.Load(),
-		Failed:      t.stats.failed.Load(),
-		Denied:      t.stats.refused.Load(),
-		RoundTrips:  t.stats.roundTrips.Load(),
-		RedisErrors: t.stats.redisErrors.Load(),
-		Pauses:      t.stats.pauses.Load(),
-		Heals:       t.stats.heals.Load(),
-		LateWakes:   t.stats.lateWakes.Load(),
-		Settled:     t.stats.settled.Load(),
-		Returned:    t.stats.returned.Load(),
-		Debt:        t.stats.debt.Load(),
-		InFlight:    int(t.stats.inFlight.Load()),
-		PlaceWaits:  t.stats.placeWaits.Load(),
-		SendDelay:   t.stats.sendDelay.snapshot(),
-		Reslotted:   t.stats.reslotted.Load(),
-		SentLate:    t.stats.sentLate.Load(),
-
-		RoundsRetried: t.stats.roundsRetried.Load(),
+		Admitted:  t.stats.admitted.Load(),
+		Waited:    time.Duration(t.stats.waited.Load()),
+		Waits:     t.stats.waits.Load(),
+		Abandoned: t.stats.abandoned.Load(),
+		Failed:    t.stats.failed.Load(),
+		Denied:    t.stats.refused.Load(),
+		Pauses:    t.stats.pauses.Load(),
+		Costs:     CostStats{Settled: t.stats.settled.Load(), Returned: t.stats.returned.Load(), Debt: t.stats.debt.Load()},
+		Places:    PlaceStats{InFlight: int(t.stats.inFlight.Load()), Waits: t.stats.placeWaits.Load()},
+		Sends: SendStats{Delay: t.stats.sendDelay.snapshot(), Reslotted: t.stats.reslotted.Load(),
+			SentLate: t.stats.sentLate.Load(), LateWakes: t.stats.lateWakes.Load()},
+		Redis: RedisStats{RoundTrips: t.stats.roundTrips.Load(), Errors: t.stats.redisErrors.Load(),
+			RoundsRetried: t.stats.roundsRetried.Load(), Heals: t.stats.heals.Load()},
 	}
 	for i := range s.Rejected {
 		s.Rejected[i] = t.stats.rejected[i].Load()
@@ -140,9 +152,9 @@ func (t *Throttler) Stats() Stats {
 	}
 	var lims [1]int
 	s.LimitNow = t.shared.limits(t.rules.Wins, serverNow, lims[:0])[0]
-	s.Degraded = t.fallback.isDegraded()
-	s.ClockError = time.Duration(t.clock.View().ErrBound()) * time.Microsecond
-	s.Margin = time.Duration(t.upkeep.widen) * time.Microsecond
+	s.Redis.Degraded = t.fallback.isDegraded()
+	s.Redis.ClockError = time.Duration(t.clock.View().ErrBound()) * time.Microsecond
+	s.Redis.Margin = time.Duration(t.upkeep.widen) * time.Microsecond
 	return s
 }
 
@@ -192,7 +204,7 @@ type Observer struct {
 	// round trip reaches Redis again. Its calls are serialized and
 	// alternate, the first with true: an Observer added (AddObserver) while
 	// calls follow the policy is called with true as it is added. A
-	// Throttler nobody calls any more reports no false: Stats.Degraded
+	// Throttler nobody calls any more reports no false: Stats.Redis.Degraded
 	// tells whether calls follow the policy now.
 	Degraded func(on bool)
 	// Waited is called once for each wait (see Stats) as it returns,

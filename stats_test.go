@@ -47,15 +47,15 @@ func TestStatsAndObserver(t *testing.T) {
 		want := Stats{Admitted: 3, Waits: 1, Abandoned: 1, Denied: 1, Pauses: 1, LimitNow: 3}
 		want.Rejected[RejectedDeadline] = 1 // the Wait whose slot lay past its deadline
 		got := s
-		got.Waited, got.RoundTrips, got.PausedUntil, got.ClockError = 0, 0, time.Time{}, 0
+		got.Waited, got.Redis.RoundTrips, got.PausedUntil, got.Redis.ClockError = 0, 0, time.Time{}, 0
 		if got != want {
 			t.Fatalf("Stats = %+v, want %+v (ignoring Waited, RoundTrips, PausedUntil, ClockError)", got, want)
 		}
-		if s.ClockError <= 0 || s.ClockError > time.Second {
-			t.Errorf("ClockError = %s, want half a round trip on loopback", s.ClockError)
+		if s.Redis.ClockError <= 0 || s.Redis.ClockError > time.Second {
+			t.Errorf("ClockError = %s, want half a round trip on loopback", s.Redis.ClockError)
 		}
-		if s.RoundTrips < 3 {
-			t.Errorf("RoundTrips = %d, want at least one per call that reached Redis (3)", s.RoundTrips)
+		if s.Redis.RoundTrips < 3 {
+			t.Errorf("RoundTrips = %d, want at least one per call that reached Redis (3)", s.Redis.RoundTrips)
 		}
 		if d := s.PausedUntil.Sub(until); d < -time.Second || d > time.Second {
 			t.Errorf("PausedUntil = %s, want about %s", s.PausedUntil, until)
@@ -124,8 +124,8 @@ func TestStatsCountFirstSampleError(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got := th.Stats().RedisErrors; got < 1 || uint64(seen) != got {
-		t.Errorf("Stats.RedisErrors = %d and Observer.RedisError called %d times after a failed Wait; want the same, at least 1", got, seen)
+	if got := th.Stats().Redis.Errors; got < 1 || uint64(seen) != got {
+		t.Errorf("Stats.Redis.Errors = %d and Observer.RedisError called %d times after a failed Wait; want the same, at least 1", got, seen)
 	}
 	waitIdle(t, th)
 }

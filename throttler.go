@@ -76,6 +76,16 @@ type Throttler struct {
 // the keys WithLimit and WithInFlight name: on Redis Cluster each lives in
 // one hash slot, so give keys that must share a slot the same {tag}.
 //
+// Make one Throttler per key in a process, once, and share it between
+// goroutines: it is safe for concurrent use, and two Throttlers on one key
+// in one process only cost more round trips. It needs no Close: its
+// goroutines (one that makes the round trips, and one that listens for
+// other processes' news while calls wait near the limit) run only while it
+// has calls waiting or something to write to Redis, and exit on their own;
+// a Throttler no longer used is garbage collected. Closing the client ends
+// it: calls then fail with an error wrapping ErrRedis (or follow the
+// failure policy).
+//
 // New checks its arguments and options and returns an error wrapping
 // ErrInvalidArgument when one is bad. It does no network I/O.
 func New(client redis.UniversalClient, key string, limit int, interval time.Duration, opts ...Option) (*Throttler, error) {

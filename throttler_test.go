@@ -441,7 +441,7 @@ func TestLateWakeAtTheLimitTakesItsSlotAgain(t *testing.T) {
 		}
 		waitIdle(t, th)
 		scores := rec.scores()
-		if late := th.Stats().LateWakes; late != 1 || len(scores) != 2 {
+		if late := th.Stats().Sends.LateWakes; late != 1 || len(scores) != 2 {
 			t.Fatalf("late wakes %d, admissions kept %d; want 1 late wake and 2 admissions", late, len(scores))
 		}
 		if gap := time.Duration(scores[1]-scores[0]) * time.Microsecond; gap > 5*time.Second {

@@ -57,8 +57,8 @@ const (
 	Proceed Verdict = iota
 	// Pause: the API refused the call for its quota. Every replica pauses
 	// until Quota.Until; when the response does not say until when
-	// (Until is zero), every replica backs off for Transport.Backoff (a
-	// second by default) or Quota.Backoff, whichever is longer, doubled
+	// (Until is zero), every replica backs off for Transport.Backoff,
+	// by default Quota.Backoff, or a second when that is zero, doubled
 	// each time the API refuses again soon after a back-off (see
 	// Transport.Backoff). With Retries, the call is sent again after the
 	// pause.
@@ -90,9 +90,10 @@ type Quota struct {
 	// Until is when a Pause ends, as the response states it (Retry-After,
 	// or the reset of a counter at zero); zero when it does not say.
 	Until time.Time
-	// Backoff is, for a Pause whose Until is zero, the least back-off the
-	// API asks for (GitHub asks for a minute after a secondary rate
-	// limit); zero leaves it to Transport.Backoff.
+	// Backoff is, for a Pause whose Until is zero, the back-off the API
+	// asks for (GitHub asks for a minute after a secondary rate limit):
+	// the Transport's default, unless Transport.Backoff is set; zero
+	// asks nothing.
 	Backoff time.Duration
 	// Bucket is the API's name for the counter stated, when it gives one
 	// (GitHub's X-RateLimit-Resource, the IETF policy's name).

@@ -36,13 +36,13 @@
 //   - throttler.admitted ({unit}): units admitted, by waits and AllowN
 //     (Stats.Admitted);
 //   - throttler.pauses ({pause}), throttler.redis.errors ({error}),
-//     throttler.in_flight.waits ({wait}: Stats.PlaceWaits);
+//     throttler.in_flight.waits ({wait}: Stats.Places.Waits);
 //   - throttler.settle.permits ({permit}): permits settled;
 //     throttler.settle.overestimate and throttler.settle.underestimate
 //     ({unit}): by how many units their actual cost fell below, and
 //     exceeded, their estimate, over every permit settled. A permit
 //     admitted without Redis (FailOpen, FallbackLocal) counts here, but
-//     gives nothing back and adds no debt: Stats.Returned and Stats.Debt
+//     gives nothing back and adds no debt: Stats.Costs.Returned and Stats.Costs.Debt
 //     leave it out, and can be less;
 //   - throttler.in_flight.count ({call}), an up-down counter: calls
 //     holding a place in flight;
@@ -56,7 +56,7 @@
 //
 // Read at each collection, for InstrumentThrottler and InstrumentGroup
 // alike, throttler.degraded ({throttler}) is an asynchronous up-down
-// counter of the instrumented Throttlers whose Stats.Degraded is true
+// counter of the instrumented Throttlers whose Stats.Redis.Degraded is true
 // then: their calls follow the failure policy (FailOpen, FallbackLocal),
 // Redis having failed within the last second. For a Group, it reads the
 // Throttlers that reported Degraded(true) (throttler.Observer) and are

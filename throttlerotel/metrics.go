@@ -109,7 +109,7 @@ type sendInstruments struct {
 }
 
 // SendDelayBuckets are throttler.send.delay's bucket bounds, in seconds:
-// Stats.SendDelay's.
+// Stats.Sends.Delay's.
 var SendDelayBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
 
 // transportInstruments record what a Transport reads of the API.

@@ -66,13 +66,13 @@ func TestThrottlerMetrics(t *testing.T) {
 	if n, _ := got.sum(t, "throttler.redis.errors"); n != 0 {
 		t.Errorf("throttler.redis.errors recorded without an error")
 	}
-	if v, _ := got.sum(t, "throttler.redis.round_trips", key); v < 3 || v < float64(before.RoundTrips) || v > float64(after.RoundTrips) {
-		t.Errorf("throttler.redis.round_trips = %v, want at least 3, from Stats' %d before the collection to its %d after", v, before.RoundTrips, after.RoundTrips)
+	if v, _ := got.sum(t, "throttler.redis.round_trips", key); v < 3 || v < float64(before.Redis.RoundTrips) || v > float64(after.Redis.RoundTrips) {
+		t.Errorf("throttler.redis.round_trips = %v, want at least 3, from Stats' %d before the collection to its %d after", v, before.Redis.RoundTrips, after.Redis.RoundTrips)
 	}
 	// The pause's end, read back through the estimate of Redis's clock,
 	// is until within the error bound of the estimates that wrote and read
 	// it; the callback reads it between from and to.
-	slack := 2*max(before.ClockError, after.ClockError) + time.Microsecond
+	slack := 2*max(before.Redis.ClockError, after.Redis.ClockError) + time.Microsecond
 	lo, hi := until.Sub(to)-slack, until.Sub(from)+slack
 	if v, _ := got.sum(t, "throttler.pause.remaining", key); v < lo.Seconds() || v > hi.Seconds() {
 		t.Errorf("throttler.pause.remaining = %vs, want from %s to %s", v, lo, hi)
@@ -91,7 +91,7 @@ func TestThrottlerMetrics(t *testing.T) {
 }
 
 // A window Redis lost is healed, and counted in throttler.heals as in
-// Stats.Heals.
+// Stats.Redis.Heals.
 func TestHeals(t *testing.T) {
 	s := newSink(t)
 	rdb, mr := newRedis(t)
@@ -106,8 +106,8 @@ func TestHeals(t *testing.T) {
 	if res, err := th.Allow(ctx); err != nil || res.Allowed {
 		t.Fatalf("Allow once the window was lost: (%+v, %v), want refused while it heals", res, err)
 	}
-	if v, _ := s.collect(t).sum(t, "throttler.heals"); v != 1 || th.Stats().Heals != 1 {
-		t.Errorf("throttler.heals = %v, Stats.Heals = %d; want 1 and 1", v, th.Stats().Heals)
+	if v, _ := s.collect(t).sum(t, "throttler.heals"); v != 1 || th.Stats().Redis.Heals != 1 {
+		t.Errorf("throttler.heals = %v, Stats.Redis.Heals = %d; want 1 and 1", v, th.Stats().Redis.Heals)
 	}
 }
 
@@ -396,7 +396,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // throttler.degraded counts the instrumented Throttlers whose calls follow
-// the failure policy now (Stats.Degraded): for a Group, one it evicted
+// the failure policy now (Stats.Redis.Degraded): for a Group, one it evicted
 // while it had reported Degraded(true) and no false since (nobody calls
 // it) no longer counts.
 func TestDegraded(t *testing.T) {
@@ -464,7 +464,7 @@ func TestDegraded(t *testing.T) {
 
 			// A second after the failure, calls would try Redis again:
 			// nobody calls, so no Degraded(false) is reported.
-			waitFor(t, "Stats.Degraded still true", func() bool { return !th.Stats().Degraded })
+			waitFor(t, "Stats.Redis.Degraded still true", func() bool { return !th.Stats().Redis.Degraded })
 			if c.group {
 				waitFor(t, "the idle key not evicted", func() bool { return g.Sweep() == 1 })
 			}
@@ -480,7 +480,7 @@ func TestDegraded(t *testing.T) {
 }
 
 // throttler.in_flight.waits counts each time a call found every place in
-// flight taken, as Stats.PlaceWaits does.
+// flight taken, as Stats.Places.Waits does.
 func TestInFlightWaits(t *testing.T) {
 	s := newSink(t)
 	rdb, _ := newRedis(t)
@@ -509,8 +509,8 @@ func TestInFlightWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.collect(t)
-	if v, _ := got.sum(t, "throttler.in_flight.waits"); v < 1 || v != float64(th.Stats().PlaceWaits) {
-		t.Errorf("throttler.in_flight.waits = %v, want Stats.PlaceWaits' %d (at least 1)", v, th.Stats().PlaceWaits)
+	if v, _ := got.sum(t, "throttler.in_flight.waits"); v < 1 || v != float64(th.Stats().Places.Waits) {
+		t.Errorf("throttler.in_flight.waits = %v, want Stats.Places.Waits' %d (at least 1)", v, th.Stats().Places.Waits)
 	}
 	if v, n := got.sum(t, "throttler.in_flight.count"); v != 0 || n != 1 {
 		t.Errorf("throttler.in_flight.count = %v in %d points once both calls ended, want 0 in 1", v, n)

@@ -49,7 +49,7 @@ func TestSendDelayMetrics(t *testing.T) {
 	if v, n := got.sum(t, "throttler.redis.round_trips.resent"); n != 1 || v != 0 {
 		t.Errorf("throttler.redis.round_trips.resent = %v in %d points, want 0 in 1", v, n)
 	}
-	if st := th.Stats(); st.Reslotted != 1 {
-		t.Errorf("Stats.Reslotted %d, want 1", st.Reslotted)
+	if st := th.Stats(); st.Sends.Reslotted != 1 {
+		t.Errorf("Stats.Sends.Reslotted %d, want 1", st.Sends.Reslotted)
 	}
 }

@@ -41,7 +41,7 @@ type statInstruments struct {
 // newDegraded makes throttler.degraded.
 func newDegraded(m metric.Meter) (metric.Int64ObservableUpDownCounter, error) {
 	return m.Int64ObservableUpDownCounter("throttler.degraded", metric.WithUnit("{throttler}"),
-		metric.WithDescription("Throttlers whose calls follow the failure policy now, because Redis failed (Stats.Degraded)."))
+		metric.WithDescription("Throttlers whose calls follow the failure policy now, because Redis failed (Stats.Redis.Degraded)."))
 }
 
 func newStatInstruments(m metric.Meter) (*statInstruments, error) {
@@ -55,7 +55,7 @@ func newStatInstruments(m metric.Meter) (*statInstruments, error) {
 		{&si.allowRefusals, "throttler.allow.refusals", "{call}", "AllowN calls that answered Allowed: false."},
 		{&si.lateWakes, "throttler.late_wakes", "{wake}", "Calls that gave their slot back and reserved again because they were woken too late."},
 		{&si.heals, "throttler.heals", "{heal}", "Times Redis was found to have lost the window, and every process paused until the calls held stopped counting."},
-		{&si.resent, "throttler.redis.round_trips.resent", "{round_trip}", "Reservation round trips that failed on their connection, or on a server state that passes, and were sent again (Stats.RoundsRetried)."},
+		{&si.resent, "throttler.redis.round_trips.resent", "{round_trip}", "Reservation round trips that failed on their connection, or on a server state that passes, and were sent again (Stats.Redis.RoundsRetried)."},
 	} {
 		if *c.dst, err = m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.about)); err != nil {
 			return nil, err
@@ -93,18 +93,18 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 			return nil // collected: its registration is being undone
 		}
 		s := t.Stats()
-		o.ObserveInt64(si.roundTrips, int64(s.RoundTrips), attrs)
+		o.ObserveInt64(si.roundTrips, int64(s.Redis.RoundTrips), attrs)
 		o.ObserveInt64(si.allowRefusals, int64(s.Denied), attrs)
-		o.ObserveInt64(si.lateWakes, int64(s.LateWakes), attrs)
-		o.ObserveInt64(si.heals, int64(s.Heals), attrs)
-		o.ObserveInt64(si.resent, int64(s.RoundsRetried), attrs)
+		o.ObserveInt64(si.lateWakes, int64(s.Sends.LateWakes), attrs)
+		o.ObserveInt64(si.heals, int64(s.Redis.Heals), attrs)
+		o.ObserveInt64(si.resent, int64(s.Redis.RoundsRetried), attrs)
 		o.ObserveInt64(si.limit, int64(s.LimitNow), attrs)
 		left := 0.0
 		if !s.PausedUntil.IsZero() {
 			left = max(0, time.Until(s.PausedUntil).Seconds())
 		}
 		o.ObserveFloat64(si.pauseRemaining, left, attrs)
-		o.ObserveInt64(si.degraded, count(s.Degraded), attrs)
+		o.ObserveInt64(si.degraded, count(s.Redis.Degraded), attrs)
 		return nil
 	}, si.roundTrips, si.allowRefusals, si.lateWakes, si.heals, si.resent, si.limit, si.pauseRemaining, si.degraded)
 	if err != nil {
@@ -135,7 +135,7 @@ func count(b bool) int64 {
 }
 
 // degradedSet reads throttler.degraded for a Group at each collection:
-// how many of its Throttlers are degraded (Stats.Degraded). It holds,
+// how many of its Throttlers are degraded (Stats.Redis.Degraded). It holds,
 // weakly, every Throttler reported degraded (Observer.Degraded) that is
 // still alive, the Group's or one it evicted, for an evicted Throttler
 // reports no Degraded(false) (nobody calls it), but its Stats tell.
@@ -229,7 +229,7 @@ func (d *degradedSet) observe(o metric.Observer) {
 			s = &sum{set: h.set}
 			sums[h.set.Equivalent()] = s
 		}
-		s.n += count(h.t.Stats().Degraded)
+		s.n += count(h.t.Stats().Redis.Degraded)
 	}
 	for _, s := range sums {
 		o.ObserveInt64(d.inst, s.n, metric.WithAttributeSet(s.set))

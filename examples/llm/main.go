@@ -318,9 +318,9 @@ func runMode(ctx context.Context, c config, m mode, newClient func() *redis.Clie
 	}
 	for _, t := range toks {
 		s := t.Stats()
-		r.settled += s.Settled
-		r.returned += s.Returned
-		r.debt += s.Debt
+		r.settled += s.Costs.Settled
+		r.returned += s.Costs.Returned
+		r.debt += s.Costs.Debt
 	}
 	return r, nil
 }

@@ -59,7 +59,7 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		rejected: prometheus.NewDesc("throttler_rejected_total",
 			"WaitN calls turned away without their slot, by reason: deadline, max wait, queue full, shed (see throttler.Rejection).",
 			[]string{"key", "reason"}, nil),
-		sendDelay:     desc("throttler_send_delay_seconds", "How long after their slots calls sent through net/http got their connections (throttler.Stats.SendDelay)."),
+		sendDelay:     desc("throttler_send_delay_seconds", "How long after their slots calls sent through net/http got their connections (throttler.Stats.Sends.Delay)."),
 		reslotted:     desc("throttler_reslotted_total", "Calls whose connection came later than their slot allowed, and that took a new slot for it."),
 		sentLate:      desc("throttler_sent_late_total", "Calls written later than their slot allowed all the same."),
 		roundsRetried: desc("throttler_redis_round_trips_resent_total", "Reservation round trips sent again after a broken Redis connection."),
@@ -100,27 +100,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.abandoned, float64(s.Abandoned))
 		counter(c.failed, float64(s.Failed))
 		counter(c.refused, float64(s.Denied))
-		counter(c.roundTrips, float64(s.RoundTrips))
-		counter(c.redisErrors, float64(s.RedisErrors))
+		counter(c.roundTrips, float64(s.Redis.RoundTrips))
+		counter(c.redisErrors, float64(s.Redis.Errors))
 		counter(c.pauses, float64(s.Pauses))
-		counter(c.heals, float64(s.Heals))
-		counter(c.lateWakes, float64(s.LateWakes))
-		counter(c.settled, float64(s.Settled))
-		counter(c.returned, float64(s.Returned))
-		counter(c.debt, float64(s.Debt))
-		gauge(c.inFlight, float64(s.InFlight))
-		counter(c.placeWaits, float64(s.PlaceWaits))
+		counter(c.heals, float64(s.Redis.Heals))
+		counter(c.lateWakes, float64(s.Sends.LateWakes))
+		counter(c.settled, float64(s.Costs.Settled))
+		counter(c.returned, float64(s.Costs.Returned))
+		counter(c.debt, float64(s.Costs.Debt))
+		gauge(c.inFlight, float64(s.Places.InFlight))
+		counter(c.placeWaits, float64(s.Places.Waits))
 		for why, n := range s.Rejected {
 			ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n), key, throttler.Rejection(why).String())
 		}
-		ch <- sendDelayHistogram(c.sendDelay, s.SendDelay, key)
-		counter(c.reslotted, float64(s.Reslotted))
-		counter(c.sentLate, float64(s.SentLate))
-		counter(c.roundsRetried, float64(s.RoundsRetried))
+		ch <- sendDelayHistogram(c.sendDelay, s.Sends.Delay, key)
+		counter(c.reslotted, float64(s.Sends.Reslotted))
+		counter(c.sentLate, float64(s.Sends.SentLate))
+		counter(c.roundsRetried, float64(s.Redis.RoundsRetried))
 		gauge(c.limit, float64(s.LimitNow))
 		gauge(c.interval, t.Interval().Seconds())
 		gauge(c.pausedUntil, unixSeconds(s.PausedUntil))
-		gauge(c.degraded, boolValue(s.Degraded))
+		gauge(c.degraded, boolValue(s.Redis.Degraded))
 	}
 }
 

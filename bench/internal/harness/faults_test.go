@@ -109,14 +109,14 @@ func checkStats(t *testing.T, row Row, procs int) {
 }
 
 func TestStatsLine(t *testing.T) {
-	st := throttler.Stats{Admitted: 12, Waited: 1500 * time.Millisecond, LimitNow: 20, ClockError: 80 * time.Microsecond}
+	st := throttler.Stats{Admitted: 12, Waited: 1500 * time.Millisecond, LimitNow: 20, Redis: throttler.RedisStats{ClockError: 80 * time.Microsecond}}
 	st.Rejected[0] = 3
 	raw, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := statsLine(raw)
-	for _, want := range []string{"Admitted=12 ", "Waited=1.5s ", "Rejected=[3 ", "LimitNow=20 ", "ClockError=80µs"} {
+	for _, want := range []string{"Admitted=12 ", "Waited=1.5s ", "Rejected=[3 ", "LimitNow=20 ", "Redis.ClockError=80µs"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("statsLine = %q, lacks %q", got, want)
 		}

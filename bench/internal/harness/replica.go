@@ -80,7 +80,7 @@ type ReplicaResult struct {
 	// counts every round trip, releases and renewals too) and lease waits.
 	Reservations int64 `json:"reservations,omitempty"`
 	LeaseWaits   int64 `json:"lease_waits,omitempty"`
-	// This library's Stats.LateWakes: calls woken too late for their slot,
+	// This library's Stats.Sends.LateWakes: calls woken too late for their slot,
 	// which gave it back and reserved again (a loaded machine).
 	LateWakes int64 `json:"late_wakes,omitempty"`
 	// KindStorm: Waits that failed by their deadline (whole run), and of
@@ -349,10 +349,10 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		// moment for it, so that its ZREMs fall inside the run's counts.
 		time.Sleep(200 * time.Millisecond)
 		st := th.Stats()
-		res.Reservations, res.LeaseWaits = int64(st.RoundTrips), int64(st.PlaceWaits)
+		res.Reservations, res.LeaseWaits = int64(st.Redis.RoundTrips), int64(st.Places.Waits)
 	}
 	if t, ok := w.(*throttler.Throttler); ok {
-		res.LateWakes = int64(t.Stats().LateWakes)
+		res.LateWakes = int64(t.Stats().Sends.LateWakes)
 	}
 	res.RoundTrips = trips.n.Load()
 	trips.mu.Lock()

@@ -85,7 +85,7 @@ type Row struct {
 	// PerProcRoundTrips is each process's Redis round trips, whole run.
 	PerProcRoundTrips []int64 `json:"per_proc_round_trips,omitempty"`
 	// PerProcLateWakes is, for this library, each process's calls woken
-	// too late for their slot, which reserved again (Stats.LateWakes).
+	// too late for their slot, which reserved again (Stats.Sends.LateWakes).
 	PerProcLateWakes []int64 `json:"per_proc_late_wakes,omitempty"`
 
 	WaitP50Ms float64 `json:"wait_p50_ms"`
@@ -139,12 +139,12 @@ type InFlightRow struct {
 	OverCap int     `json:"over_cap"` // calls the API refused for the cap
 	// Utilization is Mean / Cap.
 	Utilization float64 `json:"utilization"`
-	// Reservations is the library's Stats.RoundTrips (reservation round
+	// Reservations is the library's Stats.Redis.RoundTrips (reservation round
 	// trips, summed over processes); Row.RoundTrips counts every round trip,
 	// the give-backs and renewals of places too.
 	Reservations       int64   `json:"reservations"`
 	ReservationsPerAdm float64 `json:"reservations_per_admission"`
-	LeaseWaits         int64   `json:"lease_waits"` // the library's Stats.PlaceWaits, summed
+	LeaseWaits         int64   `json:"lease_waits"` // the library's Stats.Places.Waits, summed
 	LeaseWaitsPerAdm   float64 `json:"lease_waits_per_admission"`
 }
 
