@@ -11,7 +11,7 @@ import (
 	"github.com/go-throttler/throttler/internal/sim"
 )
 
-var simScale = flag.String("sim.scale", "", `simulation: run the named fixed scenario ("hour", "herd", "herd-faults" or "all") and print its figures`)
+var simScale = flag.String("sim.scale", "", `simulation: run the named fixed scenario ("hour", "herd", "herd-faults", "herd3" or "all") and print its figures`)
 
 // TestSimulationScale runs the fixed scenarios of sim.Scale, checks what
 // every seed's run must hold (the invariant, idle Throttlers, no member
