@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
+	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,6 +32,7 @@ func withCompaction(from, n int) Option {
 // with calls given up on the way. The buckets are
 // there, and hold calls, once the run is over.
 func TestInvariantCompacted(t *testing.T) {
+	redistest.Long(t)
 	for _, mode := range []string{"all", "mixed", "newest"} {
 		t.Run(mode, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dial dialer, key string) {

@@ -21,6 +21,7 @@ import (
 // the total within the limit during the hang, and throughput is back soon
 // after SIGCONT.
 func TestFaultRedisHangs(t *testing.T) {
+	redistest.Long(t)
 	for _, c := range []struct {
 		name   string
 		policy FailurePolicy

@@ -20,6 +20,7 @@ import (
 // and is deleted a second later; and the survivors get the full capacity
 // back within the crash bound after the last kill.
 func TestFaultReplicasKilled(t *testing.T) {
+	redistest.Long(t)
 	const (
 		limit      = 20
 		interval   = 500 * time.Millisecond

@@ -16,6 +16,7 @@ import (
 // killed and restarted empty three times. The replicas heal the lost window:
 // no window over the limit at the API or over the scores.
 func TestFaultRedisRestartHeals(t *testing.T) {
+	redistest.Long(t)
 	const (
 		limit      = 20
 		interval   = 500 * time.Millisecond

@@ -79,6 +79,7 @@ func healCase(t *testing.T, dial dialer, key string, lose func()) {
 }
 
 func TestHealsLostWindow(t *testing.T) {
+	redistest.Long(t)
 	t.Run("miniredis flushed", func(t *testing.T) {
 		mr := miniredis.RunT(t)
 		healCase(t, miniDialer(t, mr), "quota", mr.FlushAll)

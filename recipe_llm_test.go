@@ -17,6 +17,7 @@ import (
 	"github.com/go-throttler/throttler"
 	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/fakellm"
+	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -346,6 +347,7 @@ const recipeTolerance = 2
 // through where the API counts more shows as a 429 (the recipe's pauses
 // would hide all but the first of each burst).
 func TestOpenAIRecipeEstimates(t *testing.T) {
+	redistest.Long(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -423,6 +425,7 @@ func checkLLMRecipe(t *testing.T, runs []llmRecipeRun, refused func(fakellm.Stat
 // recipeTolerance 429s; at the average, the API counts running calls at more
 // than was reserved: refused for output tokens.
 func TestAnthropicRecipeEstimates(t *testing.T) {
+	redistest.Long(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/go-throttler/throttler"
 	"github.com/go-throttler/throttler/counters"
 	"github.com/go-throttler/throttler/internal/fakeshopify"
+	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -256,6 +257,7 @@ func TestShopifyRecipeHoldsTheBucket(t *testing.T) {
 // their requested cost: throttled (logged, not asserted: too few in three
 // seconds to tell apart from the tolerance).
 func TestShopifyGraphQLEstimates(t *testing.T) {
+	redistest.Long(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}

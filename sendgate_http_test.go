@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/fakeapi"
+	"github.com/go-throttler/throttler/internal/redistest"
 )
 
 // slowHandshakes is a listener whose connections read nothing for delay
@@ -56,6 +57,7 @@ func (c *slowFirstRead) Read(p []byte) (int, error) {
 // to write a request once its connection came, and a new connection is
 // still three times as late as that.
 func TestTransportColdConnectionsAtTheAPI(t *testing.T) {
+	redistest.Long(t)
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}

@@ -16,6 +16,7 @@ import (
 // (FailClosed) while there is no master, then resume on the new one; the
 // limit holds throughout, healing whatever recent writes the replica missed.
 func TestSentinelFailover(t *testing.T) {
+	redistest.Long(t)
 	s := redistest.StartSentinel(t)
 	key := redistest.Key(t, "quota")
 	const (

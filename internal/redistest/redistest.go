@@ -47,6 +47,20 @@ import (
 // "no Redis available" from a skip into a test failure.
 const RequireEnv = "THROTTLER_REQUIRE_REDIS"
 
+// LongEnv is the environment variable that, when set to "1", runs the long
+// tests (see Long): CI sets it; a plain go test leaves them out.
+const LongEnv = "THROTTLER_LONG"
+
+// Long skips t, a long test (a fault suite run, a recipe measured over
+// compressed minutes), unless THROTTLER_LONG=1: a developer's plain go
+// test stays a few minutes long, and CI runs them all.
+func Long(t testing.TB) {
+	t.Helper()
+	if os.Getenv(LongEnv) != "1" {
+		t.Skip("a long test: " + LongEnv + "=1 runs it (CI does)")
+	}
+}
+
 // URLEnv is the environment variable naming an existing Redis server
 // (redis://...) that Start wraps instead of launching redis-server.
 const URLEnv = "REDIS_URL"
