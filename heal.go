@@ -33,7 +33,9 @@ import (
 //     one, until it finds one (the calls a round trip wrote went in one
 //     command, so one found tells for them all) or none is left;
 //   - the tally: a member of the first key that every round trip adding
-//     calls increments after its adds, and every round trip reads. A
+//     calls to it with ZADD increments after its adds (claims PlaceScript
+//     places, on windows read as logs whose probes are exact, do not),
+//     and every round trip reads. A
 //     round trip must find it at least as high as the replies that
 //     arrived before it was planned left it; lower, Redis answers from a
 //     copy that missed writes. It tells what a probe cannot in a

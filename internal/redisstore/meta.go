@@ -22,7 +22,8 @@ const (
 	Marker = "\x00m"
 
 	// TallyMember counts, as the score -n, the round trips that added
-	// calls to the first key (each increments it after its adds): a
+	// calls (or the marker) to the first key with ZADD (each increments it
+	// after its adds; PlaceScript's placements do not, see queueTally): a
 	// process that finds it below what it read before has found a copy
 	// that missed writes, whichever calls they were, even where a
 	// compacted window cannot tell its probe's call from another of its

@@ -31,8 +31,10 @@ func (c *attemptCmds) withMarker(zs []redis.Z) []redis.Z {
 }
 
 // queueTally queues the increment of the first key's tally (see
-// TallyMember), after the round trip's adds to it: the key exists then,
-// with the TTL its adds keep, and the tally never makes one without it.
+// TallyMember), after the round trip's ZADD to it: the key exists then,
+// and the tally never makes one (which, holding nothing else, could be
+// left without a TTL). Claims PlaceScript places go without it: their
+// windows are read as logs, whose probes are exact.
 func (c *attemptCmds) queueTally(p redis.Pipeliner) {
 	c.tally = p.ZIncrBy(c.ctx, c.s.wins[0].Key, -1, TallyMember)
 }
