@@ -50,7 +50,7 @@ func BenchmarkThreeCommands(b *testing.B) {
 			c := srv.NewClient(tc.configure)
 			key := srv.Key(b, "bench")
 			meta := []string{redisstore.Marker, redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember,
-				redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember}
+				redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember, redisstore.TallyMember}
 			ctx := context.Background()
 			b.ReportAllocs()
 			n := 0
@@ -78,7 +78,7 @@ func BenchmarkThreeCommands(b *testing.B) {
 // round trip of one command would cost.
 var oneScript = redis.NewScript(`
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-return {redis.call('ZCOUNT', KEYS[1], ARGV[3], ARGV[4]), redis.call('ZMSCORE', KEYS[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])}
+return {redis.call('ZCOUNT', KEYS[1], ARGV[3], ARGV[4]), redis.call('ZMSCORE', KEYS[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])}
 `)
 
 // BenchmarkOneScript: the same as BenchmarkThreeCommands in one EVALSHA.
@@ -94,7 +94,7 @@ func BenchmarkOneScript(b *testing.B) {
 		n++
 		err := oneScript.Run(ctx, c, []string{key}, now, n, "("+strconv.FormatInt(now-1_050_000, 10), "("+strconv.FormatInt(now+1_050_000, 10),
 			redisstore.Marker, redisstore.PauseMember, redisstore.LimitMember, redisstore.LimitEndMember,
-			redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember).Err()
+			redisstore.WideMember, redisstore.WideEndMember, redisstore.BucketMember, redisstore.TallyMember).Err()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func BenchmarkCancellationStorm(b *testing.B) {
 			left := 0
 			zs, _ := srv.NewClient().ZRange(context.Background(), th.Key(), 0, -1).Result()
 			for _, m := range zs {
-				if m != redisstore.Marker && !ours[m] {
+				if m != redisstore.Marker && m != redisstore.TallyMember && !ours[m] {
 					left++
 				}
 			}

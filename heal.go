@@ -31,7 +31,19 @@ import (
 //     all find theirs. Such a round trip is owed a check: in turn, each
 //     round trip also probes the newest call added before the oldest owed
 //     one, until it finds one (the calls a round trip wrote went in one
-//     command, so one found tells for them all) or none is left.
+//     command, so one found tells for them all) or none is left;
+//   - the tally: a member of the first key that every round trip adding
+//     calls to it with ZADD increments after its adds (claims PlaceScript
+//     places, on windows read as logs whose probes are exact, do not),
+//     and every round trip reads. A
+//     round trip must find it at least as high as the replies that
+//     arrived before it was planned left it; lower, Redis answers from a
+//     copy that missed writes. It tells what a probe cannot in a
+//     compacted window: a probe missing from the set but scored in a
+//     bucket that holds calls may have been moved there, or lost while
+//     the bucket counts the calls of others that the copy kept (seed
+//     20155). Like the marker, it tells nothing across an idle TTL (the
+//     key may have expired, and a new one counts from zero).
 //
 // A process that notices admits nothing from that round trip and heals: it
 // pauses every process on the key (a shared pause, the member PauseUntil
@@ -71,6 +83,7 @@ func (h *health) lossChecks(a *core.Attempt, serverNow int64, o *owed) {
 		break
 	}
 	a.Loss.Mark = o.takeMark() || h.lastSeen == 0
+	a.Loss.Tally = h.tally
 	// The marker goes when one found missing, or a heal's, is owed; and
 	// until a reply vouches for the key, with every round trip, for a
 	// process whose round trips had only found it missing (a new key)
@@ -136,7 +149,31 @@ func (h *health) noticeLoss(a *core.Attempt, r core.Reply, serverAt, ttl int64, 
 	if newest == untold && (len(h.unsure) == 0 || h.unsure[len(h.unsure)-1] < h.planned) {
 		h.unsure = append(h.unsure, h.planned) // ask, in turn, about a call added before this round trip
 	}
-	return lost || missing && seenRecently
+	behind := h.readTally(a, r, seenRecently)
+	return lost || missing && seenRecently || behind
+}
+
+// readTally reads the first key's tally from reply r to attempt a, and
+// reports whether it went back: below what the replies that arrived
+// before a was planned left it, while the key cannot have expired
+// (seenRecently).
+func (h *health) readTally(a *core.Attempt, r core.Reply, seenRecently bool) (behind bool) {
+	after := r.Tally
+	if r.Tallied {
+		after++
+	}
+	switch {
+	case r.Tally >= a.Loss.Tally:
+		h.tally = max(h.tally, after)
+	case a.Loss.Tally > h.tally:
+		// Planned before a heal forgot the tally (see lost): the loss
+		// is healed already.
+	case seenRecently:
+		return true
+	default:
+		h.tally = after // the key expired since: a new one counts anew
+	}
+	return false
 }
 
 // forget notes that admitted members were given back: their call did not
@@ -179,6 +216,7 @@ func (h *health) admitted(score int64, members []string) { h.journal.Add(score, 
 // window, so none is left to probe for.
 func (h *health) lost() {
 	h.lastSeen = 0
+	h.tally = 0
 	h.journal.Clear()
 	h.unsure = h.unsure[:0]
 }

@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -329,4 +331,102 @@ func TestClockStepKeepsProbes(t *testing.T) {
 			t.Fatal("a probe trimmed from the window was taken for a loss")
 		}
 	})
+}
+
+// A failover to a copy that missed this process's calls is noticed in a
+// compacted window too, where the probe cannot tell: once a compaction
+// has moved the copy's calls into their bucket, a probe missing from the
+// set but scored in that bucket may have been moved there as well. The
+// tally tells (simulation seed 20155: the three calls the copy kept of a
+// slot's eight vouched for the five lost, and 13 went in a window of 8).
+func TestFailoverBehindIntoCompactedBucketIsNoticed(t *testing.T) {
+	mr := miniredis.RunT(t)
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var elapsed atomic.Int64
+	now := func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
+	mr.SetTime(base)
+	ctx := context.Background()
+	opts := []Option{WithLogger(quiet), WithClock(now), WithBuffer(0), WithReserveAhead(0), withCompaction(1, 4)}
+	newReplica := func() *Throttler {
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return mustNew(t, c, "k", 4, time.Second, opts...)
+	}
+	a, b := newReplica(), newReplica()
+	allow := func(th *Throttler, want bool) {
+		t.Helper()
+		if r, err := th.Allow(ctx); err != nil || r.Allowed != want {
+			t.Fatalf("Allow: %+v, %v; want allowed %v", r, err, want)
+		}
+	}
+	allow(b, true)
+	copyBehind := snapshotStore(t, mr)
+	for range 3 {
+		allow(a, true) // the window is full
+	}
+	restoreStore(mr, copyBehind) // the failover: a's three calls are lost
+	elapsed.Add(int64(600 * time.Millisecond))
+	mr.SetTime(now())
+	// a's round trip trims, so compacts: b's call, older than the window's
+	// age, moves into the bucket a's calls were scored in.
+	allow(a, false)
+	if s := a.Stats(); s.Redis.Heals != 1 {
+		t.Fatalf("Heals = %d, want 1", s.Redis.Heals)
+	}
+	if n := mr.HGet(redisstore.CompactKey("k"), "n"); n != "1" {
+		t.Fatalf("compacted calls: %q, want 1 (b's)", n)
+	}
+}
+
+// storeCopy is a copy of a miniredis's sorted sets and hashes, as a
+// replica that last synced then holds them.
+type storeCopy map[string]struct {
+	members map[string]float64
+	fields  map[string]string
+	ttl     time.Duration
+}
+
+func snapshotStore(t *testing.T, mr *miniredis.Miniredis) storeCopy {
+	t.Helper()
+	c := storeCopy{}
+	for _, k := range mr.Keys() {
+		v := c[k]
+		switch mr.Type(k) {
+		case "zset":
+			ms, err := mr.SortedSet(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.members = maps.Clone(ms)
+		case "hash":
+			v.fields = map[string]string{}
+			fs, err := mr.HKeys(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range fs {
+				v.fields[f] = mr.HGet(k, f)
+			}
+		}
+		v.ttl = mr.TTL(k)
+		c[k] = v
+	}
+	return c
+}
+
+// restoreStore makes mr hold what c holds, and nothing else: a failover
+// to the replica c was copied from.
+func restoreStore(mr *miniredis.Miniredis, c storeCopy) {
+	mr.FlushAll()
+	for k, v := range c {
+		for m, s := range v.members {
+			mr.ZAdd(k, s, m)
+		}
+		for f, val := range v.fields {
+			mr.HSet(k, f, val)
+		}
+		if v.ttl > 0 {
+			mr.SetTTL(k, v.ttl)
+		}
+	}
 }

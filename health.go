@@ -23,6 +23,9 @@ type health struct {
 	unsure []uint64
 	// The older probe of the round trip in flight is its newest too.
 	olderIsNewest bool
+	// The first key's tally (see heal.go) as the replies read so far left
+	// it: a round trip planned now must find at least as much.
+	tally int64
 }
 
 // fallback is how a process serves its calls while Redis fails, as its

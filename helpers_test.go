@@ -191,7 +191,7 @@ func keyMembers(t *testing.T, c redis.UniversalClient, key string) map[string]in
 	}
 	m := map[string]int64{}
 	for _, z := range zs {
-		if name := z.Member.(string); name != redisstore.Marker && name != redisstore.KeeperMember {
+		if name := z.Member.(string); name != redisstore.Marker && name != redisstore.KeeperMember && name != redisstore.TallyMember {
 			m[name] = int64(z.Score)
 		}
 	}

@@ -265,7 +265,7 @@ func (c *gatedCall) again() {
 	t, p := c.t, c.p
 	info := SendInfo{Reslotted: true, Rewritten: true}
 	if _, _, err := t.waitSlot(c.ctx, "send", p.estimate, wantFront, 0); err != nil {
-		_ = t.addDebt(c.ctx, t.clock.Server(t.now()), p.estimate)
+		_ = t.addDebt(c.ctx, t.debtNow(), p.estimate)
 		info.Late = true
 	}
 	t.stats.sent(t.now(), info)
@@ -322,12 +322,12 @@ func (p *Permit) unslot(ctx context.Context, start bool) {
 }
 
 // countAnyway counts the units of p, which holds no slot, as debt at the
-// server's time now, where its call is about to go; p then holds nothing
-// to settle (see Permit.Settle). A worker writes what Redis did not take
-// (see addDebt).
+// server's time now (see debtNow), where its call is about to go; p then
+// holds nothing to settle (see Permit.Settle). A worker writes what Redis
+// did not take (see addDebt).
 func (p *Permit) countAnyway(ctx context.Context) {
 	t := p.t
-	_ = t.addDebt(ctx, t.clock.Server(t.now()), p.estimate)
+	_ = t.addDebt(ctx, t.debtNow(), p.estimate)
 	p.score, p.members = 0, nil
 }
 

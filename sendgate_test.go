@@ -30,6 +30,10 @@ type connBase struct {
 	clock *steppedClock
 	th    *Throttler
 	dial  func(n int) time.Duration // for the n-th request, from 1
+	// The dial takes its time on the runtime's clock too (a sleep), not
+	// only on the local one: debt is scored by the runtime's (see
+	// Throttler.debtNow).
+	sleep bool
 	// before runs between the dial and GotConn, when set.
 	before func(n int)
 
@@ -43,7 +47,11 @@ func (b *connBase) RoundTrip(req *http.Request) (*http.Response, error) {
 	b.n++
 	n := b.n
 	b.mu.Unlock()
-	b.clock.step.Add(int64(b.dial(n)))
+	if d := b.dial(n); b.sleep {
+		time.Sleep(d)
+	} else {
+		b.clock.step.Add(int64(d))
+	}
 	if b.before != nil {
 		b.before(n)
 	}
@@ -164,6 +172,7 @@ func TestTransportCountsALateSendWhereItGoes(t *testing.T) {
 		var rec recorder
 		rc := dial()
 		th, base := gatedThrottler(t, rc, key, 5, time.Second, &rec, coldFirst)
+		base.sleep = true
 		base.before = func(int) {
 			if err := th.PauseUntil(context.Background(), th.now().Add(time.Minute)); err != nil {
 				t.Error(err)
@@ -369,5 +378,39 @@ func TestTransportDialsAheadOfTheSlot(t *testing.T) {
 			t.Fatalf("lead %s, want the connections' 150ms", lead)
 		}
 		assertWrittenOnSlots(t, th, base, &rec)
+	})
+}
+
+// A call written off its slot counts as debt where it goes by the
+// runtime's clock, not by a local clock that stepped since the last
+// sample: here the local clock steps 5s ahead while the request dials,
+// and its context ends, so the call cannot wait for a new slot. Scored by
+// the step, the debt would count 5s away from the call, and stay in Redis
+// past reserve-ahead (simulation seed 20137).
+func TestLateSendDebtIgnoresAClockStep(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		var rec recorder
+		rc := dial()
+		step := func(int) time.Duration { return 5 * time.Second }
+		th, base := gatedThrottler(t, rc, key, 5, time.Second, &rec, step)
+		ctx, cancel := context.WithCancel(context.Background())
+		base.before = func(int) { cancel() }
+		c := &http.Client{Transport: th.RoundTripper(base)}
+		if err := getVia(t, c, ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, th)
+		if s := th.Stats(); s.Sends.SentLate != 1 {
+			t.Fatalf("SentLate %d, want 1", s.Sends.SentLate)
+		}
+		now := serverMicros(t, rc)
+		for m, score := range calls(t, rc, key) {
+			if !strings.HasPrefix(m, core.DebtPrefix) {
+				t.Fatalf("the set holds %q, want debt only", m)
+			}
+			if off := score - now; off > int64(time.Second/time.Microsecond) {
+				t.Fatalf("debt scored %dµs ahead of the server's clock, want where the call went", off)
+			}
+		}
 	})
 }

@@ -143,6 +143,10 @@ type LossChecks struct {
 	Probes [2]Entry
 	Mark   bool  // write the marker
 	Pause  int64 // server µs: write a shared pause until then (a heal; 0 = none)
+	// The first key's tally (the round trips that added to it) as the
+	// replies that arrived before this attempt was planned left it: a
+	// reply that finds less shows a copy that missed writes.
+	Tally int64
 }
 
 // Margin is a round's margin (see margin.go and Rules.SetMargin): its own
@@ -194,6 +198,10 @@ type Reply struct {
 type RiderReply struct {
 	Gone   [2]bool // per probe (Attempt.Loss.Probes): the member is gone
 	NoMark bool    // the marker member was missing before this attempt wrote it
+	// The first key's tally as the round trip found it, before its own
+	// increment (0: missing), and whether it incremented it (it added).
+	Tally   int64
+	Tallied bool
 	// The largest margin published and its end (server µs, 0 = absent).
 	Wide, WideEnd int64
 	// How many of the places asked for were granted (the first ones), and

@@ -29,7 +29,7 @@ type rider struct {
 
 // riders is the table the check holds the library to.
 var riders = []rider{
-	{"loss probes and heal", []string{"Riders.Loss", "RiderReply.Gone", "RiderReply.NoMark"},
+	{"loss probes and heal", []string{"Riders.Loss", "RiderReply.Gone", "RiderReply.NoMark", "RiderReply.Tally", "RiderReply.Tallied"},
 		[]string{"heal.go", "health.go", "internal/redisstore/probes.go"}},
 	{"published margin", []string{"Riders.Margin", "RiderReply.Wide", "RiderReply.WideEnd"},
 		[]string{"margin.go", "internal/core/margin.go", "internal/redisstore/margin.go"}},

@@ -38,6 +38,8 @@
 //	ZADD LT key -<end> <pause>           (a heal: first key only, with the
 //	PUBLISH key <news>                    news of its pause)
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]
+//	ZINCRBY key -1 <tally>               (first key only, after its ZADD:
+//	                                      see TallyMember)
 //	ZCOUNT key (<g-w> (<g+w>             (once per distinct score g)
 //	EVAL <PeakScript> key <w> <g>...     (instead, in exact attempts with
 //	                                      several limits)
@@ -70,7 +72,7 @@
 //	PUBLISH <news channel> t <name> <g>...  (exact attempts that announce
 //	                                      the slots they claim: see
 //	                                      core.Known.Announce)
-//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> [<probes>] [<stamp>]
+//	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> <tally> [<probes>] [<stamp>]
 //	                                     (the stamp when the first window
 //	                                      counts from a copy)
 //	ZMSCORE <longest key> <bucketed> [<probes>] [<stamp>]

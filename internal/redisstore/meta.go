@@ -21,6 +21,15 @@ const (
 	// 14.
 	Marker = "\x00m"
 
+	// TallyMember counts, as the score -n, the round trips that added
+	// calls (or the marker) to the first key with ZADD (each increments it
+	// after its adds; PlaceScript's placements do not, see queueTally): a
+	// process that finds it below what it read before has found a copy
+	// that missed writes, whichever calls they were, even where a
+	// compacted window cannot tell its probe's call from another of its
+	// bucket (see heal.go).
+	TallyMember = "\x00n"
+
 	// KeeperMember sits at score -1 in the key of every limit after the
 	// first, written with each of its TTL refreshes: no trim or give-back
 	// removes it, so such a key, which holds no marker, is never emptied,

@@ -30,6 +30,23 @@ func (c *attemptCmds) withMarker(zs []redis.Z) []redis.Z {
 	return zs
 }
 
+// queueTally queues the increment of the first key's tally (see
+// TallyMember), after the round trip's ZADD to it: the key exists then,
+// and the tally never makes one (which, holding nothing else, could be
+// left without a TTL). Claims PlaceScript places go without it: their
+// windows are read as logs, whose probes are exact.
+func (c *attemptCmds) queueTally(p redis.Pipeliner) {
+	c.tally = p.ZIncrBy(c.ctx, c.s.wins[0].Key, -1, TallyMember)
+}
+
+// The meta members' answer (see Store.metaArgs) holds the tally at
+// metaTally, and the probes from metaProbes when they live in the first
+// key.
+const (
+	metaTally  = 7
+	metaProbes = 8
+)
+
 // queueHealPause queues, in the first key, the heal's pause the attempt
 // writes, if any, and its news. Before the marker: a marker present means
 // the pause written with it is there too. Every replica listening hears of
@@ -50,6 +67,12 @@ func (c *attemptCmds) queueHealPause(p redis.Pipeliner) {
 // reads as 0: no member of ours, nor the marker, ever scores exactly 0.
 func (c *attemptCmds) readProbes(r *core.Reply, score func(int) float64) {
 	r.NoMark = MetaValue(score(0)) == 0
+	r.Tally = MetaValue(score(metaTally))
+	if c.tally != nil && c.tally.Err() == nil {
+		// What the increment found: the read after it may count other
+		// processes' increments too.
+		r.Tally, r.Tallied = MetaValue(c.tally.Val())-1, true
+	}
 	if c.buckets.probeCounted {
 		return // read by CountScript
 	}
@@ -57,7 +80,7 @@ func (c *attemptCmds) readProbes(r *core.Reply, score func(int) float64) {
 	for i := range c.probes() {
 		switch {
 		case c.s.probeIn == 0:
-			r.Gone[i] = score(7+i) == 0
+			r.Gone[i] = score(metaProbes+i) == 0
 		case c.probe != nil:
 			v := c.probe.Val()
 			r.Gone[i] = len(v) < 2+i || v[1+i] == 0

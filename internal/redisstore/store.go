@@ -17,7 +17,7 @@ type Store struct {
 	rdb      redis.UniversalClient
 	wins     []core.Window
 	keys     []keyState     // per window: how its key is read (see keyForm)
-	metaArgs []any          // ZMSCORE key marker pause limit limit-end wide wide-end bucketed, boxed once
+	metaArgs []any          // ZMSCORE key marker pause limit limit-end wide wide-end bucketed tally, boxed once
 	probeIn  int            // the index of the key the probe is looked up in
 	lease    *core.InFlight // WithInFlight's, or nil
 	self     string         // this Throttler's name in the line for places in flight
@@ -45,7 +45,7 @@ func NewStore(c redis.UniversalClient, wins []core.Window, probeIn int, lease *c
 		wins:        wins,
 		probeIn:     probeIn,
 		lease:       lease,
-		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember},
+		metaArgs:    []any{"zmscore", wins[0].Key, Marker, PauseMember, LimitMember, LimitEndMember, WideMember, WideEndMember, BucketMember, TallyMember},
 		keys:        make([]keyState, len(wins)),
 		ctxTimeouts: HonoursContext(c),
 		ioTimeout:   SocketTimeout(c),
@@ -106,6 +106,7 @@ type attemptCmds struct {
 	clock   *redis.TimeCmd
 	meta    *redis.FloatSliceCmd
 	probe   *redis.FloatSliceCmd // ZMSCORE <probe key> bucketed [probe], when not in meta
+	tally   *redis.FloatCmd      // ZINCRBY of the first key's tally, when the round trip adds to it
 	leases  *redis.Cmd           // the lease script's, when places were asked for
 	placing bool                 // the claims go to PlaceScript (see place.go)
 	place   *redis.Cmd           // its answer
@@ -206,6 +207,9 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 	if len(add) > 0 {
 		p.ZAdd(ctx, x.Key, add...)
 		form.added(x, len(add))
+		if wi == 0 {
+			c.queueTally(p)
+		}
 	}
 }
 
