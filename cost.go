@@ -22,12 +22,12 @@ import (
 // Pause, or RetryCall but for a 503, whatever its status, as the
 // Transport's Counters read it, or without Counters the default reading (a
 // 429 or 503 with Retry-After). A 503 with Retry-After settles at 0, then,
-// and so does a GitHub 403 for a secondary rate limit under GitHub(). Any
-// other response asks Actual, and keeps its estimate when Actual cannot
-// tell: a 500, a 503 without Retry-After (which the Transport retries
-// alone, see Transport, but which may have counted), or Anthropic's 529
-// (overloaded_error), which
-// Anthropic() does not read as a refusal (Anthropic's "Errors" page puts
+// and so does a GitHub 403 for a secondary rate limit under
+// counters.GitHub(). Any other response asks Actual, and keeps its
+// estimate when Actual cannot tell: a 500, a 503 without Retry-After
+// (which the Transport retries alone, see Transport, but which may have
+// counted), or Anthropic's 529 (overloaded_error), which
+// counters.Anthropic() does not read as a refusal (Anthropic's "Errors" page puts
 // it down to high traffic across all users, not to the organization's
 // limits, and does not say whether such a call counts against them, so
 // its estimate is kept). A refused call thus holds nothing once its body

@@ -122,7 +122,7 @@ type Transport struct {
 	Route func(*http.Request) *Throttler
 
 	// Retries is how many times a refused request is sent again: one
-	// whose refusal paused the Throttler (a 429 or 503 with Retry-After,
+	// whose refusal paused the Throttler (a 429, a 503 with Retry-After,
 	// or a Pause read by Counters) once the pause is over and the
 	// Throttler admits it again; one whose refusal concerned it alone
 	// (RetryCall) after 100ms, doubled at each attempt (at most 2s), and

@@ -171,7 +171,8 @@ type Observer struct {
 	// n calls, with how long the caller waited (zero for AllowN).
 	Admitted func(n int, waited time.Duration)
 	// Paused is called when the Throttler sets or learns of a shared pause
-	// (PauseUntil, or a Transport that saw Retry-After), with its end.
+	// (PauseUntil, a Transport following a refusal or a counter at zero,
+	// a heal, or another replica's), with its end.
 	Paused func(until time.Time)
 	// LimitChanged is called, with the new limit, when a lowering of the
 	// first limit is set or ended, by this process (LowerLimit, a Transport,

@@ -37,10 +37,11 @@ type Usage struct {
 	// Bucket is how this Throttler keeps the window: zero when Redis holds
 	// a member per call in the window (a limit under WithCompactFrom's,
 	// 5,000 by default); otherwise the window is compacted: calls scored
-	// more than a quarter of the interval ago (at most a minute) are
-	// counted per bucket of this width (the window plus buffer over 1,024)
-	// instead, and every bucket overlapping a window counts wholly. See
-	// "Memory" in the README.
+	// more than a quarter of the interval plus buffer ago (at most a
+	// minute), or with 2,048 newer calls after them, are counted per
+	// bucket of this width (the window plus buffer over 1,024) instead,
+	// and every bucket overlapping a window counts wholly. See "Memory" in
+	// the README.
 	Bucket time.Duration
 	// PausedUntil is the end of a shared pause (first limit only; zero when
 	// none is in force).
