@@ -41,7 +41,7 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		ts: append([]*throttler.Throttler(nil), ts...),
 
 		admitted:    desc("throttler_admitted_total", "Calls admitted (a WaitN or AllowN of n counts n), by Redis or by the failure policy."),
-		waits:       desc("throttler_waits_total", "WaitN calls that returned nil."),
+		waits:       desc("throttler_waits_total", "Waits admitted (every face that waits: WaitN, Acquire, Do, a Transport's requests...)."),
 		waitSeconds: desc("throttler_wait_seconds_total", "Time admitted callers spent in WaitN; divided by throttler_waits_total it is the mean wait."),
 		abandoned:   desc("throttler_abandoned_total", "WaitN calls that returned because their context ended or its deadline came before their slot."),
 		failed:      desc("throttler_failed_total", "WaitN and AllowN calls that returned an error wrapping ErrRedis."),
@@ -140,7 +140,7 @@ var DefaultWaitBuckets = []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1
 //
 // It records one sample per admission, as Observer.Admitted reports them: a
 // WaitN of n is one sample of its wait, and an AllowN that admitted its
-// calls is one sample of 0 (AllowN never waits). Refused, abandoned and
+// calls is one sample of 0 (AllowN never waits). Denied (AllowN), abandoned and
 // failed calls are not admissions and record nothing; see the Collector's
 // counters for them.
 type WaitHistogram struct {
