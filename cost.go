@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-
-	"github.com/go-throttler/throttler/counters"
 )
 
 // Cost prices a Transport's requests when a call's cost is known only from
@@ -18,15 +16,16 @@ import (
 //
 // What a call cost comes from Actual, but for a refusal, which is settled
 // at 0 without asking Actual, since the API refused the call before doing
-// its work: a 429 (Too Many Requests), and any response whose verdict is
-// Pause, or RetryCall but for a 503, whatever its status, as the
-// Transport's Counters read it, or without Counters the default reading (a
-// 429 or 503 with Retry-After). A 503 with Retry-After settles at 0, then,
-// and so does a GitHub 403 for a secondary rate limit under
-// counters.GitHub(). Any other response asks Actual, and keeps its
-// estimate when Actual cannot tell: a 500, a 503 without Retry-After
-// (which the Transport retries alone, see Transport, but which may have
-// counted), or Anthropic's 529 (overloaded_error), which
+// its work: a 429 (Too Many Requests), and any response the Transport's
+// Counters give a verdict (Pause or RetryCall), whatever its status, or
+// without Counters the default reading gives one (a 429 or 503 with
+// Retry-After). A 503 with Retry-After settles at 0, then, and so does a
+// GitHub 403 for a secondary rate limit under counters.GitHub(), and a
+// Stripe lock_timeout under counters.Stripe(). Any other response asks
+// Actual, and keeps its estimate when Actual cannot tell: a 500, a 503
+// that states nothing and that the Counters give no verdict (which the
+// Transport retries alone, see Transport, but which may have counted), or
+// Anthropic's 529 (overloaded_error), which
 // counters.Anthropic() does not read as a refusal (Anthropic's "Errors" page puts
 // it down to high traffic across all users, not to the organization's
 // limits, and does not say whether such a call counts against them, so
@@ -89,20 +88,6 @@ func (tr *Transport) admit(t *Throttler, req *http.Request) (*Permit, error) {
 	return t.reserveToSend(req.Context(), "Transport", n, t.sends.lead())
 }
 
-// refusal reports whether resp, read as verdict, is the API refusing the
-// call, which it did not count: a 429, a Pause whatever its status, or a
-// RetryCall but for a 503's (one that states no pause says nothing of
-// whether the call counted: it keeps its estimate, see Cost).
-func refusal(resp *http.Response, verdict counters.Verdict) bool {
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || verdict == counters.Pause:
-		return true
-	case verdict == counters.RetryCall:
-		return resp.StatusCode != http.StatusServiceUnavailable
-	}
-	return false
-}
-
 type costKey struct{}
 
 // ContextWithCost returns a copy of ctx that carries n, the cost of the
@@ -128,7 +113,7 @@ func CostFromContext(ctx context.Context) (int, bool) {
 }
 
 // endOnRead makes resp's body end p's call once the caller has read it to
-// the end or closed it: with c, settled at 0 when refused (see refusal),
+// the end or closed it: with c, settled at 0 when refused (see unread),
 // else with c.Actual's cost when it gives one; and its place in flight
 // given back.
 func endOnRead(req *http.Request, resp *http.Response, p *Permit, c *Cost, refused bool) {

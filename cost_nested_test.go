@@ -107,7 +107,8 @@ func TestCostRefusalSettlesZero(t *testing.T) {
 
 // A refusal settles at 0 by its verdict, whatever its status: a 503 with
 // Retry-After under the default reading and under OpenAI(), a GitHub 403
-// for a secondary limit; a response read as Proceed asks Actual, and so
+// for a secondary limit, Stripe's lock_timeout (RetryCall); a response
+// read as Proceed asks Actual, and so
 // does a 503 without Retry-After (retried alone, see Transport, but it may
 // have counted) and Anthropic's 529 (overloaded): Anthropic
 // does not say whether an overloaded call counts against the limits, so its
@@ -124,6 +125,7 @@ func TestCostRefusalByVerdict(t *testing.T) {
 		{"503 with Retry-After, default reading", nil, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
 		{"503 with Retry-After, counters.OpenAI()", counters.OpenAI(), http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, "", true},
 		{"403 secondary limit, counters.GitHub()", counters.GitHub(), http.StatusForbidden, http.Header{}, `{"message":"You have exceeded a secondary rate limit."}`, true},
+		{"429 lock_timeout, counters.Stripe()", counters.Stripe(), http.StatusTooManyRequests, http.Header{}, `{"error":{"code":"lock_timeout","type":"invalid_request_error"}}`, true},
 		{"429 without Retry-After, default reading", nil, http.StatusTooManyRequests, http.Header{}, "", true},
 		{"503 without Retry-After, default reading", nil, http.StatusServiceUnavailable, http.Header{}, "", false},
 		{"529 overloaded, counters.Anthropic()", counters.Anthropic(), 529, http.Header{}, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, false},

@@ -41,8 +41,9 @@ const (
 	maxPending      = 16
 )
 
-// learn applies what resp says of the API's quota, and returns its verdict.
-func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response, body []byte, sent time.Time, scored int64) counters.Verdict {
+// learn applies what resp says of the API's quota, and returns its verdict
+// and whether the API refused the call without counting it (see unread).
+func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response, body []byte, sent time.Time, scored int64) (counters.Verdict, bool) {
 	// The caller's context may be about to end; the news is for everyone.
 	ctx := context.WithoutCancel(req.Context())
 	now := t.now()
@@ -50,7 +51,7 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 	if tr.Counters != nil {
 		c = tr.Counters
 	}
-	q := unread(resp, c.Read(resp, body, now))
+	q, refused := unread(resp, c.Read(resp, body, now))
 	if q.Verdict == counters.Pause {
 		if q.Until.IsZero() {
 			tr.backOff(ctx, t, q.Backoff)
@@ -62,28 +63,37 @@ func (tr *Transport) learn(t *Throttler, req *http.Request, resp *http.Response,
 			t.PauseUntil(ctx, minTime(q.Until, now.Add(limit))) // a failure is logged; the response stands
 		}
 	}
-	if tr.Counters != nil && tr.Cost == nil && !q.Reset.IsZero() { // it states a counter, and the window counts calls
+	// follow when it states a counter and the window counts calls; a
+	// pause until a fixed counter at zero resets was written above, once.
+	follows := tr.Counters != nil && tr.Cost == nil && !q.Reset.IsZero()
+	pausedToReset := q.Verdict == counters.Pause && q.Until.Equal(q.Reset) && q.Remaining <= 0 && !q.Gradual
+	if follows && !pausedToReset {
 		tr.follow(ctx, req.Context(), t, reading{q: q, sent: sent, recv: now, scored: scored})
 	}
 	tr.followLimitHeader(ctx, t, resp)
-	return q.Verdict
+	return q.Verdict, refused
 }
 
 // unread gives a refusal that Counters made nothing of its one meaning
 // (no verdict, no counter at zero to follow): a 429 is a refusal for quota
 // that states no end (back off); a 503 that states none is this call's
-// alone (RetryCall).
-func unread(resp *http.Response, q counters.Quota) counters.Quota {
+// alone (RetryCall). It also reports whether the API refused the call
+// without counting it, which settles the call's cost at 0 (see Cost): a
+// 429, or any verdict the Counters gave, whatever the status; not a 503
+// that states nothing, which says nothing of whether the call counted, so
+// it keeps its estimate. This is the one place that decides both.
+func unread(resp *http.Response, q counters.Quota) (counters.Quota, bool) {
 	if q.Verdict != counters.Proceed || !q.Reset.IsZero() && q.Remaining <= 0 {
-		return q
+		return q, q.Verdict != counters.Proceed || resp.StatusCode == http.StatusTooManyRequests
 	}
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
 		q.Verdict = counters.Pause
+		return q, true
 	case http.StatusServiceUnavailable:
 		q.Verdict = counters.RetryCall
 	}
-	return q
+	return q, false
 }
 
 func (tr *Transport) maxPause() time.Duration {

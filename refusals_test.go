@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/counters"
+	"github.com/redis/go-redis/v9"
 )
 
 // refusalLog records the refusals a Transport reports.
@@ -92,8 +94,8 @@ func TestBare503RetriesTheCallAlone(t *testing.T) {
 }
 
 // A counter at zero whose reset lies beyond MaxPause (GitHub's hour) holds
-// every replica until the reset, up to the Throttler's interval; a
-// Retry-After as far is cut to MaxPause.
+// every replica until the reset, up to the Throttler's interval, written
+// once; a Retry-After as far is cut to MaxPause.
 func TestResetBeyondMaxPause(t *testing.T) {
 	now := time.Now()
 	reset := now.Add(50 * time.Minute).Truncate(time.Second)
@@ -114,9 +116,22 @@ func TestResetBeyondMaxPause(t *testing.T) {
 			srv := httptest.NewServer(api)
 			defer srv.Close()
 			defer srv.Client().CloseIdleConnections()
-			th := miniThrottler(t, 5000, time.Hour)
+			c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+			defer c.Close()
+			hook := &goroutineHook{}
+			c.AddHook(hook)
+			th := mustNew(t, c, "k", 5000, time.Hour)
 			tr := &Transport{Base: srv.Client().Transport, Route: th.Route(), Counters: counters.GitHub()}
+			if err := th.Wait(context.Background()); err != nil { // the clock's first samples
+				t.Fatal(err)
+			}
+			inline0, handOff0 := hook.counts()
 			do(t, &http.Client{Transport: tr}, srv.URL)
+			// One round trip admits the call, one writes the pause: the
+			// verdict's pause and the counter at zero's are one.
+			if inline, handOff := hook.counts(); inline+handOff-inline0-handOff0 != 2 {
+				t.Errorf("%d round trips for one refused call, want 2 (admit, pause)", inline+handOff-inline0-handOff0)
+			}
 			if got := th.Stats().PausedUntil; got.Sub(tc.want).Abs() > 5*time.Second {
 				t.Fatalf("paused until %s from now, want %s", got.Sub(now).Round(time.Second), tc.want.Sub(now).Round(time.Second))
 			}

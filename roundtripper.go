@@ -263,11 +263,11 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if tr.Counters != nil && tr.Counters.Peek(resp) {
 			body = peekBody(resp) // before endOnRead: the caller's reads settle, not ours
 		}
-		verdict := tr.learn(t, req, resp, body, sent, permit.score)
+		verdict, refused := tr.learn(t, req, resp, body, sent, permit.score)
 		if tr.Cost != nil || t.lease != nil {
 			// The call ends once its body is read: a place in flight goes
 			// back, a cost is settled (at 0 for a refusal, by the verdict).
-			endOnRead(req, resp, permit, tr.Cost, refusal(resp, verdict))
+			endOnRead(req, resp, permit, tr.Cost, refused)
 		}
 		if verdict == counters.Proceed {
 			return resp, nil
