@@ -66,7 +66,7 @@
 //
 // A Throttler given to InstrumentThrottler also has what only its Stats
 // know read at each collection, by asynchronous instruments:
-// throttler.redis.round_trips ({round_trip}), throttler.allow.refusals
+// throttler.redis.round_trips ({round_trip}), throttler.allow.denials
 // ({call}, AllowN's refusals), throttler.late_wakes ({wake}),
 // throttler.heals ({heal}), throttler.redis.round_trips.resent
 // ({round_trip}: round trips sent again after a broken connection, see

@@ -60,7 +60,7 @@ func TestThrottlerMetrics(t *testing.T) {
 		}
 	}
 	checkSum("throttler.admitted", 3)
-	checkSum("throttler.allow.refusals", 1)
+	checkSum("throttler.allow.denials", 1)
 	checkSum("throttler.pauses", 1)
 	checkSum("throttler.limit", 3)
 	if n, _ := got.sum(t, "throttler.redis.errors"); n != 0 {
@@ -338,20 +338,20 @@ func TestSameAttributesReadApart(t *testing.T) {
 			want = []attribute.KeyValue{absent(KeyAttribute)}
 		}
 		got := s.collect(t)
-		refusals := got.byInstance(t, "throttler.allow.refusals", want...)
+		denials := got.byInstance(t, "throttler.allow.denials", want...)
 		limits := got.byInstance(t, "throttler.limit", want...)
-		if len(refusals) != 2 || len(limits) != 2 {
-			t.Fatalf("keyAttr %t: %d points of throttler.allow.refusals and %d of throttler.limit, want 2 each, by instance", keyAttr, len(refusals), len(limits))
+		if len(denials) != 2 || len(limits) != 2 {
+			t.Fatalf("keyAttr %t: %d points of throttler.allow.denials and %d of throttler.limit, want 2 each, by instance", keyAttr, len(denials), len(limits))
 		}
 		var seen []float64
-		for id, v := range refusals {
+		for id, v := range denials {
 			seen = append(seen, v)
 			if limits[id] != 2 {
 				t.Errorf("keyAttr %t: throttler.limit{instance %d} = %v, want 2", keyAttr, id, limits[id])
 			}
 		}
 		if slices.Sort(seen); !slices.Equal(seen, []float64{1, 2}) {
-			t.Errorf("keyAttr %t: throttler.allow.refusals by instance %v, want 1 and 2", keyAttr, seen)
+			t.Errorf("keyAttr %t: throttler.allow.denials by instance %v, want 1 and 2", keyAttr, seen)
 		}
 	}
 }

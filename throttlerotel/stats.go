@@ -31,11 +31,11 @@ func (in *instruments) asyncAttrs(base []attribute.KeyValue) attribute.Set {
 // statInstruments are the asynchronous instruments read from a Throttler's
 // Stats at each collection.
 type statInstruments struct {
-	roundTrips, allowRefusals, lateWakes, heals metric.Int64ObservableCounter
-	resent                                      metric.Int64ObservableCounter
-	limit                                       metric.Int64ObservableGauge
-	pauseRemaining                              metric.Float64ObservableGauge
-	degraded                                    metric.Int64ObservableUpDownCounter
+	roundTrips, allowDenials, lateWakes, heals metric.Int64ObservableCounter
+	resent                                     metric.Int64ObservableCounter
+	limit                                      metric.Int64ObservableGauge
+	pauseRemaining                             metric.Float64ObservableGauge
+	degraded                                   metric.Int64ObservableUpDownCounter
 }
 
 // newDegraded makes throttler.degraded.
@@ -52,7 +52,7 @@ func newStatInstruments(m metric.Meter) (*statInstruments, error) {
 		name, unit, about string
 	}{
 		{&si.roundTrips, "throttler.redis.round_trips", "{round_trip}", "Reservation round trips that reached Redis."},
-		{&si.allowRefusals, "throttler.allow.refusals", "{call}", "AllowN calls that answered Allowed: false."},
+		{&si.allowDenials, "throttler.allow.denials", "{call}", "AllowN calls that answered Allowed: false."},
 		{&si.lateWakes, "throttler.late_wakes", "{wake}", "Calls that gave their slot back and reserved again because they were woken too late."},
 		{&si.heals, "throttler.heals", "{heal}", "Times Redis was found to have lost the window, and every process paused until the calls held stopped counting."},
 		{&si.resent, "throttler.redis.round_trips.resent", "{round_trip}", "Reservation round trips that failed on their connection, or on a server state that passes, and were sent again (Stats.Redis.RoundsRetried)."},
@@ -94,7 +94,7 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 		}
 		s := t.Stats()
 		o.ObserveInt64(si.roundTrips, int64(s.Redis.RoundTrips), attrs)
-		o.ObserveInt64(si.allowRefusals, int64(s.Denied), attrs)
+		o.ObserveInt64(si.allowDenials, int64(s.Denied), attrs)
 		o.ObserveInt64(si.lateWakes, int64(s.Sends.LateWakes), attrs)
 		o.ObserveInt64(si.heals, int64(s.Redis.Heals), attrs)
 		o.ObserveInt64(si.resent, int64(s.Redis.RoundsRetried), attrs)
@@ -106,7 +106,7 @@ func (in *instruments) observeStats(t *throttler.Throttler, base []attribute.Key
 		o.ObserveFloat64(si.pauseRemaining, left, attrs)
 		o.ObserveInt64(si.degraded, count(s.Redis.Degraded), attrs)
 		return nil
-	}, si.roundTrips, si.allowRefusals, si.lateWakes, si.heals, si.resent, si.limit, si.pauseRemaining, si.degraded)
+	}, si.roundTrips, si.allowDenials, si.lateWakes, si.heals, si.resent, si.limit, si.pauseRemaining, si.degraded)
 	if err != nil {
 		return err
 	}

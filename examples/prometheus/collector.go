@@ -23,12 +23,12 @@ import (
 type Collector struct {
 	ts []*throttler.Throttler
 
-	admitted, waits, waitSeconds, abandoned, failed, refused *prometheus.Desc
-	roundTrips, redisErrors, pauses, heals, lateWakes        *prometheus.Desc
-	settled, returned, debt                                  *prometheus.Desc
-	inFlight, placeWaits, rejected                           *prometheus.Desc
-	sendDelay, reslotted, sentLate, roundsRetried            *prometheus.Desc
-	limit, interval, pausedUntil, degraded                   *prometheus.Desc
+	admitted, waits, waitSeconds, abandoned, failed, denied *prometheus.Desc
+	roundTrips, redisErrors, pauses, heals, lateWakes       *prometheus.Desc
+	settled, returned, debt                                 *prometheus.Desc
+	inFlight, placeWaits, rejected                          *prometheus.Desc
+	sendDelay, reslotted, sentLate, roundsRetried           *prometheus.Desc
+	limit, interval, pausedUntil, degraded                  *prometheus.Desc
 }
 
 // NewCollector returns a Collector of the Throttlers ts. Register it with a
@@ -45,7 +45,7 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 		waitSeconds: desc("throttler_wait_seconds_total", "Time admitted callers spent in WaitN; divided by throttler_waits_total it is the mean wait."),
 		abandoned:   desc("throttler_abandoned_total", "WaitN calls that returned because their context ended or its deadline came before their slot."),
 		failed:      desc("throttler_failed_total", "WaitN and AllowN calls that returned an error wrapping ErrRedis."),
-		refused:     desc("throttler_refused_total", "AllowN calls that answered Allowed: false."),
+		denied:      desc("throttler_denied_total", "AllowN calls that answered Allowed: false."),
 		roundTrips:  desc("throttler_redis_round_trips_total", "Reservation round trips that reached Redis."),
 		redisErrors: desc("throttler_redis_errors_total", "Redis calls that failed or timed out."),
 		pauses:      desc("throttler_pauses_total", "Shared pauses this Throttler set or learned of."),
@@ -73,7 +73,7 @@ func NewCollector(ts ...*throttler.Throttler) *Collector {
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.admitted, c.waits, c.waitSeconds, c.abandoned, c.failed, c.refused,
+		c.admitted, c.waits, c.waitSeconds, c.abandoned, c.failed, c.denied,
 		c.roundTrips, c.redisErrors, c.pauses, c.heals, c.lateWakes,
 		c.settled, c.returned, c.debt, c.inFlight, c.placeWaits, c.rejected,
 		c.sendDelay, c.reslotted, c.sentLate, c.roundsRetried,
@@ -99,7 +99,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.waitSeconds, s.Waited.Seconds())
 		counter(c.abandoned, float64(s.Abandoned))
 		counter(c.failed, float64(s.Failed))
-		counter(c.refused, float64(s.Denied))
+		counter(c.denied, float64(s.Denied))
 		counter(c.roundTrips, float64(s.Redis.RoundTrips))
 		counter(c.redisErrors, float64(s.Redis.Errors))
 		counter(c.pauses, float64(s.Pauses))

@@ -103,7 +103,7 @@ func TestCollector(t *testing.T) {
 	exact := map[string]float64{
 		"throttler_admitted_total":     8,
 		"throttler_waits_total":        3,
-		"throttler_refused_total":      1,
+		"throttler_denied_total":       1,
 		"throttler_abandoned_total":    0,
 		"throttler_failed_total":       0,
 		"throttler_redis_errors_total": 0,
