@@ -65,12 +65,21 @@ func TestREADMEQuickStart(t *testing.T) {
 		return out.String()
 	}
 	run("mod", "tidy")
-	// What the tests and examples use is no part of a user's build.
-	for _, pkg := range strings.Fields(run("list", "-deps", ".")) {
-		for _, testOnly := range []string{"miniredis", "gopher-lua", "goleak"} {
+	// What the tests and examples use is no part of a user's build, nor
+	// of the requirements tidy writes into the user's go.mod.
+	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := strings.Fields(run("list", "-deps", "."))
+	for _, testOnly := range []string{"miniredis", "gopher-lua", "goleak"} {
+		for _, pkg := range deps {
 			if strings.Contains(pkg, testOnly) {
 				t.Errorf("the quick start builds %s", pkg)
 			}
+		}
+		if bytes.Contains(mod, []byte(testOnly)) {
+			t.Errorf("go mod tidy wrote %s into the user's go.mod:\n%s", testOnly, mod)
 		}
 	}
 	start := time.Now()
