@@ -44,11 +44,26 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 	if o.ahead < 0 {
 		o.ahead = min(interval, time.Second)
 	}
+	wins, err := windows(key, limit, interval, o)
+	if err != nil {
+		return config{}, err
+	}
+	c := config{opt: o, rules: core.Rules{Wins: wins, MinLimit: limit, MaxBatch: o.maxBatch, Ahead: o.ahead, Buffer: o.buffer, Shares: o.shares}}
+	for _, x := range wins[1:] {
+		c.rules.MinLimit = min(c.rules.MinLimit, x.Limit)
+	}
+	return c, nil
+}
+
+// windows returns the limits every call counts against, New's first, each
+// with its window and compaction, and checks their keys and WithInFlight's:
+// one Redis Cluster slot, no key twice.
+func windows(key string, limit int, interval time.Duration, o options) ([]core.Window, error) {
 	wins := append([]core.Window{{Key: key, Limit: limit, Interval: interval}}, o.limits.extra...)
 	if o.limits.pace > 0 {
 		pace, err := paceWindow(wins[0], o.limits.pace)
 		if err != nil {
-			return config{}, err
+			return nil, err
 		}
 		wins = append(wins, pace)
 	}
@@ -59,27 +74,23 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 			wins[i].Keep = int64(o.compact.keep)
 		}
 		if err := sameSlot(wins[0].Key, wins[i].Key); err != nil {
-			return config{}, err
+			return nil, err
 		}
 		for _, x := range wins[:i] {
 			if x.Key == wins[i].Key {
-				return config{}, invalidf("New(%q): key %q holds two limits", key, x.Key)
+				return nil, invalidf("New(%q): key %q holds two limits", key, x.Key)
 			}
 		}
 	}
 	if o.inflight != nil {
 		if err := sameSlot(wins[0].Key, o.inflight.Key); err != nil {
-			return config{}, err
+			return nil, err
 		}
 		for _, x := range wins {
 			if x.Key == o.inflight.Key {
-				return config{}, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.Key)
+				return nil, invalidf("New(%q): WithInFlight's key %q also holds a limit", key, x.Key)
 			}
 		}
 	}
-	c := config{opt: o, rules: core.Rules{Wins: wins, MinLimit: limit, MaxBatch: o.maxBatch, Ahead: o.ahead, Buffer: o.buffer, Shares: o.shares}}
-	for _, x := range wins[1:] {
-		c.rules.MinLimit = min(c.rules.MinLimit, x.Limit)
-	}
-	return c, nil
+	return wins, nil
 }

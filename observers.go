@@ -46,28 +46,28 @@ func (t *Throttler) AddObserver(o Observer) {
 		return
 	}
 	if o.Degraded == nil {
-		t.addObserver(o)
+		t.stats.addObserver(o)
 		return
 	}
 	// Degraded is reported under t.mu: o sees the state then, or the
 	// reports after it, never both.
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.addObserver(o)
+	t.stats.addObserver(o)
 	if !t.fallback.degraded.IsZero() {
 		o.Degraded(true)
 	}
 }
 
-// addObserver joins o to t's Observers.
-func (t *Throttler) addObserver(o Observer) {
+// addObserver joins o to the Observers m reports to.
+func (m *meter) addObserver(o Observer) {
 	for {
-		old := t.stats.obs.Load()
+		old := m.obs.Load()
 		joined := o
 		if old != nil {
 			joined = old.join(o)
 		}
-		if t.stats.obs.CompareAndSwap(old, &joined) {
+		if m.obs.CompareAndSwap(old, &joined) {
 			return
 		}
 	}

@@ -35,6 +35,10 @@ import (
 	"strings"
 )
 
+// libraryDirs are the library's own packages: what a user's build
+// compiles of this module, less the small helpers.
+var libraryDirs = []string{".", "internal/core", "internal/redisstore", "counters"}
+
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "-walk" {
 		if err := walkOneWait(); err != nil {
@@ -56,7 +60,7 @@ func main() {
 	}
 	dirs := os.Args[1:]
 	if len(dirs) == 0 {
-		dirs = []string{".", "internal/core", "internal/redisstore", "counters"}
+		dirs = libraryDirs
 	}
 	for _, d := range dirs {
 		measure(d)
@@ -79,44 +83,84 @@ func main() {
 	}
 }
 
+// fn is a function's name (Type.Method for a method) and its length in
+// lines, from its signature to its closing brace.
+type fn struct {
+	name  string
+	lines int
+}
+
+// size holds the figures of one package directory's non-test files.
+type size struct {
+	files, lines int
+	code         int            // lines that are neither blank nor comments
+	structs      map[string]int // struct type -> fields
+	methods      map[string]int // type -> methods
+	funcs        []fn           // longest first
+	sites        map[string]int // function -> assignments to a waiter's reservation or presence
+	states       int            // of which to its state (or its whole reservation)
+	moves        map[string]int // function -> moves it makes (see isMove)
+	fileLines    map[string]int // file name -> lines
+}
+
 // measure prints the figures of the package in dir.
 func measure(dir string) {
-	fset := token.NewFileSet()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	z, err := measureDir(dir)
 	if err != nil {
 		fail(err)
 	}
-	type fn struct {
-		name  string
-		lines int
+	fmt.Printf("%s: %d lines (%d of code, without comments and blank lines) in %d files\n", dir, z.lines, z.code, z.files)
+	fmt.Print("  biggest structs (fields):")
+	for _, s := range ranked(z.structs, 5) {
+		fmt.Printf(" %s,", s)
 	}
-	var (
-		funcs   []fn
-		structs = map[string]int{}
-		methods = map[string]int{}
-		lines   int
-		code    int                // lines that are neither blank nor comments
-		sites   = map[string]int{} // function -> assignments to a waiter's reservation or presence
-		states  int                // of which to its state (or its whole reservation)
-		moves   = map[string]int{} // function -> moves it makes (see isMove)
-	)
+	fmt.Print("\n  most methods:")
+	for _, s := range ranked(z.methods, 5) {
+		fmt.Printf(" %s,", s)
+	}
+	fmt.Print("\n  longest functions (lines):")
+	for _, f := range z.funcs[:min(6, len(z.funcs))] {
+		fmt.Printf(" %s %d,", f.name, f.lines)
+	}
+	fmt.Println()
+	if len(z.sites) == 0 {
+		return
+	}
+	total, fns, where := tally(z.sites)
+	fmt.Printf("  places that change a waiter's reservation or presence (assignments to their fields): %d in %d functions, %d of them set its state (%s)\n",
+		total, fns, z.states, where)
+	total, fns, where = tally(z.moves)
+	fmt.Printf("  moves of a waiter (calls of moveLocked and settleLocked): %d in %d functions (%s)\n", total, fns, where)
+}
+
+// measureDir measures the package in dir.
+func measureDir(dir string) (size, error) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return size{}, err
+	}
+	z := size{structs: map[string]int{}, methods: map[string]int{}, sites: map[string]int{}, moves: map[string]int{}, fileLines: map[string]int{}}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
 		src, err := os.ReadFile(f)
 		if err != nil {
-			fail(err)
+			return size{}, err
 		}
-		lines += strings.Count(string(src), "\n")
+		z.files++
+		n := strings.Count(string(src), "\n")
+		z.lines += n
+		z.fileLines[filepath.Base(f)] = n
 		for _, l := range strings.Split(string(src), "\n") {
 			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "//") {
-				code++
+				z.code++
 			}
 		}
 		file, err := parser.ParseFile(fset, f, src, 0)
 		if err != nil {
-			fail(err)
+			return size{}, err
 		}
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -126,62 +170,46 @@ func measure(dir string) {
 					for _, fl := range st.Fields.List {
 						c += max(1, len(fl.Names))
 					}
-					structs[n.Name.Name] = c
+					z.structs[n.Name.Name] = c
 				}
 			case *ast.FuncDecl:
-				name := n.Name.Name
-				if n.Recv != nil && len(n.Recv.List) > 0 {
-					methods[recv(n.Recv.List[0].Type)]++
-					name = recv(n.Recv.List[0].Type) + "." + name
-				}
-				l := fset.Position(n.End()).Line - fset.Position(n.Pos()).Line + 1
-				funcs = append(funcs, fn{name, l})
-				ast.Inspect(n.Body, func(m ast.Node) bool {
-					if call, ok := m.(*ast.CallExpr); ok && isMove(call) {
-						moves[name]++
-						return true
-					}
-					as, ok := m.(*ast.AssignStmt)
-					if !ok {
-						return true
-					}
-					for _, lhs := range as.Lhs {
-						if isWaiterState(lhs) {
-							sites[name]++
-							if f := lhs.(*ast.SelectorExpr).Sel.Name; f == "state" || f == "res" {
-								states++
-							}
-						}
-					}
-					return true
-				})
+				z.funcDecl(fset, n)
 			}
 			return true
 		})
 	}
-	sort.Slice(funcs, func(i, j int) bool { return funcs[i].lines > funcs[j].lines })
-	fmt.Printf("%s: %d lines (%d of code, without comments and blank lines) in %d files\n", dir, lines, code, countNonTest(files))
-	fmt.Print("  biggest structs (fields):")
-	for _, s := range ranked(structs, 5) {
-		fmt.Printf(" %s,", s)
+	sort.Slice(z.funcs, func(i, j int) bool { return z.funcs[i].lines > z.funcs[j].lines })
+	return z, nil
+}
+
+// funcDecl adds n's figures to z.
+func (z *size) funcDecl(fset *token.FileSet, n *ast.FuncDecl) {
+	name := n.Name.Name
+	if n.Recv != nil && len(n.Recv.List) > 0 {
+		z.methods[recv(n.Recv.List[0].Type)]++
+		name = recv(n.Recv.List[0].Type) + "." + name
 	}
-	fmt.Print("\n  most methods:")
-	for _, s := range ranked(methods, 5) {
-		fmt.Printf(" %s,", s)
-	}
-	fmt.Print("\n  longest functions (lines):")
-	for _, f := range funcs[:min(6, len(funcs))] {
-		fmt.Printf(" %s %d,", f.name, f.lines)
-	}
-	fmt.Println()
-	if len(sites) == 0 {
-		return
-	}
-	total, fns, where := tally(sites)
-	fmt.Printf("  places that change a waiter's reservation or presence (assignments to their fields): %d in %d functions, %d of them set its state (%s)\n",
-		total, fns, states, where)
-	total, fns, where = tally(moves)
-	fmt.Printf("  moves of a waiter (calls of moveLocked and settleLocked): %d in %d functions (%s)\n", total, fns, where)
+	l := fset.Position(n.End()).Line - fset.Position(n.Pos()).Line + 1
+	z.funcs = append(z.funcs, fn{name, l})
+	ast.Inspect(n.Body, func(m ast.Node) bool {
+		if call, ok := m.(*ast.CallExpr); ok && isMove(call) {
+			z.moves[name]++
+			return true
+		}
+		as, ok := m.(*ast.AssignStmt)
+		if !ok {
+			return true
+		}
+		for _, lhs := range as.Lhs {
+			if isWaiterState(lhs) {
+				z.sites[name]++
+				if f := lhs.(*ast.SelectorExpr).Sel.Name; f == "state" || f == "res" {
+					z.states++
+				}
+			}
+		}
+		return true
+	})
 }
 
 // tally sums m (function -> count) and lists it, by function name.
