@@ -508,6 +508,33 @@ func TestGroupLearn(t *testing.T) {
 	})
 }
 
+// TestGroupLearnRoundTrips: Learn takes the round trips its doc counts:
+// For's GET when it makes the key's Throttler, the SET, and one write,
+// after one to three samples of a clock the Group's Throttlers have not
+// read yet.
+func TestGroupLearnRoundTrips(t *testing.T) {
+	_, c := miniClient(t)
+	count := roundTrips(c)
+	g := mustGroup(t, c, "p", KeyQuota{Limit: 5, Interval: time.Hour}, WithLearnedLimits())
+	learn := func(key string) int {
+		t.Helper()
+		before := count()
+		if err := g.Learn(context.Background(), key, 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return count() - before
+	}
+	if n := learn("a"); n < 4 || n > 6 {
+		t.Errorf("Learn on a new key, the server's clock not read yet: %d round trips, want 4 to 6 (GET, SET, 1 to 3 samples, write)", n)
+	}
+	if n := learn("b"); n != 3 {
+		t.Errorf("Learn on a new key, the Group's clock read: %d round trips, want 3 (GET, SET, write)", n)
+	}
+	if n := learn("b"); n != 2 {
+		t.Errorf("Learn on a key the Group holds: %d round trips, want 2 (SET, write)", n)
+	}
+}
+
 // TestGroupSharesClock: a Group's Throttlers on one server share one
 // estimate of its clock, so a new one takes no round trip to read it;
 // one given its own clock (WithClock), or on a cluster client, keeps its
