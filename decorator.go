@@ -56,8 +56,7 @@ func Wrap[In, Out any](t *Throttler, fn func(context.Context, In) (Out, error)) 
 // to keep it too. A call whose request fn wrote off its slot (its
 // connection came too late and it could not wait for a new one, as
 // Transport describes) keeps its estimate, counted as debt where it went,
-// whatever fn reports.
-// DoCost returns fn's error, or else the settle's.
+// whatever fn reports. DoCost returns fn's error, or else the settle's.
 func (t *Throttler) DoCost(ctx context.Context, estimate int, fn func(context.Context) (cost int, err error)) error {
 	p, err := t.reserveToSend(ctx, "DoCost", estimate, 0)
 	if err != nil {

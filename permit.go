@@ -126,7 +126,7 @@ func (p *Permit) At() time.Time {
 // bounded by the Redis timeout (and by 250ms for a surplus), and Done
 // makes one more for a permit holding a place in flight (see
 // WithInFlight), so Settle takes up to two. ctx does not cut them short:
-// the cost is for every replica, so a call whose context ended with it is
+// the cost is for every replica, so a call whose context has ended is
 // settled all the same. When the settle's call fails, Settle returns an
 // error wrapping ErrRedis, and what it could not write (the surplus to
 // remove, the debt to add) is written by the Throttler's next round trip
