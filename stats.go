@@ -57,7 +57,9 @@ type Stats struct {
 type CostStats struct {
 	// Settled is how many permits were settled; Returned is how many units
 	// their surpluses gave back in Redis, and Debt how many their excesses
-	// added (a permit admitted without Redis adds to neither).
+	// added (a permit admitted without Redis adds to neither, nor does a
+	// call written off its slot, whose units count as debt where it went:
+	// see Stats.Sends.SentLate).
 	Settled, Returned, Debt uint64
 }
 
