@@ -39,7 +39,11 @@ import (
 // of the body, or Close, makes the settle's Redis call, if any (see
 // Permit.Settle), and with WithInFlight one more to give the place back
 // (see Permit.Done), each bounded by the Redis timeout. A request whose
-// round trip fails keeps its estimate: it may have reached the API.
+// round trip fails keeps its estimate: it may have reached the API. So
+// does one written off its slot (its connection came too late and it
+// could not wait for a new one, see Transport): its estimate counts as
+// debt where it went, and its settle, a refusal's included, changes
+// nothing.
 //
 // With nested Transports (a Transport with Cost whose Base is another
 // Transport, such as one of requests), set Retries on the outer one only:

@@ -53,7 +53,10 @@ func Wrap[In, Out any](t *Throttler, fn func(context.Context, In) (Out, error)) 
 // until fn returns. If the reservation fails, fn is not called and DoCost
 // returns its error. fn reports the cost even when it fails: 0 for a call
 // that never reached the API, the estimate to keep it, or a negative cost
-// to keep it too. DoCost returns fn's error, or else the settle's.
+// to keep it too. A call whose request fn wrote off its slot (its
+// connection came too late and it could not wait for a new one, as
+// Transport describes) keeps its estimate, counted as debt where it went,
+// whatever fn reports. DoCost returns fn's error, or else the settle's.
 func (t *Throttler) DoCost(ctx context.Context, estimate int, fn func(context.Context) (cost int, err error)) error {
 	p, err := t.reserveToSend(ctx, "DoCost", estimate, 0)
 	if err != nil {

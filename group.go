@@ -21,7 +21,8 @@ import (
 // the credentials it is called with apart (a GitHub App installation, a
 // Shopify store, an API key): g.For(key) returns the key's Throttler, made
 // on first use with the KeyQuota that the limits function gives for the key,
-// and kept until it is idle, when the Group evicts it.
+// and kept until it is idle, when the Group evicts it (or until a higher
+// limit is learned for the key, see Learn).
 //
 // Every Group made on the same Redis with the same prefix and limits
 // function, in any process, shares each key's quota as Throttlers on one
@@ -47,21 +48,25 @@ import (
 // it holds and wants no place in flight, it serves no call under FailOpen
 // or FallbackLocal and its fallback window holds no call, and no shared
 // pause it knows of is in force. An idle Throttler holds no goroutine.
-// The Group runs none either: each For moves a clock hand over a few keys
-// (at most 4), and evicts a key it finds idle that neither For
-// handed out nor a round trip used since the hand last passed it; Sweep
-// evicts every idle key at once. Without calls to For, nothing is evicted
-// until the next For or Sweep.
+// The Group runs none either: each For moves a clock hand over at most 4
+// keys (passing over the one it is asked for), and evicts a key it finds
+// idle that neither For handed out nor a round trip used since the hand
+// last passed it; Sweep evicts every idle key at once. Without calls to
+// For, nothing is evicted until the next For or Sweep.
 //
 // An evicted Throttler keeps working for a caller that still holds it,
 // but For makes a new one for the key: the two then share the key's quota
 // as two replicas would (nothing goes over the limit), and this process's
 // calls on the key are no longer served in one first-come order. Call For
 // for each call (a SHA-256 and a map lookup) rather than keep its result.
-// Eviction also forgets the process's own record of its calls that still
-// count (the probe by which a Throttler notices a Redis that lost the
-// window, see docs/guarantees.md): a window lost within an interval of the eviction is
-// noticed by the replicas that still hold the key, not by this one.
+// Eviction also forgets what the Throttler knew of the key's window, by
+// which a Throttler notices a Redis that lost it (see docs/guarantees.md):
+// its own calls that still count (the probe), when it last found the
+// marker, and the tally it last read. The key's next Throttler starts as
+// a new replica does, and cannot tell a lost window from a new key: a
+// window lost within the longest interval of the eviction, while this
+// process's calls still count in it, is noticed by the replicas that
+// still hold the key, if any, not by this one.
 //
 // A Group is safe for concurrent use by multiple goroutines.
 type Group struct {
@@ -255,7 +260,10 @@ const groupVisits = 4
 // returned (with WithLearnedLimits, the first limit learned for the key, when
 // one is recorded). Calls of For that find no Throttler for a key at the
 // same moment wait for one call of the limits function, and share the
-// Throttler it makes (golang.org/x/sync/singleflight).
+// Throttler it makes (golang.org/x/sync/singleflight). Should two calls
+// of For still each make one for a key (the second began before the
+// first's was held), both return the one held first, and the other is
+// dropped unused.
 //
 // For returns an error when key is empty or New refuses the KeyQuota (both
 // wrapping ErrInvalidArgument), and one wrapping the limits function's

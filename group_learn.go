@@ -56,7 +56,10 @@ func WithLearnedLimits() GroupOption {
 // one GET, within a second). It then takes a SET, within a second, and one
 // write, within the Redis timeout, after up to three samples of the
 // server's clock, each within the Redis timeout, for a Throttler that has
-// none. It returns an error wrapping ErrInvalidArgument when the Group
+// none (a Group's Throttlers on one server share theirs). So Learn takes
+// two round trips on a key the Group holds, three on one it makes, and up
+// to six. ctx bounds each of them but For's GET, which has its second
+// alone. It returns an error wrapping ErrInvalidArgument when the Group
 // was made without WithLearnedLimits, key is empty, limit is below 1 or
 // ttl is not positive; For's errors; and one wrapping ErrRedis when Redis
 // fails (a limit not recorded is not stated either).

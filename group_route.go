@@ -36,14 +36,16 @@ func (g *Group) Route(keyOf func(*http.Request) (key string, ok bool)) func(*htt
 }
 
 // ByHeader returns a key function for Group.Route that keys a request by
-// its header name: the key is the SHA-256 digest of the header's first
-// value, its first 16 bytes in hex, and a request without the header, or
-// with an empty one, has no key. Use it for a secret, such as an API key
-// or an Authorization header's token: the value itself is never kept,
-// logged or sent to Redis, and the limits function sees only its digest.
-// The digest is not keyed: a value that can be guessed (a shop's domain, a
-// customer number) can be found again from it by anyone who reads Redis;
-// a high-entropy token cannot.
+// the value of its header name (http.Header.Get: the name in any case,
+// the header's first value): the key is the SHA-256 digest of that value,
+// its first 16 bytes in 32 hex digits, and a request without the header,
+// or whose first value is empty, has no key, and goes unthrottled (see
+// Route). Use it for a secret, such as an API key or an Authorization
+// header (its whole value, the scheme included, is digested): the value
+// itself is never kept, logged or sent to Redis, and the limits function
+// sees only its digest. The digest is not keyed: a value that can be
+// guessed (a shop's domain, a customer number) can be found again from it
+// by anyone who reads Redis; a high-entropy token cannot.
 func ByHeader(name string) func(*http.Request) (key string, ok bool) {
 	return func(req *http.Request) (string, bool) {
 		v := req.Header.Get(name)

@@ -3,6 +3,8 @@ package throttler
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -90,4 +92,30 @@ func TestGroupRouteByHeader(t *testing.T) {
 func digestOf(v string) string {
 	k, _ := ByHeader("X")(&http.Request{Header: http.Header{"X": {v}}})
 	return k
+}
+
+// ByHeader keys a request by the header's first value, read whatever the
+// case of its name, as 32 hex digits of its SHA-256 digest; a request
+// without the header, or whose first value is empty, has no key.
+func TestByHeaderKeys(t *testing.T) {
+	keyOf := ByHeader("x-api-key")
+	sum := sha256.Sum256([]byte("secret"))
+	want := hex.EncodeToString(sum[:16])
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		key    string
+		ok     bool
+	}{
+		{"absent", http.Header{}, "", false},
+		{"empty", http.Header{"X-Api-Key": {""}}, "", false},
+		{"empty first of two", http.Header{"X-Api-Key": {"", "secret"}}, "", false},
+		{"set", http.Header{"X-Api-Key": {"secret"}}, want, true},
+		{"first of two", http.Header{"X-Api-Key": {"secret", "other"}}, want, true},
+	} {
+		key, ok := keyOf(&http.Request{Header: tc.header})
+		if key != tc.key || ok != tc.ok {
+			t.Errorf("%s: ByHeader gave (%q, %t), want (%q, %t)", tc.name, key, ok, tc.key, tc.ok)
+		}
+	}
 }

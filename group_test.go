@@ -189,6 +189,54 @@ func TestGroupHandEvictsUnused(t *testing.T) {
 	}
 }
 
+// TestGroupHandVisitsAtMostFour: each For moves the hand over at most 4
+// keys (groupVisits, as Group's doc states), the one it is asked for
+// passed over but counted: of ten idle keys the hand has passed once, a
+// For for a new key evicts four, and one for the key at the hand evicts
+// three and hands that key out.
+func TestGroupHandVisitsAtMostFour(t *testing.T) {
+	_, c := miniClient(t)
+	g := mustGroup(t, c, "p", KeyQuota{Limit: 10, Interval: time.Second})
+	names := map[*Throttler]string{}
+	set := func(f func(e *groupEntry)) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, e := range g.ring {
+			f(e)
+		}
+	}
+	for i := range 10 {
+		k := fmt.Sprint("k", i)
+		names[mustFor(t, g, k)] = k
+		set(func(e *groupEntry) { e.used = true }) // as if handed out again: the hand evicts none
+	}
+	if g.Len() != 10 {
+		t.Fatalf("Len = %d, want the 10 keys handed out since the hand passed", g.Len())
+	}
+	// The hand has passed every key once, and none was used since.
+	passed := func() {
+		set(func(e *groupEntry) { _, e.round = e.t.dormant(); e.used = false })
+		g.mu.Lock()
+		g.hand = 0
+		g.mu.Unlock()
+	}
+	passed()
+	names[mustFor(t, g, "new")] = "new"
+	if n := g.Len(); n != 10-4+1 {
+		t.Fatalf("a For for a new key left %d of 10 idle keys the hand had passed, want 6 and the new one", n-1)
+	}
+	passed()
+	g.mu.Lock()
+	at := g.ring[g.hand].t
+	g.mu.Unlock()
+	if got := mustFor(t, g, names[at]); got != at {
+		t.Fatal("For evicted the key it was asked for, at the hand")
+	}
+	if n := g.Len(); n != 7-3 || !g.holds(at) {
+		t.Fatalf("a For for the key at the hand left %d keys of 7 (holding it: %t), want 4: three evicted, it passed over", n, g.holds(at))
+	}
+}
+
 // TestGroupKeepsBusyKeys: a key with a caller waiting, a call sleeping
 // toward a slot reserved ahead, or a place in flight held is not evicted,
 // by the hand or by Sweep; once it is idle, it is.
@@ -458,6 +506,33 @@ func TestGroupLearn(t *testing.T) {
 			t.Fatal("b made its Throttler anew twice for one learned limit")
 		}
 	})
+}
+
+// TestGroupLearnRoundTrips: Learn takes the round trips its doc counts:
+// For's GET when it makes the key's Throttler, the SET, and one write,
+// after one to three samples of a clock the Group's Throttlers have not
+// read yet.
+func TestGroupLearnRoundTrips(t *testing.T) {
+	_, c := miniClient(t)
+	count := roundTrips(c)
+	g := mustGroup(t, c, "p", KeyQuota{Limit: 5, Interval: time.Hour}, WithLearnedLimits())
+	learn := func(key string) int {
+		t.Helper()
+		before := count()
+		if err := g.Learn(context.Background(), key, 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return count() - before
+	}
+	if n := learn("a"); n < 4 || n > 6 {
+		t.Errorf("Learn on a new key, the server's clock not read yet: %d round trips, want 4 to 6 (GET, SET, 1 to 3 samples, write)", n)
+	}
+	if n := learn("b"); n != 3 {
+		t.Errorf("Learn on a new key, the Group's clock read: %d round trips, want 3 (GET, SET, write)", n)
+	}
+	if n := learn("b"); n != 2 {
+		t.Errorf("Learn on a key the Group holds: %d round trips, want 2 (SET, write)", n)
+	}
 }
 
 // TestGroupSharesClock: a Group's Throttlers on one server share one

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -440,4 +442,61 @@ func TestTransportObserverRefused(t *testing.T) {
 	}
 	checkAt(2)
 	waitIdle(t, th)
+}
+
+// goid returns the calling goroutine's id, from its stack's header
+// ("goroutine 18 [running]:").
+func goid() string {
+	buf := make([]byte, 64)
+	return strings.Fields(string(buf[:runtime.Stack(buf, false)]))[1]
+}
+
+// Admitted and Rejected are called on the caller's goroutine as its wait
+// (or AllowN) returns, and Waited after them, before the call returns; a
+// wait given a nil Context is reported to none of them.
+func TestObserverWaitEventsOnTheCaller(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, s+"@"+goid())
+	}
+	th := miniThrottler(t, 2, time.Minute, WithObserver(Observer{
+		Admitted: func(int, time.Duration) { note("admitted") },
+		Rejected: func(Rejection) { note("rejected") },
+		Waited:   func(context.Context, WaitInfo) { note("waited") },
+	}))
+	me := goid()
+	ctx := context.Background()
+	if err := th.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	note("returned")
+	if res, err := th.Allow(ctx); err != nil || !res.Allowed {
+		t.Fatalf("Allow: %+v, %v", res, err)
+	}
+	note("returned")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, ok := RejectionOf(th.Wait(short)); !ok { // the minute's two calls are spent
+		t.Fatal("a third call in a minute of two was not turned away")
+	}
+	note("returned")
+	var none context.Context
+	if err := th.Wait(none); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Wait(nil): %v, want ErrInvalidArgument", err)
+	}
+	note("returned")
+	mu.Lock()
+	defer mu.Unlock()
+	var want []string
+	for _, s := range []string{"admitted", "waited", "returned", "admitted", "returned", "rejected", "waited", "returned", "returned"} {
+		want = append(want, s+"@"+me)
+	}
+	if !slices.Equal(events, want) {
+		t.Fatalf("events %v, want %v", events, want)
+	}
 }

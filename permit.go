@@ -79,7 +79,7 @@ func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead
 	}
 }
 
-// Estimate returns the units Acquire admitted (0 for a nil Permit).
+// Estimate returns the units Acquire admitted (0 for a nil or zero Permit).
 func (p *Permit) Estimate() int {
 	if p == nil {
 		return 0
@@ -91,8 +91,8 @@ func (p *Permit) Estimate() int {
 // its place in the shared window, which the call is meant to reach the API
 // within half the buffer of (see WithBuffer). It is the zero Time for a
 // permit admitted without Redis (FailOpen, or FallbackLocal while Redis
-// failed). Compare it with the API's own timestamps to see how far a call
-// strayed from its slot, and for a nil Permit.
+// failed), and for a nil or zero Permit. Compare it with the API's own
+// timestamps to see how far a call strayed from its slot.
 func (p *Permit) At() time.Time {
 	if p == nil || p.score == 0 {
 		return time.Time{}
@@ -113,13 +113,21 @@ func (p *Permit) At() time.Time {
 //     may hold more than limit calls: by at most the sum of their excesses
 //     (actual minus estimate), and only windows holding those admission
 //     times; no window is pushed over by anything but an under-estimate.
+//     actual has no bound above: one at or above the limit fills every
+//     window holding the admission time, and no call is admitted into
+//     them until it slides out, as it would for any excess. Each unit of
+//     debt is one member in every limit's key, all written in one round
+//     trip: an actual far above the limit costs as many.
 //
-// Only the first call of Settle counts: later ones do nothing and return
-// what it returned. Settle ends the call: it calls Done. The settle makes
-// at most one Redis call (none when actual equals the estimate), bounded
-// by the Redis timeout (and by 250ms for a surplus), and Done makes one
-// more for a permit holding a place in flight (see WithInFlight), so
-// Settle takes up to two. When the settle's call fails, Settle returns an
+// Only the first call of Settle that settles counts (one with actual not
+// negative, on a Permit Acquire returned): later ones do nothing and
+// return what it returned. Settle ends the call: it calls Done. The settle
+// makes at most one Redis call (none when actual equals the estimate),
+// bounded by the Redis timeout (and by 250ms for a surplus), and Done
+// makes one more for a permit holding a place in flight (see
+// WithInFlight), so Settle takes up to two. ctx does not cut them short:
+// the cost is for every replica, so a call whose context has ended is
+// settled all the same. When the settle's call fails, Settle returns an
 // error wrapping ErrRedis, and what it could not write (the surplus to
 // remove, the debt to add) is written by the Throttler's next round trip
 // that works (the debt counts in this process's own calls meanwhile, the

@@ -93,6 +93,57 @@ func TestSettleDebt(t *testing.T) {
 	})
 }
 
+// Settle is not cut short by its context: a caller whose context ended
+// with the call still settles it, a surplus and a debt alike, for every
+// replica.
+func TestSettleAfterContextEnded(t *testing.T) {
+	_, c := miniClient(t)
+	th := mustNew(t, c, "k", 10, time.Hour, WithLogger(quiet))
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct{ estimate, actual int }{{3, 1}, {1, 3}} {
+		p, err := th.Acquire(context.Background(), tc.estimate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Settle(ended, tc.actual); err != nil {
+			t.Fatalf("Settle(%d) of an estimate of %d with its context ended: %v", tc.actual, tc.estimate, err)
+		}
+	}
+	if n := len(keyMembers(t, c, "k")); n != 1+3 {
+		t.Fatalf("the window holds %d units, want 4: 3 settled to 1, 1 to 3", n)
+	}
+	waitIdle(t, th)
+}
+
+// An actual above the limit fills every window holding the admission
+// time: no call is admitted until the admission time slides out of the
+// window, and calls are once it has.
+func TestSettleAboveTheLimit(t *testing.T) {
+	_, c := miniClient(t)
+	const interval = 300 * time.Millisecond
+	th := mustNew(t, c, "k", 10, interval, WithLogger(quiet))
+	ctx := context.Background()
+	p, err := th.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Settle(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(keyMembers(t, c, "k")); n != 30 {
+		t.Fatalf("the window holds %d units after settling 1 up to 30, want 30", n)
+	}
+	if n := allowed(t, th, 10); n != 0 {
+		t.Fatalf("%d calls admitted in a window a debt of 29 fills, want none", n)
+	}
+	time.Sleep(time.Until(p.At().Add(interval + th.rules.Buffer + 50*time.Millisecond)))
+	if n := allowed(t, th, 10); n != 10 {
+		t.Fatalf("%d calls admitted once the debt slid out of the window, want 10", n)
+	}
+	waitIdle(t, th)
+}
+
 func TestSettleRejectsBadInput(t *testing.T) {
 	th := miniThrottler(t, 5, time.Second)
 	ctx := context.Background()

@@ -202,6 +202,42 @@ func TestTransportCountsALateSendWhereItGoes(t *testing.T) {
 	})
 }
 
+// A priced request written off its slot keeps its estimate, as debt where
+// it went, whatever its response says it cost (see Cost).
+func TestTransportLateSendKeepsItsEstimate(t *testing.T) {
+	var rec recorder
+	_, rc := miniClient(t)
+	th, base := gatedThrottler(t, rc, "k", 5, time.Second, &rec, coldFirst)
+	base.sleep = true
+	base.before = func(int) {
+		if err := th.PauseUntil(context.Background(), th.now().Add(time.Minute)); err != nil {
+			t.Error(err)
+		}
+	}
+	c := &http.Client{Transport: &Transport{Base: base, Route: th.Route(), Cost: &Cost{
+		Estimate: func(*http.Request) int { return 3 },
+		Actual:   func(*http.Response, []byte) (int, bool) { return 1, true },
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := getVia(t, c, ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, th)
+	if s := th.Stats(); s.Sends.SentLate != 1 || s.Costs.Settled != 1 || s.Costs.Returned != 0 {
+		t.Fatalf("SentLate %d, Settled %d, Returned %d; want 1, 1 and 0", s.Sends.SentLate, s.Costs.Settled, s.Costs.Returned)
+	}
+	set := calls(t, rc, "k")
+	if len(set) != 3 {
+		t.Fatalf("%d units in the set, want the estimate's 3, as debt where the call went", len(set))
+	}
+	for m := range set {
+		if !strings.HasPrefix(m, core.DebtPrefix) {
+			t.Fatalf("the set holds %q, want debt members only", m)
+		}
+	}
+}
+
 // Do passes fn a context that holds an HTTP request made with it at its
 // connection, as the Transport does.
 func TestDoHoldsItsRequestAtTheConnection(t *testing.T) {

@@ -57,7 +57,9 @@ type Stats struct {
 type CostStats struct {
 	// Settled is how many permits were settled; Returned is how many units
 	// their surpluses gave back in Redis, and Debt how many their excesses
-	// added (a permit admitted without Redis adds to neither).
+	// added (a permit admitted without Redis adds to neither, nor does a
+	// call written off its slot, whose units count as debt where it went:
+	// see Stats.Sends.SentLate).
 	Settled, Returned, Debt uint64
 }
 
@@ -159,16 +161,20 @@ func (t *Throttler) Stats() Stats {
 }
 
 // Observer receives a Throttler's events as they happen. Set the fields
-// you need; nil fields cost nothing. The functions are called synchronously,
-// on the goroutine where the event happens (a caller's, or one of the
-// Throttler's own), sometimes while the Throttler holds its internal lock:
-// they must return quickly and must not call the Throttler's methods.
-// Counting, recording a histogram sample or logging is fine. Give one with
+// you need; nil fields cost nothing. The functions are called
+// synchronously, on the goroutine where the event happens (a caller's, one
+// of the Throttler's own, or for Sent the one net/http writes the request
+// on), sometimes while the Throttler holds its internal lock: they must
+// return quickly and must not call the Throttler's methods. Counting,
+// recording a histogram sample or logging is fine. Give one with
 // WithObserver, or add any number to a Throttler in use with
 // Throttler.AddObserver (and to a Group's with Group.AddObserver).
 type Observer struct {
 	// Admitted is called when a wait (see Stats) or an AllowN call admits
-	// n calls, with how long the caller waited (zero for AllowN).
+	// n calls, with how long the caller waited (zero for AllowN): on the
+	// caller's goroutine, without the Throttler's lock, as the call
+	// returns, which may be well after Redis admitted it (a sleep toward a
+	// slot reserved ahead).
 	Admitted func(n int, waited time.Duration)
 	// Paused is called when the Throttler sets or learns of a shared pause
 	// (PauseUntil, a Transport following a refusal or a counter at zero,
@@ -198,7 +204,8 @@ type Observer struct {
 	// taken and waits for one.
 	PlaceWait func()
 	// Rejected is called each time a wait (see Stats) is turned away, with
-	// why.
+	// why: on the caller's goroutine, without the Throttler's lock, as the
+	// wait returns.
 	Rejected func(why Rejection)
 	// Degraded is called with true when Redis fails and calls start to
 	// follow the FailOpen or FallbackLocal policy, and with false once a
@@ -210,12 +217,13 @@ type Observer struct {
 	Degraded func(on bool)
 	// Waited is called once for each wait (see Stats) as it returns,
 	// whatever its outcome: admitted, turned away (see RejectionOf),
-	// abandoned, failed, or refused as bad input. It is called on the
-	// caller's goroutine, once the wait has done all it does and without
-	// the Throttler's lock, with the context the caller gave the wait
-	// (the request's for a Transport), so that it may record the wait on
-	// the caller's trace. For an admitted wait it comes after Admitted;
-	// for a wait turned away, after Rejected.
+	// abandoned, failed, or refused as bad input (but for a nil Context,
+	// which it could not be given). It is called on the caller's
+	// goroutine, once the wait has done all it does and without the
+	// Throttler's lock, with the context the caller gave the wait (the
+	// request's for a Transport), so that it may record the wait on the
+	// caller's trace. For an admitted wait it comes after Admitted; for a
+	// wait turned away, after Rejected.
 	Waited func(ctx context.Context, w WaitInfo)
 	// Sent is called once for each call sent through net/http by a
 	// Transport, or by Do, DoCost, Wrap or WrapCost with the context they

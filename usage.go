@@ -51,10 +51,11 @@ type Usage struct {
 }
 
 // Usage reads every limit's window from Redis, the first limit (New's)
-// first, in two round trips bounded together by the Redis timeout. It
-// changes nothing and admits nothing; it is meant for dashboards and the
-// throttler command: it reads every member counted in Used (to tell debt
-// from calls). It returns an error wrapping ErrRedis when Redis fails.
+// first, in two round trips bounded together by ctx and the Redis timeout,
+// however many limits there are and however Redis keeps them. It changes
+// nothing and admits nothing; it is meant for dashboards and the throttler
+// command: it reads every member counted in Used (to tell debt from
+// calls). It returns an error wrapping ErrRedis when Redis fails.
 func (t *Throttler) Usage(ctx context.Context) ([]Usage, error) {
 	if err := usable(t, ctx, "Usage"); err != nil {
 		return nil, err
