@@ -113,11 +113,14 @@ func (p *Permit) At() time.Time {
 //     may hold more than limit calls: by at most the sum of their excesses
 //     (actual minus estimate), and only windows holding those admission
 //     times; no window is pushed over by anything but an under-estimate.
-//     actual has no bound above: one at or above the limit fills every
-//     window holding the admission time, and no call is admitted into
-//     them until it slides out, as it would for any excess. Each unit of
-//     debt is one member in every limit's key, all written in one round
-//     trip: an actual far above the limit costs as many.
+//     actual has no bound above: an excess at or above the largest limit
+//     fills every window holding the admission time, and no call is
+//     admitted into them until it slides out, as it would for any excess.
+//     Each unit of debt is one member in every limit's key, all written in
+//     one round trip; an excess above the largest limit is written as the
+//     largest limit, which blocks every later call as long, so an actual
+//     far above the limit (a bad reading of a response) costs no more
+//     memory than one at it.
 //
 // Only the first call of Settle that settles counts (one with actual not
 // negative, on a Permit Acquire returned): later ones do nothing and
@@ -204,8 +207,21 @@ func (p *Permit) settle(ctx context.Context, actual int) error {
 		t.worker.nudge()
 		return nil
 	}
-	t.stats.debt.Add(uint64(actual - p.estimate))
-	return t.addDebt(ctx, p.score, actual-p.estimate)
+	excess := min(actual-p.estimate, t.maxDebt())
+	t.stats.debt.Add(uint64(excess))
+	return t.addDebt(ctx, p.score, excess)
+}
+
+// maxDebt is the most debt one settle writes: the largest limit, which
+// fills every window holding the call's admission time; more would block
+// no call longer (it slides out with the rest), and would only cost
+// memory, a member per unit in every limit's key.
+func (t *Throttler) maxDebt() int {
+	n := 0
+	for _, w := range t.rules.Wins {
+		n = max(n, w.Limit)
+	}
+	return n
 }
 
 // debtNow is the server's time now (µs), where a call written off its

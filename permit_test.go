@@ -118,7 +118,9 @@ func TestSettleAfterContextEnded(t *testing.T) {
 
 // An actual above the limit fills every window holding the admission
 // time: no call is admitted until the admission time slides out of the
-// window, and calls are once it has.
+// window, and calls are once it has. An excess far above the limit (a bad
+// reading of a response) is written as the limit: the same block, without
+// a member per unit.
 func TestSettleAboveTheLimit(t *testing.T) {
 	_, c := miniClient(t)
 	const interval = 300 * time.Millisecond
@@ -128,14 +130,14 @@ func TestSettleAboveTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Settle(ctx, 30); err != nil {
+	if err := p.Settle(ctx, 1<<40); err != nil { // a bad reading: as much as the limit is written
 		t.Fatal(err)
 	}
-	if n := len(keyMembers(t, c, "k")); n != 30 {
-		t.Fatalf("the window holds %d units after settling 1 up to 30, want 30", n)
+	if n, debt := len(keyMembers(t, c, "k")), th.Stats().Costs.Debt; n != 11 || debt != 10 {
+		t.Fatalf("the window holds %d units and Stats count %d of debt after settling 1 up to 2^40, want 11 and 10 (the limit)", n, debt)
 	}
 	if n := allowed(t, th, 10); n != 0 {
-		t.Fatalf("%d calls admitted in a window a debt of 29 fills, want none", n)
+		t.Fatalf("%d calls admitted in a window a debt of the limit fills, want none", n)
 	}
 	time.Sleep(time.Until(p.At().Add(interval + th.rules.Buffer + 50*time.Millisecond)))
 	if n := allowed(t, th, 10); n != 10 {

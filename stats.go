@@ -59,7 +59,8 @@ type CostStats struct {
 	// their surpluses gave back in Redis, and Debt how many their excesses
 	// added (a permit admitted without Redis adds to neither, nor does a
 	// call written off its slot, whose units count as debt where it went:
-	// see Stats.Sends.SentLate).
+	// see Stats.Sends.SentLate; an excess above the largest limit adds the
+	// largest limit, see Permit.Settle).
 	Settled, Returned, Debt uint64
 }
 
