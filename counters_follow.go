@@ -355,7 +355,7 @@ func lowerTo(ctx context.Context, t *Throttler, n int, d time.Duration) {
 	lowered := t.shared.loweredAt(serverNow)
 	fresh := lowered && t.shared.lowered == n && t.shared.lowerTill-serverNow > d.Microseconds()/2
 	t.mu.Unlock()
-	if fresh || (!lowered && n >= t.rules.Wins[0].Limit) {
+	if fresh || (!lowered && n >= t.Limit()) {
 		return
 	}
 	t.LowerLimit(ctx, n, d)

@@ -88,10 +88,10 @@ func (g *Group) Learn(ctx context.Context, key string, limit int, ttl time.Durat
 		end := serverNow + ttl.Microseconds()
 		m := metaWrite{
 			MetaWrite: core.MetaWrite{Limit: int64(limit), LimitEnd: end},
-			apply:     func() { t.shared.lowerTo(0, 0, t.rules.Wins[0].Limit, &t.stats) },
+			apply:     func() { t.shared.lowerTo(0, 0, t.Limit(), &t.stats) },
 		}
 		if limit < t.Limit() {
-			m.apply = func() { t.shared.lowerTo(limit, end, t.rules.Wins[0].Limit, &t.stats) }
+			m.apply = func() { t.shared.lowerTo(limit, end, t.Limit(), &t.stats) }
 		}
 		return m
 	})

@@ -144,16 +144,16 @@ func (t *Throttler) LowerLimit(ctx context.Context, n int, d time.Duration) erro
 		return ctxError(ctx)
 	}
 	return t.writeMeta(ctx, func(serverNow int64) metaWrite {
-		if n >= t.rules.Wins[0].Limit {
+		if n >= t.Limit() {
 			return metaWrite{
 				MetaWrite: core.MetaWrite{ClearLimit: true, News: &core.News{LimitSet: true}},
-				apply:     func() { t.shared.lowerTo(0, 0, t.rules.Wins[0].Limit, &t.stats) },
+				apply:     func() { t.shared.lowerTo(0, 0, t.Limit(), &t.stats) },
 			}
 		}
 		end := serverNow + d.Microseconds()
 		return metaWrite{
 			MetaWrite: core.MetaWrite{Limit: int64(n), LimitEnd: end, News: &core.News{Limit: int64(n), LimitEnd: end, LimitSet: true}},
-			apply:     func() { t.shared.lowerTo(n, end, t.rules.Wins[0].Limit, &t.stats) },
+			apply:     func() { t.shared.lowerTo(n, end, t.Limit(), &t.stats) },
 		}
 	})
 }

@@ -262,7 +262,7 @@ func (t *Throttler) newsLocked(n core.News) {
 		return
 	}
 	changed := t.shared.pauseTo(n.Pause, t.clock, &t.stats)
-	if n.LimitSet && t.shared.learnLimit(n.Limit, n.LimitEnd, t.rules.Wins[0].Limit, &t.stats) {
+	if n.LimitSet && t.shared.learnLimit(n.Limit, n.LimitEnd, t.Limit(), &t.stats) {
 		changed = true
 	}
 	if !changed {

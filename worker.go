@@ -260,7 +260,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 // before it returns, a WaitN's with the next round trip, and the WaitN goes
 // back to the head of the queue. It counts the admitted in rd.admitted.
 func (t *Throttler) resolveLocked(rd *round) {
-	t.shared.learnMeta(rd.Reply, t.rules.Wins[0].Limit, t.clock.Server(t.now()), t.clock, &t.stats)
+	t.shared.learnMeta(rd.Reply, t.Limit(), t.clock.Server(t.now()), t.clock, &t.stats)
 	t.decideLocked(rd)
 	if rd.Attempt.Learn.Slots > 0 {
 		// Before the claims settle: a slot admitted and given back at
