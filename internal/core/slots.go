@@ -16,7 +16,8 @@ import (
 // window that holds g lies inside that range. Near the limit, under
 // several limits, where a slot between members more than w apart must not
 // be refused for the sum of both sides, rounds also read the fullest
-// window that holds g (its peak: see redisstore.PeakScript).
+// window that holds g (its peak: see redisstore.PeakScript, and
+// CountScript for a compacted window).
 
 // Claim is one caller's request within a reservation attempt: n members, all
 // added at the same score.

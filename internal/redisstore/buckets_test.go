@@ -70,7 +70,7 @@ func TestCompactedReadFromACopy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := readCount(CountScript.Eval(ctx, c, []string{key, CompactKey(key)}, countArgs([]countRange{{g - x.W, g + x.W}}, nil, nil)...), 1, 0, 0)
+			want, err := readCount(CountScript.Eval(ctx, c, []string{key, CompactKey(key)}, countArgs([]countRange{{g - x.W, g + x.W}}, nil, nil, peakAsk{})...), 1, 0, false, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

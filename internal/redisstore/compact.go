@@ -249,13 +249,23 @@ return {moved, full}
 // ranges c, then per range its exclusive bounds x and y; then the number
 // of tails, per tail the ranks from the top it spans (the first and the
 // last, from 0: see tail); then the number of probes, per probe a member
-// and its score. It returns, per range, the calls in (x, y): members there
+// and its score; then, for the peaks (see peakAsk), the limit in force (0
+// or absent: no peaks), the window w and the number of the attempt's own
+// calls, then each one's score. It returns, per range, the calls in (x, y): members there
 // and every bucket overlapping it; then per probe 1 when it is a member, or
 // was scored before the cut in a bucket that holds a call or was dropped
 // from the hash (it may have been compacted there), else 0 (a compacted
 // call counts in its bucket while the bucket is kept: a probe scored in an
 // empty one was lost, as after a failover to a copy behind that another
-// process compacted since); then per
+// process compacted since); then, when asked, per range (g-w, g+w) its
+// peak: the most calls, not the attempt's own, in one window (t-w, t] with
+// g <= t < g+w, each counted as the ranges count it (a member at its
+// score, a compacted call in every window its bucket overlaps), or -1
+// where the count decides as well: when it is within the limit, or no
+// call but the attempt's own comes after g (neither a member nor a
+// bucket that starts after g's); such a window holds the most at t = g,
+// at a member's score or at a bucket's first microsecond (see
+// PeakScript, which reads a log's); then per
 // tail its length and its entries, ascending, a score and a
 // member each, ranked among the members at their scores and the compacted
 // calls at their buckets' last microsecond with an empty member: that is
@@ -317,6 +327,62 @@ for j = 1, tonumber(ARGV[pat]) do
     held = k < lo or cum(k) > cum(k - 1)
   end
   if held then out[#out + 1] = 1 else out[#out + 1] = 0 end
+end
+local pp = pat + 1 + 2 * tonumber(ARGV[pat])
+local plimit = tonumber(ARGV[pp] or 0)
+if plimit > 0 then
+  local w = tonumber(ARGV[pp + 1])
+  local ours = {}
+  for j = 1, tonumber(ARGV[pp + 2]) do ours[j] = tonumber(ARGV[pp + 2 + j]) end
+  local function oursIn(x, t) -- the attempt's own calls in (x, t]
+    local m = 0
+    for _, s in ipairs(ours) do
+      if s > x and s <= t then m = m + 1 end
+    end
+    return m
+  end
+  -- The calls, not the attempt's own, in (t-w, t], counted as a range is.
+  local function window(t)
+    local x = t - w
+    local m = redis.call('ZCOUNT', KEYS[1], '(' .. f(x), f(t))
+    local k0, k1 = idx(x), idx(t)
+    if (k0 + 1) * b - 1 <= x then k0 = k0 + 1 end
+    k0, k1 = math.max(k0, lo), math.min(k1, hi)
+    if k0 <= k1 then m = m + walk(k1) - walk(k0 - 1) end
+    return m - oursIn(x, t)
+  end
+  for i = 0, c - 1 do
+    local peak = -1
+    if out[i + 1] > plimit then
+      local g = tonumber(ARGV[2 + 2 * i]) + w
+      -- Where a window holding g may hold more than the one ending at g:
+      -- the members after g, and the buckets after g's that hold calls.
+      local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. f(g), '(' .. f(g + w), 'WITHSCORES')
+      local others = #r / 2 - oursIn(g, g + w - 1)
+      local at = {}
+      for j = 2, #r, 2 do
+        local s = tonumber(r[j])
+        if at[#at] ~= s then at[#at + 1] = s end
+      end
+      local k0, k1 = math.max(idx(g) + 1, lo), math.min(idx(g + w - 1), hi)
+      if k0 <= k1 and walk(k1) > walk(k0 - 1) then
+        for k = k0, k1 do
+          if walk(k) > walk(k - 1) then
+            others = others + 1
+            at[#at + 1] = k * b
+          end
+        end
+      end
+      if others > 0 then
+        peak = window(g)
+        for _, t in ipairs(at) do
+          local m = window(t)
+          if m > peak then peak = m end
+        end
+      end
+    end
+    out[#out + 1] = peak
+  end
 end
 for j = 0, tails - 1 do
   local oldest, newest = tonumber(ARGV[at + 1 + 2 * j]), tonumber(ARGV[at + 2 + 2 * j])
@@ -380,14 +446,25 @@ type countRange struct{ x, y int64 }
 // spans, the oldest first.
 type tailSpan struct{ oldest, newest int }
 
-// countCmd queues CountScript on window x for ranges, tails and probes.
-func countCmd(ctx context.Context, p redis.Pipeliner, x core.Window, ranges []countRange, tails []tailSpan, probes []core.Entry) *redis.Cmd {
-	return CountScript.Eval(ctx, p, []string{x.Key, CompactKey(x.Key)}, countArgs(ranges, tails, probes)...)
+// peakAsk asks CountScript for the peak of each range (g-w, g+w), as
+// PeakScript reads a log's: above limit, the limit in force (0: no
+// peaks), in windows of w, without the attempt's own calls, scored ours.
+type peakAsk struct {
+	limit int
+	w     int64
+	ours  []int64
 }
 
-// countArgs are CountScript's arguments for ranges, tails and probes.
-func countArgs(ranges []countRange, tails []tailSpan, probes []core.Entry) []any {
-	args := make([]any, 0, 3+2*len(ranges)+2*len(tails)+2*len(probes))
+// countCmd queues CountScript on window x for ranges, tails, probes and
+// peaks.
+func countCmd(ctx context.Context, p redis.Pipeliner, x core.Window, ranges []countRange, tails []tailSpan, probes []core.Entry, peaks peakAsk) *redis.Cmd {
+	return CountScript.Eval(ctx, p, []string{x.Key, CompactKey(x.Key)}, countArgs(ranges, tails, probes, peaks)...)
+}
+
+// countArgs are CountScript's arguments for ranges, tails, probes and
+// peaks.
+func countArgs(ranges []countRange, tails []tailSpan, probes []core.Entry, peaks peakAsk) []any {
+	args := make([]any, 0, 6+2*len(ranges)+2*len(tails)+2*len(probes)+len(peaks.ours))
 	args = append(args, len(ranges))
 	for _, r := range ranges {
 		args = append(args, itoa(r.x), itoa(r.y))
@@ -400,26 +477,39 @@ func countArgs(ranges []countRange, tails []tailSpan, probes []core.Entry) []any
 	for _, e := range probes {
 		args = append(args, e.Member, itoa(e.Score))
 	}
+	if peaks.limit <= 0 {
+		return append(args, 0)
+	}
+	args = append(args, peaks.limit, itoa(peaks.w), len(peaks.ours))
+	for _, s := range peaks.ours {
+		args = append(args, itoa(s))
+	}
 	return args
 }
 
 // countRead is what CountScript answered.
 type countRead struct {
 	counts []int64
-	probed []bool // per probe: it is there, or may have been compacted
+	probed []bool  // per probe: it is there, or may have been compacted
+	peaks  []int64 // per range, when asked (see peakAsk)
 	tails  [][]core.Entry
 }
 
-// readCount splits CountScript's answer for ranges, probes and tails.
-func readCount(cmd *redis.Cmd, ranges, probes, tails int) (countRead, error) {
+// readCount splits CountScript's answer for ranges, probes, the ranges'
+// peaks when asked (peaks), and tails.
+func readCount(cmd *redis.Cmd, ranges, probes int, peaks bool, tails int) (countRead, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
 		return countRead{}, err
 	}
-	bad := func() (countRead, error) {
-		return countRead{}, fmt.Errorf("throttler: the count script answered %d values for %d ranges, %d probes and %d tails", len(vals), ranges, probes, tails)
+	peaked := 0
+	if peaks {
+		peaked = ranges
 	}
-	if len(vals) < ranges+probes+tails {
+	bad := func() (countRead, error) {
+		return countRead{}, fmt.Errorf("throttler: the count script answered %d values for %d ranges, %d probes, %d peaks and %d tails", len(vals), ranges, probes, peaked, tails)
+	}
+	if len(vals) < ranges+probes+peaked+tails {
 		return bad()
 	}
 	var r countRead
@@ -433,7 +523,14 @@ func readCount(cmd *redis.Cmd, ranges, probes, tails int) (countRead, error) {
 	for _, v := range vals[ranges : ranges+probes] {
 		r.probed = append(r.probed, v == int64(1))
 	}
-	rest := vals[ranges+probes:]
+	for _, v := range vals[ranges+probes : ranges+probes+peaked] {
+		n, ok := v.(int64)
+		if !ok {
+			return bad()
+		}
+		r.peaks = append(r.peaks, n)
+	}
+	rest := vals[ranges+probes+peaked:]
 	for range tails {
 		if len(rest) == 0 {
 			return bad()

@@ -202,8 +202,8 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 	// Tails: every rank, and beyond.
 	all := len(loose) + len(moved)
 	spans := []tailSpan{{oldest: all + 2, newest: 0}, {oldest: len(loose), newest: max(0, len(loose)-1)}}
-	cmd := CountScript.Eval(ctx, c, []string{key, CompactKey(key)}, countArgs(ranges, spans, nil)...)
-	read, err := readCount(cmd, len(ranges), 0, len(spans))
+	cmd := CountScript.Eval(ctx, c, []string{key, CompactKey(key)}, countArgs(ranges, spans, nil, peakAsk{})...)
+	read, err := readCount(cmd, len(ranges), 0, false, len(spans))
 	if err != nil {
 		t.Fatal(err)
 	}

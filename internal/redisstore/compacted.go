@@ -131,7 +131,22 @@ func (k *compactedKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 		probes = c.probes()
 		c.buckets.probeCounted = true
 	}
-	b.count = countCmd(c.ctx, p, x, c.ranges(w), c.spans(wi), probes)
+	b.count = countCmd(c.ctx, p, x, c.ranges(w), c.spans(wi), probes, c.peakAsk(wi))
+}
+
+// peakAsk is what window wi's CountScript reads of the peaks: in exact
+// attempts with several limits, as a log's PeakScript (see logKey's
+// queueReads), each score's; none otherwise.
+func (c *attemptCmds) peakAsk(wi int) peakAsk {
+	a := c.a
+	if !a.Exact || len(a.Checks) == 0 || len(c.s.wins) < 2 {
+		return peakAsk{}
+	}
+	ours := make([]int64, len(a.Adds))
+	for i, e := range a.Adds {
+		ours[i] = e.Score
+	}
+	return peakAsk{limit: a.Lims[wi], w: a.Reach(c.s.wins[wi]), ours: ours}
 }
 
 // queueLast queues the reads that take a new copy of the window's buckets
@@ -178,7 +193,8 @@ func (k *compactedKey) read(c *attemptCmds, r *core.Reply, wi int) error {
 	if probed {
 		probes = len(c.probes())
 	}
-	read, err := readCount(b.count, len(a.Checks), probes, len(c.spans(wi)))
+	peaks := c.peakAsk(wi).limit > 0
+	read, err := readCount(b.count, len(a.Checks), probes, peaks, len(c.spans(wi)))
 	if err != nil {
 		return err
 	}
@@ -198,7 +214,12 @@ func (k *compactedKey) read(c *attemptCmds, r *core.Reply, wi int) error {
 			}
 		}
 	}
-	c.noPeaks(r, wi)
+	if peaks {
+		if r.Peaks == nil {
+			r.Peaks = make([][]int64, len(c.s.wins))
+		}
+		r.Peaks[wi] = read.peaks
+	}
 	return nil
 }
 
@@ -273,7 +294,8 @@ func (c *attemptCmds) stampRead(wi int) [2]float64 {
 }
 
 // noPeaks sets window wi's peaks to -1 (the count decides) in exact
-// attempts with several limits: a compacted window reads none.
+// attempts with several limits: a compacted window read without
+// CountScript reads none.
 func (c *attemptCmds) noPeaks(r *core.Reply, wi int) {
 	if !c.a.Exact || len(c.a.Checks) == 0 || len(c.s.wins) < 2 {
 		return
@@ -291,9 +313,9 @@ func (c *attemptCmds) noPeaks(r *core.Reply, wi int) {
 // lim, with CountScript: the next slot may be a bucket's end.
 func (*compactedKey) queueUsage(ctx context.Context, p redis.Pipeliner, x core.Window, now int64, lim int) func() (keyUsage, error) {
 	ranges := []countRange{{now - x.W, now + 1}, {now, now + core.FutureBound + 1}}
-	count := countCmd(ctx, p, x, ranges, []tailSpan{{lim - 1, lim - 1}}, nil)
+	count := countCmd(ctx, p, x, ranges, []tailSpan{{lim - 1, lim - 1}}, nil, peakAsk{})
 	return func() (keyUsage, error) {
-		read, err := readCount(count, 2, 0, 1)
+		read, err := readCount(count, 2, 0, false, 1)
 		if err != nil {
 			return keyUsage{}, err
 		}

@@ -32,7 +32,9 @@ import (
 // that room back at the tail, where the next free slot comes as much
 // sooner; under several, another limit binding there keeps the loss. So
 // only a Throttler with several limits runs the script (in its exact
-// rounds), and pays in Redis time for the members after g it reads.
+// rounds), and pays in Redis time for the members after g it reads. A
+// compacted window's CountScript reads the same peaks, counting a bucket
+// in every window it overlaps, as its counts do (see peakAsk).
 var PeakScript = redis.NewScript(`
 local w = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
