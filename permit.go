@@ -207,18 +207,18 @@ func (p *Permit) settle(ctx context.Context, actual int) error {
 		t.worker.nudge()
 		return nil
 	}
-	excess := min(actual-p.estimate, t.maxDebt())
+	excess := min(actual-p.estimate, maxDebt(t.rules.Wins))
 	t.stats.debt.Add(uint64(excess))
 	return t.addDebt(ctx, p.score, excess)
 }
 
-// maxDebt is the most debt one settle writes: the largest limit, which
-// fills every window holding the call's admission time; more would block
-// no call longer (it slides out with the rest), and would only cost
+// maxDebt is the most debt one settle writes: the largest limit of wins,
+// which fills every window holding the call's admission time; more would
+// block no call longer (it slides out with the rest), and would only cost
 // memory, a member per unit in every limit's key.
-func (t *Throttler) maxDebt() int {
+func maxDebt(wins []core.Window) int {
 	n := 0
-	for _, w := range t.rules.Wins {
+	for _, w := range wins {
 		n = max(n, w.Limit)
 	}
 	return n
