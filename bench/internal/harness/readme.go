@@ -58,7 +58,7 @@ func READMETables(r Report) (string, error) {
 				maxIn = over(row.MaxInWindow, *row.MaxInWindow > row.Limit) + fmt.Sprintf(" (%d)", row.Limit)
 			}
 			rejects := over(row.StrictRejects, row.StrictRejects != nil && *row.StrictRejects > 0)
-			rt, cmds, cpu := fmt.Sprintf("%.2f", row.RoundTripsPerAdm), fmt.Sprintf("%.3g", row.CommandsPerAdm), fmt.Sprintf("%.0fµs", row.RedisCPUUsPerAdm)
+			rt, cmds, cpu := fmt.Sprintf("%.2f", row.RoundTripsPerAdm), threeDigits(row.CommandsPerAdm), fmt.Sprintf("%.0fµs", row.RedisCPUUsPerAdm)
 			if row.RoundTripsPerAdm == 0 {
 				rt, cmds, cpu = "0", "0", "—"
 			}
@@ -160,4 +160,13 @@ func LoadReport(path string) (Report, error) {
 		return r, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil
+}
+
+// threeDigits writes x with three significant digits, as %.3g does, but
+// never in exponent form: 2411.33 is 2411, not 2.41e+03.
+func threeDigits(x float64) string {
+	if x >= 1000 {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.3g", x)
 }
