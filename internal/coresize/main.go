@@ -280,16 +280,6 @@ func recv(e ast.Expr) string {
 	return "?"
 }
 
-func countNonTest(files []string) int {
-	n := 0
-	for _, f := range files {
-		if !strings.HasSuffix(f, "_test.go") {
-			n++
-		}
-	}
-	return n
-}
-
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "coresize:", err)
 	os.Exit(1)
