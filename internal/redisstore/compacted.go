@@ -139,7 +139,7 @@ func (k *compactedKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 // queueReads), each score's; none otherwise.
 func (c *attemptCmds) peakAsk(wi int) peakAsk {
 	a := c.a
-	if !a.Exact || len(a.Checks) == 0 || len(c.s.wins) < 2 {
+	if !c.readsPeaks() {
 		return peakAsk{}
 	}
 	ours := make([]int64, len(a.Adds))
@@ -193,7 +193,7 @@ func (k *compactedKey) read(c *attemptCmds, r *core.Reply, wi int) error {
 	if probed {
 		probes = len(c.probes())
 	}
-	peaks := c.peakAsk(wi).limit > 0
+	peaks := c.readsPeaks()
 	read, err := readCount(b.count, len(a.Checks), probes, peaks, len(c.spans(wi)))
 	if err != nil {
 		return err
@@ -297,7 +297,7 @@ func (c *attemptCmds) stampRead(wi int) [2]float64 {
 // attempts with several limits: a compacted window read without
 // CountScript reads none.
 func (c *attemptCmds) noPeaks(r *core.Reply, wi int) {
-	if !c.a.Exact || len(c.a.Checks) == 0 || len(c.s.wins) < 2 {
+	if !c.readsPeaks() {
 		return
 	}
 	if r.Peaks == nil {

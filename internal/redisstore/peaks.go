@@ -85,6 +85,13 @@ end
 return out
 `)
 
+// readsPeaks reports whether the attempt reads each score's peak (see
+// PeakScript, and CountScript for a compacted window): an exact attempt
+// that checks scores, under several limits.
+func (c *attemptCmds) readsPeaks() bool {
+	return c.a.Exact && len(c.a.Checks) > 0 && len(c.s.wins) > 1
+}
+
 // peakCmd queues PeakScript for the attempt's scores on key, whose window
 // (widened by the attempt's margin) is w and whose limit in force is limit.
 func (c *attemptCmds) peakCmd(p redis.Pipeliner, key string, w int64, limit int) *redis.Cmd {

@@ -82,7 +82,7 @@ func (logKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 	switch {
 	case c.placing:
 		// Counted by PlaceScript.
-	case a.Exact && len(a.Checks) > 0 && len(s.wins) > 1:
+	case c.readsPeaks():
 		wc.peak = c.peakCmd(p, x.Key, w, a.Lims[wi])
 	default:
 		wc.counts = c.queueCounts(p, x.Key, w)
