@@ -400,16 +400,24 @@ func TestTransportDialsAheadOfTheSlot(t *testing.T) {
 			return 150 * time.Millisecond // every request dials
 		})
 		c := &http.Client{Transport: th.RoundTripper(base)}
-		for i := range 12 {
+		const n = 16
+		for i := range n {
 			if err := getVia(t, c, context.Background()); err != nil {
 				t.Fatalf("request %d: %v", i+1, err)
 			}
 		}
 		waitIdle(t, th)
+		// Handed on at its slot, every call's connection would come 150ms
+		// late, past the allowance, and every call would take a new slot.
+		// Handed on ahead by the lead, a call needs none, however late the
+		// runtime woke it within the allowance; so the test counts the new
+		// slots, not how close to its slot each connection came, which a
+		// loaded machine moves by milliseconds.
 		s := th.Stats()
-		if early := s.Sends.Delay.Counts[0]; early == 0 || s.Sends.Reslotted >= 12 {
-			t.Fatalf("%d of 12 connections came by their slot, %d calls reslotted; want some handed on ahead, which need no new slot", early, s.Sends.Reslotted)
+		if s.Sends.Reslotted >= n {
+			t.Fatalf("all %d calls reslotted (delays %v); want those handed on ahead to keep their slots", n, s.Sends.Delay.Counts)
 		}
+		t.Logf("%d of %d calls reslotted, delays %v", s.Sends.Reslotted, n, s.Sends.Delay.Counts)
 		if lead := th.sends.lead(); lead < 150*time.Millisecond || lead > maxLead {
 			t.Fatalf("lead %s, want the connections' 150ms", lead)
 		}
