@@ -67,7 +67,7 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	if ctx.Err() != nil {
 		return Result{}, ctxError(ctx)
 	}
-	w := &waiter{n: n, now: true, wake: make(chan struct{}, 1), prio: prio}
+	w := &waiter{n: n, now: true, wake: make(chan struct{}, 1), rank: rank{prio: prio}}
 	t.submit(w)
 	o, err := w.await(ctx, t)
 	if err != nil {

@@ -33,7 +33,7 @@ func (w *waiter) enter(t *Throttler) error {
 			return err
 		}
 	}
-	if w.front {
+	if w.rank.front {
 		return nil // no new demand: WithMaxQueue does not count it
 	}
 	return t.worker.enter(w, t.opt.maxQueue)
@@ -219,7 +219,7 @@ const lateBeforeSlack = 3
 func (w *waiter) unreserveLocked(t *Throttler, o outcome) (then afterUnlock, _ outcome) {
 	members, at := w.res.members, w.res.score
 	t.health.forget(members, &t.hooks)
-	t.known.Free(at, w.n, w.prio.level())
+	t.known.Free(at, w.n, w.rank.prio.level())
 	if w.now {
 		w.freeShareLocked(t.fallback.local)
 		w.moveLocked(reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone)
@@ -269,7 +269,7 @@ func (w *waiter) abandon(ctx context.Context, t *Throttler) error {
 	held, at := w.res.held(), int64(0)
 	if w.res.state == stAdmitted {
 		t.health.forget(w.res.members, &t.hooks)
-		t.known.Free(w.res.score, w.n, w.prio.level())
+		t.known.Free(w.res.score, w.n, w.rank.prio.level())
 		if len(w.res.stale) == 0 {
 			at = w.res.score // its members only, written for sure
 		}

@@ -35,7 +35,7 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 			return config{}, err
 		}
 	}
-	if err := checkShares(o.shares); err != nil {
+	if err := checkShares(o.order.shares); err != nil {
 		return config{}, err
 	}
 	if o.buffer > interval*10 && o.buffer > time.Minute {
@@ -48,7 +48,7 @@ func newConfig(key string, limit int, interval time.Duration, opts []Option) (co
 	if err != nil {
 		return config{}, err
 	}
-	c := config{opt: o, rules: core.Rules{Wins: wins, MinLimit: limit, MaxBatch: o.maxBatch, Ahead: o.ahead, Buffer: o.buffer, Shares: o.shares}}
+	c := config{opt: o, rules: core.Rules{Wins: wins, MinLimit: limit, MaxBatch: o.maxBatch, Ahead: o.ahead, Buffer: o.buffer, Shares: o.order.shares}}
 	for _, x := range wins[1:] {
 		c.rules.MinLimit = min(c.rules.MinLimit, x.Limit)
 	}

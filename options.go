@@ -19,15 +19,23 @@ type options struct {
 	redisTimeout time.Duration
 	ahead        time.Duration // WithReserveAhead, -1 = the default (see newConfig)
 	maxBatch     int
-	limits       limitOptions     // WithLimit, WithPacing
-	observer     *Observer        // WithObserver, nil = none
-	inflight     *core.InFlight   // WithInFlight
-	maxWait      time.Duration    // WithMaxWait, 0 = none
-	maxQueue     int              // WithMaxQueue, 0 = none
-	shares       [core.Levels]int // WithPriorityShare, in thousandths, by level
-	clockSet     bool             // WithClock
-	clock        *core.Clock      // withClockSync: an estimate shared with other Throttlers
+	limits       limitOptions   // WithLimit, WithPacing
+	observer     *Observer      // WithObserver, nil = none
+	inflight     *core.InFlight // WithInFlight
+	maxWait      time.Duration  // WithMaxWait, 0 = none
+	maxQueue     int            // WithMaxQueue, 0 = none
+	order        orderOptions   // WithPriorityShare, WithTenantWeight
+	clockSet     bool           // WithClock
+	clock        *core.Clock    // withClockSync: an estimate shared with other Throttlers
 	compact      compactOptions
+}
+
+// orderOptions say how waiting calls share the limit: each priority's
+// share (WithPriorityShare), in thousandths, by level, and each tenant's
+// weight (WithTenantWeight, nil: all weigh 1).
+type orderOptions struct {
+	shares [core.Levels]int
+	weight func(tenant string) float64
 }
 
 // compactOptions say which windows compact (see core.Compaction): from
@@ -44,7 +52,7 @@ func defaultOptions() options {
 		logger:       slog.Default(),
 		redisTimeout: time.Second,
 		maxBatch:     64,
-		shares:       defaultShares,
+		order:        orderOptions{shares: defaultShares},
 		ahead:        -1,
 		compact:      compactOptions{from: core.CompactFrom, buckets: core.Buckets, keep: core.CompactKeep},
 	}

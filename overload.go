@@ -69,7 +69,7 @@ func (o *options) withMaxWait(ctx context.Context, w *waiter) (context.Context, 
 // until leave. (The caller checks the deadline first: see tooLateLocked.)
 func (q *workerState) enter(w *waiter, maxQueue int) error {
 	if maxQueue > 0 && q.waiting >= maxQueue {
-		victim := q.sheddable(w.prio)
+		victim := q.sheddable(w.rank.prio)
 		if victim == nil {
 			return rejectf(RejectedQueueFull, ErrQueueFull, "throttler: %d calls wait already (WithMaxQueue)", q.waiting)
 		}
@@ -77,7 +77,7 @@ func (q *workerState) enter(w *waiter, maxQueue int) error {
 		victim.counted = false
 		q.waiting--
 		victim.settleLocked(reservation{state: stFailed, stale: victim.res.stale,
-			err: rejectf(RejectedShed, ErrQueueFull, "throttler: shed from a full queue for a call of priority %s", w.prio)})
+			err: rejectf(RejectedShed, ErrQueueFull, "throttler: shed from a full queue for a call of priority %s", w.rank.prio)})
 	}
 	w.counted = true
 	q.waiting++
@@ -97,10 +97,10 @@ func (q *workerState) leave(w *waiter) {
 func (q *workerState) sheddable(p Priority) *waiter {
 	var victim *waiter
 	for _, x := range q.queue {
-		if x.now || !x.counted || x.prio >= p {
+		if x.now || !x.counted || x.rank.prio >= p {
 			continue
 		}
-		if victim == nil || x.prio <= victim.prio {
+		if victim == nil || x.rank.prio <= victim.rank.prio {
 			victim = x
 		}
 	}
@@ -127,7 +127,7 @@ func (t *Throttler) tooLateLocked(w *waiter) error {
 	floor := max(view.Server(now)+view.RTT, t.shared.pausedTill)
 	var slots []int64
 	if t.known.Near {
-		slots = t.known.At(w.prio.level())
+		slots = t.known.At(w.rank.prio.level())
 	}
 	e := view.ErrBound()
 	widen, _ := core.Spread(e, t.rules.Margin(e, w.slack), t.shared.wideAt(view.Server(now)-e))

@@ -77,7 +77,7 @@ func WithPriorityShare(p Priority, share float64) Option {
 		if !(share > 0 && share <= 1) {
 			return invalidf("WithPriorityShare(%s, %g): share must be in (0, 1]", p, share)
 		}
-		o.shares[p.level()] = int(share*1000 + 0.5)
+		o.order.shares[p.level()] = int(share*1000 + 0.5)
 		return nil
 	}
 }

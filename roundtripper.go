@@ -121,6 +121,12 @@ type Transport struct {
 	// wrapping ErrInvalidArgument (rather than send them all unthrottled).
 	Route func(*http.Request) *Throttler
 
+	// Tenant, when set, names the tenant of each request whose context
+	// carries none (see ContextWithTenant): by a header, the path, or
+	// anything else in it. A request's context wins over Tenant. Nil (the
+	// default): a request's tenant is its context's.
+	Tenant func(*http.Request) string
+
 	// Retries is how many times a refused request is sent again: one
 	// whose refusal paused the Throttler (a 429, a 503 with Retry-After,
 	// or a Pause read by Counters) once the pause is over and the
@@ -245,6 +251,11 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t := tr.Route(req)
 	if t == nil {
 		return tr.base().RoundTrip(req)
+	}
+	if tr.Tenant != nil {
+		if _, ok := TenantFromContext(req.Context()); !ok {
+			req = req.WithContext(ContextWithTenant(req.Context(), tr.Tenant(req)))
+		}
 	}
 	send := req
 	for try := 0; ; try++ {

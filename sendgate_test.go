@@ -376,11 +376,11 @@ func TestHistogram(t *testing.T) {
 func TestFrontQueuesAheadOfWaits(t *testing.T) {
 	var q workerState
 	add := func(w *waiter) *waiter { q.insert(w); return w }
-	low := add(&waiter{prio: PriorityLow})
-	high := add(&waiter{prio: PriorityHigh})
-	front1 := add(&waiter{prio: PriorityLow, front: true})
+	low := add(&waiter{rank: rank{prio: PriorityLow}})
+	high := add(&waiter{rank: rank{prio: PriorityHigh}})
+	front1 := add(&waiter{rank: rank{prio: PriorityLow, front: true}})
 	allow := add(&waiter{now: true})
-	front2 := add(&waiter{prio: PriorityHigh, front: true})
+	front2 := add(&waiter{rank: rank{prio: PriorityHigh, front: true}})
 	want := []*waiter{allow, front1, front2, high, low}
 	for i, w := range q.queue {
 		if w != want[i] {

@@ -105,6 +105,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		worker: workerState{
 			kick: make(chan struct{}, 1),
 			rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			fair: fairOrder{weight: o.order.weight},
 		},
 		known: core.Known{Near: true},
 		clock: o.clockSync(),

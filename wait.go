@@ -115,8 +115,10 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 	if ctx.Err() != nil {
 		return reservation{}, "", ctxError(ctx)
 	}
-	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, prio: prio, front: want&wantFront != 0, lead: lead}
-	if !w.front {
+	tenant, _ := TenantFromContext(ctx)
+	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, lead: lead,
+		rank: rank{prio: prio, front: want&wantFront != 0, tenant: tenant}}
+	if !w.rank.front {
 		var cancel context.CancelFunc
 		ctx, cancel = t.opt.withMaxWait(ctx, w)
 		defer cancel()
@@ -126,7 +128,7 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 		// clock context deadlines are read on (time.Now).
 		w.deadline = t.now().Add(time.Until(d))
 	}
-	if t.opt.maxQueue > 0 && !w.front || !w.deadline.IsZero() {
+	if t.opt.maxQueue > 0 && !w.rank.front || !w.deadline.IsZero() {
 		if err := w.enter(t); err != nil {
 			return reservation{}, "", err
 		}

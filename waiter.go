@@ -7,15 +7,15 @@ import (
 )
 
 // waiter is one call waiting for quota in this process (a wait of any face,
-// or an AllowN). n, deadline, cause, now, prio, front, lead, wake and wantLease are set
-// when the call begins; the other fields change under the Throttler's mu.
+// or an AllowN). n, deadline, cause, now, rank (but its tag), lead, wake
+// and wantLease are set when the call begins; the other fields change
+// under the Throttler's mu.
 type waiter struct {
 	n        int
 	deadline time.Time // zero without one
 	cause    error     // ErrMaxWait when WithMaxWait set deadline, nil when ctx did
 	now      bool      // AllowN: admitted now or refused, never given a later slot
-	prio     Priority
-	front    bool          // queues ahead of every WaitN (see wantFront)
+	rank     rank
 	lead     time.Duration // returns up to this much before its slot (see waitSlot)
 	wake     chan struct{}
 	counted  bool // it counts as waiting (see WithMaxQueue); under mu
@@ -73,17 +73,29 @@ const (
 	gone             // it returned: what it holds is the worker's to give back
 )
 
+// rank is where a waiter queues: by its priority, then by its tenant's
+// fair order (see fairOrder), unless it queues at the front.
+type rank struct {
+	prio   Priority
+	front  bool    // queues ahead of every WaitN (see wantFront)
+	tenant string  // see ContextWithTenant
+	tag    float64 // its start tag in the fair order, stamped as it joins the queue
+}
+
 // before reports whether w queues ahead of x, which was queued first: an
 // AllowN ahead of every WaitN, then a call that queues at the front (see
-// wantFront) ahead of every other WaitN, then by priority.
+// wantFront) ahead of every other WaitN, then by priority, then by the
+// fair order's start tags.
 func (w *waiter) before(x *waiter) bool {
 	switch {
 	case w.now || x.now:
 		return w.now && !x.now
-	case w.front || x.front:
-		return w.front && !x.front
+	case w.rank.front || x.rank.front:
+		return w.rank.front && !x.rank.front
+	case w.rank.prio != x.rank.prio:
+		return x.rank.prio < w.rank.prio
 	}
-	return x.prio < w.prio
+	return w.rank.tag < x.rank.tag
 }
 
 // needsPlaceLocked reports whether w still has to get a place in flight.
@@ -160,7 +172,7 @@ func (w *waiter) planError(d core.Decision) error {
 		// Only a lowered limit gets here: WaitN and AllowN check n
 		// against the caps under the configured limits.
 		return invalidf("%s(%d): more calls at once than priority %s may take (%d) under the limit, lowered to %d (see WithPriorityShare)",
-			name, w.n, w.prio, d.Cap, d.Limit)
+			name, w.n, w.rank.prio, d.Cap, d.Limit)
 	}
 	return deadlineError(d.At, w.deadline, w.cause)
 }

@@ -193,7 +193,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	rd.Reqs = rd.Reqs[:0]
 	for _, w := range t.worker.queue {
-		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.prio.level()})
+		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.rank.prio.level()})
 	}
 	rd.Plan = core.Plan(&t.rules, in, rd.Reqs, rd.Plan)
 	p := rd.Plan
@@ -250,6 +250,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			w.moveLocked(reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.ShareAt}, w.caller)
 			p.Claims[len(rd.batch)].First = first
 			rd.batch = append(rd.batch, w)
+			t.worker.fair.served(w.rank.tag)
 		}
 	}
 	t.worker.keep(rest)
@@ -328,7 +329,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 	case w.caller == gone:
 		// Its caller returned: what it holds is ours to give back.
 		if res.OK[i] {
-			t.known.Free(c.Score, w.n, w.prio.level())
+			t.known.Free(c.Score, w.n, w.rank.prio.level())
 		}
 		t.owed.unhold(w, t.fallback.local, c.Score)
 		roundRiders.drop(t, w)
@@ -360,7 +361,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		// No slot, or no place in flight: its slot goes back, and it
 		// tries again, or waits for a place (see WithInFlight).
 		if res.OK[i] {
-			t.known.Free(c.Score, w.n, w.prio.level())
+			t.known.Free(c.Score, w.n, w.rank.prio.level())
 		}
 		w.requeueLocked(&t.owed, t.fallback.local, c.Score)
 		if !roundRiders.lack(w) {
@@ -381,6 +382,7 @@ type workerState struct {
 	rng     *rand.Rand                // spreads wake-ups (see core.Rules.TurnJitter, SharePause)
 	round   round                     // the round under way, or the last one: its buffers are reused
 	spawn   func(sleep time.Duration) // starts a worker goroutine that first sleeps sleep
+	fair    fairOrder                 // the order of each priority's waiters across tenants
 }
 
 // insert queues w behind every call it does not go before (see
@@ -390,6 +392,9 @@ type workerState struct {
 // queue while a worker runs, and whether no worker ran (inline: the
 // caller serves one round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
+	if !w.now && !w.rank.front {
+		w.rank.tag = q.fair.stamp(w.rank.tenant, w.n, len(q.queue))
+	}
 	i := len(q.queue)
 	for i > 0 && w.before(q.queue[i-1]) {
 		i--

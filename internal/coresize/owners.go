@@ -32,6 +32,7 @@ var owners = []owner{
 	{"upkeep", []string{"upkeep.go"}},
 	{"leases", []string{"inflight.go"}},
 	{"newsState", []string{"news.go"}},
+	{"fairOrder", []string{"fairqueue.go"}},
 	{"Known", []string{"internal/core/plan.go"}},
 }
 

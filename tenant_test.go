@@ -1,0 +1,184 @@
+package throttler
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// queueOf inserts ws into a fresh queue, in order, and returns the queue's
+// tenants, head first.
+func queueOf(q *workerState, ws ...*waiter) []string {
+	for _, w := range ws {
+		q.insert(w)
+	}
+	var order []string
+	for _, w := range q.queue {
+		order = append(order, w.rank.tenant)
+	}
+	return order
+}
+
+func tenantWaiters(tenant string, n int) []*waiter {
+	ws := make([]*waiter, n)
+	for i := range ws {
+		ws[i] = &waiter{n: 1, rank: rank{tenant: tenant}}
+	}
+	return ws
+}
+
+// A call of a tenant that joins behind a flood of another's queues second,
+// not last; within one tenant, calls keep their order; a priority still
+// goes first.
+func TestFairOrderPutsALightTenantAheadOfAFlood(t *testing.T) {
+	var q workerState
+	flood := tenantWaiters("a", 10)
+	got := queueOf(&q, append(flood, &waiter{n: 1, rank: rank{tenant: "b"}})...)
+	if want := slices.Concat([]string{"a", "b"}, slices.Repeat([]string{"a"}, 9)); !slices.Equal(got, want) {
+		t.Fatalf("queue %v, want %v", got, want)
+	}
+	for i, w := range q.queue[2:] {
+		if w != flood[i+1] {
+			t.Fatalf("tenant a's calls reordered at %d", i)
+		}
+	}
+	high := &waiter{n: 1, rank: rank{tenant: "c", prio: PriorityHigh}}
+	q.insert(high)
+	if q.queue[0] != high {
+		t.Fatalf("a high priority call queued behind %q's", q.queue[0].rank.tenant)
+	}
+}
+
+// Served as they join, two flooding tenants alternate; by weight 2:1, the
+// heavier is served twice as often; a call of n units counts n.
+func TestFairOrderShares(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		weight func(string) float64
+		nA     int
+		wantA  int // of the first 30 served
+	}{
+		{"equal", nil, 1, 15},
+		{"weighted", func(t string) float64 { return map[string]float64{"a": 2}[t] }, 1, 20},
+		{"units", nil, 2, 10}, // a's calls take 2 units each: 10 calls, 20 units, against b's 10
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workerState{fair: fairOrder{weight: tc.weight}}
+			for range 30 {
+				q.insert(&waiter{n: tc.nA, rank: rank{tenant: "a"}})
+				q.insert(&waiter{n: 1, rank: rank{tenant: "b"}})
+			}
+			a := 0
+			for _, w := range q.queue[:30] {
+				if w.rank.tenant == "a" {
+					a++
+				}
+			}
+			if d := a - tc.wantA; d < -1 || d > 1 {
+				t.Fatalf("%d of the first 30 queued are a's, want %d", a, tc.wantA)
+			}
+		})
+	}
+}
+
+// Served as the queue goes, the fair order keeps no tenant it need not: a
+// tenant whose calls were all served is forgotten, and an empty queue
+// starts afresh.
+func TestFairOrderForgetsServedTenants(t *testing.T) {
+	var f fairOrder
+	f.stamp("x", 1, 0)
+	for i := range 1000 {
+		// One call at a time, each served before the next tenant's joins:
+		// each tenant's finish tag is passed at once.
+		tag := f.stamp(string(rune('a'+i%26))+string(rune(i)), 1, 1)
+		f.served(tag + 1)
+	}
+	if len(f.finish) > 40 {
+		t.Fatalf("the order keeps %d tenants after 1,000 served one call each", len(f.finish))
+	}
+	f.stamp("y", 1, 0)
+	if len(f.finish) != 1 || f.virtual != 0 {
+		t.Fatalf("an empty queue left %d tenants at virtual time %g", len(f.finish), f.virtual)
+	}
+}
+
+// Through Redis, a tenant's call that joins behind a flood of another
+// tenant's waiting calls is admitted ahead of them, and the window holds.
+func TestTenantServedAheadOfAFlood(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		var rec recorder
+		const limit, flood = 3, 12
+		interval := 300 * time.Millisecond
+		th := rec.watch(mustNew(t, dial(), key, limit, interval))
+		var mu sync.Mutex
+		var order []string
+		wait := func(tenant string) {
+			if err := th.Wait(ContextWithTenant(context.Background(), tenant)); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			order = append(order, tenant)
+			mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for range flood {
+			wg.Go(func() { wait("a") })
+		}
+		queued := func() int {
+			th.mu.Lock()
+			defer th.mu.Unlock()
+			return len(th.worker.queue)
+		}
+		for deadline := time.Now().Add(5 * time.Second); queued() < flood/2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d calls queued, want %d", queued(), flood/2)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		wg.Go(func() { wait("b") })
+		wg.Wait()
+		// In the order the calls joined, b's would be the last, the 13th;
+		// at least 6 of a's were still queued when it joined.
+		if i := slices.Index(order, "b"); i < 0 || i >= flood+1-flood/2+1 {
+			t.Fatalf("b's call admitted %dth of %d (%v), want ahead of a's queued calls", i+1, len(order), order)
+		}
+		assertWindow(t, rec.scores(), interval+th.opt.buffer, limit)
+	})
+}
+
+// A Transport's Tenant names the tenant of requests whose context carries
+// none; a context's tenant wins.
+func TestTransportTenant(t *testing.T) {
+	var seen []string
+	var mu sync.Mutex
+	th := mustNew(t, miniDialer(t, miniredis.RunT(t))(), "quota", 100, time.Second)
+	tr := &Transport{
+		Route:  th.Route(),
+		Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
+		Base: rtFunc(func(r *http.Request) (*http.Response, error) {
+			tenant, _ := TenantFromContext(r.Context())
+			mu.Lock()
+			seen = append(seen, tenant)
+			mu.Unlock()
+			return okBody(r)
+		}),
+	}
+	c := &http.Client{Transport: tr}
+	for _, ctx := range []context.Context{context.Background(), ContextWithTenant(context.Background(), "ctx")} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://api.example/x", nil)
+		req.Header.Set("X-Tenant", "header")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if want := []string{"header", "ctx"}; !slices.Equal(seen, want) {
+		t.Fatalf("tenants %v, want %v", seen, want)
+	}
+}
