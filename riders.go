@@ -51,15 +51,16 @@ type riders []rider
 
 // roundRiders are the riders of every round: the loss checks first (a
 // heal's pause, read first, distrusts the rest).
-var roundRiders = riders{lossRider{}, marginRider{}, placeRider{}, announceRider{}, inFlightRider{}}
+var roundRiders = riders{lossRider{}, marginRider{}, placeRider{}, announceRider{}, inFlightRider{}, tenantRider{}}
 
 // replyRead is what a reply is resolved with, as the riders read it.
 type replyRead struct {
-	arrived  int64 // the server's now as the reply arrived, by the estimate (µs)
-	errBound int64 // the estimate's error bound then (µs)
-	serverAt int64 // the server's now as the reply read it, when it did (else arrived)
-	lost     bool  // Redis lost the window: the counts decide nothing
-	wide     int64 // the largest margin in force, as the reply read it (µs)
+	arrived  int64  // the server's now as the reply arrived, by the estimate (µs)
+	errBound int64  // the estimate's error bound then (µs)
+	serverAt int64  // the server's now as the reply read it, when it did (else arrived)
+	lost     bool   // Redis lost the window: the counts decide nothing
+	wide     int64  // the largest margin in force, as the reply read it (µs)
+	refused  []bool // per claim (nil: none): a rider refuses it (see core.ResolveIn)
 }
 
 // noRider adds nothing where a rider has nothing to add.

@@ -9,7 +9,7 @@ import (
 // customer behind a chat completion made with the service's one
 // organisation key, the installation behind a sync made with one App
 // token. A call's tenant comes from its context (see ContextWithTenant),
-// so that Wait, Do, Wrap, Reserve and the Transport all carry it; a
+// so that Wait, Do, Wrap, Acquire and the Transport all carry it; a
 // Transport may also name each request's tenant itself (Transport.Tenant).
 //
 // Within one process, the calls of one priority that wait are served in a
@@ -17,14 +17,26 @@ import (
 // WaitN of n counts n), by each tenant's weight (WithTenantWeight). A
 // tenant that queues one call behind a flood of another's is served next,
 // not after the flood; a tenant alone is served as without tenants. Calls
-// without a tenant are the tenant "".
+// without a tenant are the tenant "" here.
+//
+// Across replicas, a tenant whose calls wait behind its own (backlogged)
+// is held to a fair share of each window, counted in Redis with its claims
+// in the same round trip: the backlogged tenants share by weight what the
+// other tenants use of the limit, less 2% left free for those tenants'
+// next calls. A tenant alone, or tenants that all get what they ask, are
+// held to nothing; the limit holds whatever the tenants. The share is
+// counted on the calls of the first limit's key while they are kept as
+// members (a compacted window's older calls are not counted), and calls
+// without a tenant take no part. Redis keeps nothing per tenant but 17
+// bytes on each of its calls' members. See docs/design.md, "Tenants".
 
 type tenantKey struct{}
 
 // ContextWithTenant returns a copy of ctx that carries tenant: calls made
-// with it (Wait, Do, Wrap, Reserve, requests through a Transport) are that
-// tenant's (see the package's "tenant" notes above WithTenantWeight). The
-// empty tenant is that of calls without one.
+// with it (Wait, Do, Wrap, Acquire, requests through a Transport) are that
+// tenant's, served in a fair order within the process and held to a fair
+// share across replicas while the tenant is backlogged (see the notes at
+// the top of tenant.go).
 func ContextWithTenant(ctx context.Context, tenant string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, tenant)
 }
@@ -39,10 +51,12 @@ func TenantFromContext(ctx context.Context) (tenant string, ok bool) {
 // WithTenantWeight sets each tenant's weight: while several tenants have
 // calls waiting, each is served in proportion to its weight, so that a
 // tenant of weight 2 is given twice the calls (in units) of one of weight
-// 1. weight is called once per call that joins the queue, with the
-// Throttler's lock held: it must be quick and must not call the
+// 1, in the process's order and in the shares across replicas (the weight
+// rides with each call's member, at most 999.999). weight is called once
+// per call, as it begins: it must be quick and must not call the
 // Throttler. A weight that is not a positive finite number counts as 1.
-// Default: every tenant weighs 1. weight must not be nil (New checks).
+// Every Throttler on the key should weigh tenants alike. Default: every
+// tenant weighs 1. weight must not be nil (New checks).
 func WithTenantWeight(weight func(tenant string) float64) Option {
 	return func(o *options) error {
 		if weight == nil {

@@ -13,6 +13,7 @@ import (
 // live members.
 type upkeep struct {
 	trim, clock, expire time.Time
+	scan                time.Time // the tenants' calls counted (see tenants.go)
 	round               time.Time // the last round trip that reached Redis
 	widen               int64     // how much wider the last round trip counted (µs; see internal/core's margin.go)
 }
@@ -40,6 +41,15 @@ func (u *upkeep) done(a *core.Attempt, now time.Time) {
 	if a.Expire.On {
 		u.expire = now
 	}
+	if a.Tenants.Scan {
+		u.scan = now
+	}
+}
+
+// scanDue reports whether the tenants' calls were last counted at least
+// every ago, at now.
+func (u *upkeep) scanDue(now time.Time, every time.Duration) bool {
+	return now.Sub(u.scan) >= every
 }
 
 // Upkeep that need not ride on every round trip.

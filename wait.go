@@ -115,9 +115,8 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 	if ctx.Err() != nil {
 		return reservation{}, "", ctxError(ctx)
 	}
-	tenant, _ := TenantFromContext(ctx)
 	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, lead: lead,
-		rank: rank{prio: prio, front: want&wantFront != 0, tenant: tenant}}
+		rank: t.opt.order.rankOf(ctx, prio, want&wantFront != 0)}
 	if !w.rank.front {
 		var cancel context.CancelFunc
 		ctx, cancel = t.opt.withMaxWait(ctx, w)

@@ -79,6 +79,7 @@ type rank struct {
 	prio   Priority
 	front  bool    // queues ahead of every WaitN (see wantFront)
 	tenant string  // see ContextWithTenant
+	mark   string  // its tenant's mark, the suffix of its members' names ("" without a tenant: see tenants.go)
 	tag    float64 // its start tag in the fair order, stamped as it joins the queue
 }
 

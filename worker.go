@@ -193,7 +193,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	rd.Reqs = rd.Reqs[:0]
 	for _, w := range t.worker.queue {
-		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.rank.prio.level()})
+		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.rank.prio.level(), Tenant: w.tenantTag()})
 	}
 	rd.Plan = core.Plan(&t.rules, in, rd.Reqs, rd.Plan)
 	p := rd.Plan
@@ -244,7 +244,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			first := len(a.Adds)
 			members := make([]string, w.n)
 			for j := range members {
-				members[j] = t.ids.next()
+				members[j] = t.ids.next() + w.rank.mark
 				a.Adds = append(a.Adds, core.Entry{Score: d.Score, Member: members[j]})
 			}
 			w.moveLocked(reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.ShareAt}, w.caller)
@@ -314,7 +314,7 @@ func (t *Throttler) decideLocked(rd *round) {
 	}
 	rd.lims = t.shared.limits(t.rules.Wins, arrived, rd.lims)
 	rd.Outcome = core.Resolve(&t.rules, core.ResolveIn{A: a, R: r, Claims: rd.Plan.Claims, Leaving: rd.leaving, Lims: rd.lims,
-		PausedTill: t.shared.pausedTill, Arrived: arrived, Distrust: r.Stepped || rr.lost, Wide: rr.wide}, rd.Outcome)
+		PausedTill: t.shared.pausedTill, Arrived: arrived, Distrust: r.Stepped || rr.lost, Wide: rr.wide, Refused: rr.refused}, rd.Outcome)
 	if len(rd.Plan.Claims) > 0 { // a round that claimed nothing says nothing about room
 		t.known.Claimed(rd.Outcome)
 	}
@@ -388,9 +388,10 @@ type workerState struct {
 // insert queues w behind every call it does not go before (see
 // waiter.before): an AllowN (which does not wait behind WaitNs) behind the
 // AllowNs, a WaitN behind those of its priority and higher, and behind
-// every call that queues at the front. It reports whether w is first in the
-// queue while a worker runs, and whether no worker ran (inline: the
-// caller serves one round itself, and counts as the worker meanwhile).
+// every call that queues at the front. It reports whether the running
+// worker should wake for w (first in the queue, or of another tenant than
+// the head's), and whether no worker ran (inline: the caller serves one
+// round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
 	if !w.now && !w.rank.front {
 		w.rank.tag = q.fair.stamp(w.rank.tenant, w.n, len(q.queue))
@@ -400,7 +401,10 @@ func (q *workerState) insert(w *waiter) (first, inline bool) {
 		i--
 	}
 	q.queue = slices.Insert(q.queue, i, w)
-	first = i == 0
+	// A call of another tenant than the head's may go while the head
+	// waits for the room its tenant's cap leaves it (see tenants.go): it
+	// wakes the worker too.
+	first = i == 0 || w.tenantTag() != q.queue[0].tenantTag()
 	if !q.running {
 		q.running, first, inline = true, false, true
 	}

@@ -19,6 +19,7 @@ type Request struct {
 	Deadline time.Time // zero without one
 	Now      bool      // AllowN: now or never
 	Prio     Level
+	Tenant   string // its tenant's tag (see TenantUse), "" for none
 }
 
 // PlanIn is what a round is planned from.
@@ -123,13 +124,14 @@ type planner struct {
 	in  PlanIn
 	out PlanOut
 
-	room      int  // units the batch may still take
-	known     bool // slots come from the last reply
-	pos       int  // units placed against the known slots
-	units     int  // units of the requests claimed or kept so far
-	full      bool // a WaitN waits: those behind it wait too
-	firstKept int  // the first request left queued (-1 = none)
-	maxNow    int  // the largest AllowN claimed
+	room      int            // units the batch may still take
+	known     bool           // slots come from the last reply
+	pos       int            // units placed against the known slots
+	units     int            // units of the requests claimed or kept so far
+	full      bool           // a WaitN waits: those behind it wait too
+	firstKept int            // the first request left queued (-1 = none)
+	maxNow    int            // the largest AllowN claimed
+	tenants   map[string]int // by capped tenant's tag: the units claimed so far (nil: none)
 
 	soonest, horizon, floor int64 // server µs
 }
@@ -183,6 +185,7 @@ func (p *planner) place(i int, r Request) {
 		}
 	case Take:
 		p.room -= r.N
+		p.claimedFor(r)
 		p.out.Claims = append(p.out.Claims, Claim{Score: d.Score, N: r.N, Prio: r.Prio, Floor: d.Floor, Last: d.Last, Reach: d.Reach})
 		p.out.Checks = addCheck(p.out.Checks, d.Score)
 	}
@@ -280,6 +283,10 @@ func (p *planner) placeWait(r Request) Decision {
 		if at := in.Clock.Local(g); TooLate(at, r.Deadline) {
 			return Decision{Action: Fail, Why: PastDeadline, At: at}
 		}
+	}
+	g, wait := p.tenantSlot(r, g, slots)
+	if wait {
+		return Decision{Action: Keep}
 	}
 	p.pos += r.N
 	ahead, horizon := p.reach(r.Prio)
@@ -398,6 +405,8 @@ type Known struct {
 	// ContendedRounds after a lost turn, for a process that never loses
 	// one has nobody to tell.
 	Announce int
+	// The tenants' shares, as the last scan of their calls told them.
+	Tenants TenantShares
 }
 
 // LearnShares is how many fair shares of upcoming free slots a round near

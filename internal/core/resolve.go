@@ -26,6 +26,9 @@ type ResolveIn struct {
 	// The largest margin in force as the reply read it (µs; see
 	// margin.go).
 	Wide int64
+	// Per claim (nil: none): a rider refuses it, a capped tenant's
+	// claim that its cap does not hold (see tenants.go).
+	Refused []bool
 }
 
 // ResolveOut is a resolved reply.
@@ -53,7 +56,7 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 	narrow := in.Wide > a.marginUsed()
 	for i, cl := range in.Claims {
 		// A pause another process set while this attempt was on its way.
-		if cl.Score < in.PausedTill || in.Distrust || narrow {
+		if cl.Score < in.PausedTill || in.Distrust || narrow || (in.Refused != nil && in.Refused[i]) {
 			out.OK[i] = false
 		}
 	}

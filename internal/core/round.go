@@ -65,7 +65,8 @@ type Riders struct {
 	Places PlaceAsk   // places in flight asked for (WithInFlight)
 	// Taken, when set, is published with the claims, in their round trip:
 	// the scores they claim, one per unit (see News.Taken).
-	Taken []int64
+	Taken   []int64
+	Tenants TenantAsk // the tenants' calls to count (see tenants.go)
 	Placement
 }
 
@@ -213,6 +214,12 @@ type RiderReply struct {
 	// members were not added); nil when the store did not place the
 	// claims.
 	Placed []int64
+	// Per tenant in the window, its calls, when the attempt asked
+	// (Tenants.Scan); per capped tenant of Tenants.Caps, its members'
+	// scores after its From, ascending.
+	Tenants    []TenantUse
+	LightPeak  int // the most calls of tenants none of whose calls waited in a window (see TenantAsk)
+	CapsScores [][]int64
 }
 
 // UsageRead is what a store's Usage read: the server's clock, the pause

@@ -72,6 +72,13 @@
 //	PUBLISH <news channel> t <name> <g>...  (exact attempts that announce
 //	                                      the slots they claim: see
 //	                                      core.Known.Announce)
+//	EVAL <TenantScript> key <from> <w>   (every 100ms, or tenth of the
+//	                                      window, while calls of tenants
+//	                                      wait: their calls by tenant, and
+//	                                      the light tenants' most)
+//	EVAL <TenantScoresScript> key <from> <tag>...  (with claims of
+//	                                      tenants held to a cap: their
+//	                                      members' scores)
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> <tally> [<probes>] [<stamp>]
 //	                                     (the stamp when the first window
 //	                                      counts from a copy)

@@ -110,6 +110,7 @@ type attemptCmds struct {
 	leases  *redis.Cmd           // the lease script's, when places were asked for
 	placing bool                 // the claims go to PlaceScript (see place.go)
 	place   *redis.Cmd           // its answer
+	tenants tenantCmds           // the tenants' calls read (see tenants.go)
 }
 
 // winCmds are one window's reads in an attempt's round trip, by the form
@@ -161,6 +162,7 @@ func (c *attemptCmds) queue(p redis.Pipeliner) error {
 		}
 	}
 	c.queueTaken(p)
+	c.queueTenants(p)
 	c.queueMeta(p)
 	return nil
 }
@@ -336,6 +338,9 @@ func (c *attemptCmds) reply() (core.Reply, error) {
 		if err := c.placeReply(&r); err != nil {
 			return core.Reply{}, err
 		}
+	}
+	if err := c.readTenants(&r); err != nil {
+		return core.Reply{}, err
 	}
 	return r, nil
 }

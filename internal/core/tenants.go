@@ -1,0 +1,273 @@
+package core
+
+import (
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Tenants: while the window is near its limit, the throttler reads how
+// many calls each tenant holds in it (a scan of the first key, whose
+// members carry their tenant: see the redisstore package's TenantScript)
+// and whether some of them waited behind others of theirs (backlogged),
+// and works out the fair level (FairLevel): what each backlogged tenant
+// may hold per unit of weight, once the others have what they use. A
+// backlogged tenant's claims count against its cap, its weight times the
+// level, in the same round trip as they count against the limit: a claim
+// over it is refused, and the tenant's next claims wait for the slot its
+// cap leaves (TenantShares.Next).
+
+// TenantAsk is what a round trip asks of the tenants' calls: a scan of the
+// first key's members scored after From (server µs), when Scan is set;
+// and, per capped tenant with claims in it (Caps), its members' scores.
+type TenantAsk struct {
+	Scan bool
+	From int64
+	W    int64 // the window (µs) the light tenants' most is read in, over the last two
+	Caps []TenantCap
+}
+
+// TenantCap is a capped tenant's claims in a round trip: the tenant's
+// tag, its cap, its claims (indexes into the round's Claims), and from
+// when (server µs, exclusive) its members' scores are read.
+type TenantCap struct {
+	Tag    string
+	Cap    int
+	Claims []int
+	From   int64
+}
+
+// TenantUse is one tenant's calls in the window, as a scan read them: its
+// tag in member names, its weight, the units it holds, and how many of
+// them waited behind others of its own (see the throttler's tenants.go).
+type TenantUse struct {
+	Tag    string
+	Weight float64
+	Units  int
+	Waited int
+}
+
+// FairLevel returns the fair level, in units per unit of weight, that
+// the tenants of uses that are backlogged (Waited > 0) share: a share
+// spare (in [0, 1)) of limit is left free, the tenants that are not
+// backlogged keep what they hold (at least light in all: see
+// TenantShares.Light), and the backlogged split the rest by weight. ok is
+// false when fewer than two tenants hold calls or none is backlogged: one
+// tenant alone may fill the whole limit, and tenants that all get what
+// they ask need no cap.
+func FairLevel(uses []TenantUse, limit int, spare, light float64) (level float64, ok bool) {
+	var held, weights float64
+	active := 0
+	for _, u := range uses {
+		if u.Units == 0 {
+			continue
+		}
+		active++
+		if u.Waited > 0 {
+			weights += u.Weight
+		} else {
+			held += float64(u.Units)
+		}
+	}
+	if active < 2 || weights == 0 {
+		return 0, false
+	}
+	return max(0, ((1-spare)*float64(limit)-max(held, light))/weights), true
+}
+
+// TenantShares is what is known of the tenants' shares: the fair level and
+// the tenants held to a cap, as the last scan told them, until Until
+// (local); what each holds (Use) plus what this process claimed since;
+// by capped tenant, the first slot its cap leaves it (Next, server µs),
+// as the last round trip that checked its claims told; and the most the
+// tenants that are not backlogged held at a scan lately (Light, since
+// LightAt): a light tenant's calls come unevenly, and the window must
+// hold the most of them it may see, not their mean.
+type TenantShares struct {
+	Ahead   int64 // how far ahead (µs) a capped tenant reserves
+	Level   float64
+	Until   time.Time
+	Capped  map[string]bool
+	Use     map[string]int
+	Next    map[string]int64
+	Light   int
+	LightAt time.Time
+}
+
+// LearnTenants keeps what a scan read at now (uses, and light, the most
+// calls of the tenants that are not backlogged in a window) under limit,
+// leaving the share spare to the tenants within their shares, until
+// until; the light tenants' most is kept for hold.
+func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, ahead int64, now, until time.Time, hold time.Duration) {
+	lightAt := now
+	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold {
+		light, lightAt = last.Light, last.LightAt
+	}
+	level, ok := FairLevel(uses, limit, spare, float64(light))
+	s := TenantShares{Ahead: ahead, Level: level, Until: until, Use: make(map[string]int, len(uses)), Next: k.Tenants.Next, Light: light, LightAt: lightAt}
+	for _, u := range uses {
+		s.Use[u.Tag] = u.Units
+		if ok && u.Waited > 0 {
+			if s.Capped == nil {
+				s.Capped = map[string]bool{}
+			}
+			s.Capped[u.Tag] = true
+		}
+	}
+	for tag := range s.Next {
+		if !s.Capped[tag] {
+			delete(s.Next, tag)
+		}
+	}
+	k.Tenants = s
+}
+
+// TenantClaimed counts n units claimed by the tenant of tag.
+func (k *Known) TenantClaimed(tag string, n int) {
+	if k.Tenants.Use != nil {
+		k.Tenants.Use[tag] += n
+	}
+}
+
+// TenantNext keeps next as the first slot the cap of the tenant of tag
+// leaves it.
+func (k *Known) TenantNext(tag string, next int64) {
+	if k.Tenants.Next == nil {
+		k.Tenants.Next = map[string]int64{}
+	}
+	k.Tenants.Next[tag] = next
+}
+
+// Cap returns the cap of the tenant of tag at now: the most units it may
+// hold in the neighbourhood of a claim, and whether it is held to one.
+func (s TenantShares) Cap(tag string, now time.Time) (int, bool) {
+	if !s.Capped[tag] || now.After(s.Until) {
+		return 0, false
+	}
+	return max(1, int(s.Level*TagWeight(tag))), true
+}
+
+// TagWeight is the weight a tenant's tag carries: its last 6 characters,
+// in thousandths (see the redisstore package's TenantSuffix); 1 when they
+// say none.
+func TagWeight(tag string) float64 {
+	if len(tag) < 6 {
+		return 1
+	}
+	w, err := strconv.Atoi(tag[len(tag)-6:])
+	if err != nil || w <= 0 {
+		return 1
+	}
+	return float64(w) / 1000
+}
+
+// CapHolds reports whether a claim at g of a tenant whose members' scores
+// are scores (ascending, the claim's own among them) keeps the tenant
+// within cap in g's neighbourhood (g-w, g+w).
+func CapHolds(scores []int64, g, w int64, cap int) bool {
+	lo, _ := slices.BinarySearch(scores, g-w+1)
+	hi, _ := slices.BinarySearch(scores, g+w)
+	return hi-lo <= cap
+}
+
+// CapSlot returns the first score at or after floor at which n more units
+// of a tenant whose members' scores are scores (ascending) keep it within
+// cap in their neighbourhood (g-w, g+w): where enough of its members have
+// left the window behind it. The neighbourhood ahead holds the tenant's
+// claims ahead, which only leave later: with cap of them ahead, there is
+// no such score, and CapSlot returns the last of them plus w.
+func CapSlot(scores []int64, floor, w int64, cap, n int) int64 {
+	g := floor
+	for {
+		lo, _ := slices.BinarySearch(scores, g-w+1)
+		hi, _ := slices.BinarySearch(scores, g+w)
+		if hi-lo+n <= cap || lo >= len(scores) {
+			return g
+		}
+		// The next member to leave the window behind g leaves at its
+		// score plus w.
+		g = scores[lo] + w
+	}
+}
+
+// tenantSlot returns the slot r may claim instead of g, the first slot
+// known for it (slots the known ones), when its tenant is held to a cap:
+// the first slot known free at or after the floor the cap sets, Redis
+// telling whether it fits; or wait, when r stays queued (see tenantWait),
+// which holds back the calls of its own tenant only.
+func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait bool) {
+	floor, ok := p.tenantRoom(r)
+	if !ok {
+		return g, true
+	}
+	if floor > g {
+		g = floor
+		if i, _ := slices.BinarySearch(slots, floor); p.known && i < len(slots) {
+			g = slots[i]
+		}
+	}
+	if horizon, capped := p.tenantHorizon(r); capped && g > horizon {
+		p.tenantWait(r, g)
+		return g, true
+	}
+	return g, false
+}
+
+// tenantRoom returns, for r of a capped tenant, the first slot its cap
+// leaves it, and whether it may claim in this round at all: a capped
+// tenant claims at most what its cap leaves of what it holds, and one
+// claim at least, which its round trip checks.
+func (p *planner) tenantRoom(r Request) (floor int64, ok bool) {
+	if r.Tenant == "" || r.Now {
+		return 0, true
+	}
+	s := &p.in.Known.Tenants
+	cap, capped := s.Cap(r.Tenant, p.in.Now)
+	if !capped {
+		return 0, true
+	}
+	claimed := p.tenants[r.Tenant]
+	if claimed > 0 && claimed+r.N > cap-s.Use[r.Tenant] {
+		return 0, false
+	}
+	return s.Next[r.Tenant], true
+}
+
+// tenantHorizon is the latest score r may claim: a capped tenant reserves
+// little ahead, so that a claim of another tenant's near now does not
+// count its claims ahead along with its calls of the last window (see
+// admit).
+func (p *planner) tenantHorizon(r Request) (horizon int64, capped bool) {
+	_, horizon = p.reach(r.Prio)
+	if r.Tenant == "" {
+		return horizon, false
+	}
+	if _, capped = p.in.Known.Tenants.Cap(r.Tenant, p.in.Now); capped {
+		horizon = min(horizon, p.soonest+p.in.Known.Tenants.Ahead)
+	}
+	return horizon, capped
+}
+
+// tenantWait keeps r, of a capped tenant, queued until floor comes within
+// reach, which the round sleeps until when it claims nothing else. The
+// requests behind it go on: a tenant's cap holds back its own calls only.
+func (p *planner) tenantWait(r Request, floor int64) {
+	if len(p.out.Claims) == 0 {
+		horizon, _ := p.tenantHorizon(r)
+		ahead := horizon - p.soonest
+		if d := p.in.Clock.Local(floor - ahead).Sub(p.in.Now); d > 0 && (p.out.Sleep == 0 || d < p.out.Sleep) {
+			p.out.Sleep = d
+		}
+	}
+}
+
+// claimedFor counts r's units as claimed by its tenant in this round.
+func (p *planner) claimedFor(r Request) {
+	if r.Tenant == "" {
+		return
+	}
+	if p.tenants == nil {
+		p.tenants = map[string]int{}
+	}
+	p.tenants[r.Tenant] += r.N
+}

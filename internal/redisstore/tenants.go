@@ -1,0 +1,205 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// A tenant's call carries its tenant at the end of its member's name: a
+// suffix of TenantSuffixLen bytes, "\x00t", a flag ('w' when the call
+// waited behind others of its tenant, else '-'), then the tenant's tag: 8
+// characters of the tenant's digest and its weight in thousandths in 6
+// digits. Nothing else is kept per tenant: a tenant's state in Redis is
+// its calls' 17 more bytes each, and leaves with them.
+
+// TenantSuffixLen is the length of TenantSuffix's suffixes, and
+// tenantTagLen that of the tag they end with.
+const (
+	TenantSuffixLen = 3 + tenantTagLen
+	tenantTagLen    = 8 + 6
+)
+
+// TenantSuffix returns the suffix of the members of tenant's calls, of
+// weight weight (at most 999.999: more counts as that), flagged as not
+// waited.
+func TenantSuffix(tenant string, weight float64) string {
+	sum := sha256.Sum256([]byte(tenant))
+	w := min(max(int(weight*1000+0.5), 1), 999999)
+	return fmt.Sprintf("\x00t-%s%06d", base64.RawURLEncoding.EncodeToString(sum[:6]), w)
+}
+
+// TenantWaited returns suffix flagged as waited, or not.
+func TenantWaited(suffix string, waited bool) string {
+	flag := byte('-')
+	if waited {
+		flag = 'w'
+	}
+	if len(suffix) != TenantSuffixLen || suffix[2] == flag {
+		return suffix
+	}
+	return suffix[:2] + string(flag) + suffix[3:]
+}
+
+// TenantTag returns the tag a suffix ends with: its tenant and weight.
+func TenantTag(suffix string) string { return suffix[len(suffix)-tenantTagLen:] }
+
+// TenantScript counts the members of KEYS[1] scored after ARGV[1]
+// (exclusive) by the tenant their suffix names (see TenantSuffix), and
+// returns first the most calls of the tenants none of whose calls waited
+// (the light tenants) that any window of ARGV[2] µs after ARGV[1] - ARGV[2]
+// held, then, for each tenant in the order first met, its tag, its count
+// and how many of them waited. Members without a suffix are not counted.
+var TenantScript = redis.NewScript(`
+local from, w = tonumber(ARGV[1]), tonumber(ARGV[2])
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (from - w), '+inf', 'WITHSCORES')
+local n, waited, order, seen = {}, {}, {}, {}
+for j = 1, #r, 2 do
+  local m = r[j]
+  if #m > 17 and m:sub(-17, -16) == '\0t' then
+    local tag, s = m:sub(-14), tonumber(r[j + 1])
+    if not n[tag] then
+      n[tag], waited[tag] = 0, 0
+      order[#order + 1] = tag
+    end
+    if s > from then n[tag] = n[tag] + 1 end
+    if m:sub(-15, -15) == 'w' then waited[tag] = waited[tag] + 1 end
+    seen[#seen + 1] = {s, tag}
+  end
+end
+local peak, lo, light = 0, 1, {}
+for i, e in ipairs(seen) do
+  if waited[e[2]] == 0 then
+    light[#light + 1] = e[1]
+    while light[lo] <= e[1] - w do lo = lo + 1 end
+    peak = math.max(peak, #light - lo + 1)
+  end
+end
+local out = {peak}
+for _, tag in ipairs(order) do
+  out[#out + 1] = tag
+  out[#out + 1] = n[tag]
+  out[#out + 1] = waited[tag]
+end
+return out
+`)
+
+// TenantScoresScript returns, for each tag of ARGV[2:], the scores of the
+// members of KEYS[1] whose suffix names it, scored after ARGV[1]
+// (exclusive), ascending.
+var TenantScoresScript = redis.NewScript(`
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES')
+local out, at = {}, {}
+for i = 2, #ARGV do
+  out[i - 1] = {}
+  at[ARGV[i]] = i - 1
+end
+for j = 1, #r, 2 do
+  local m = r[j]
+  if #m > 17 and m:sub(-17, -16) == '\0t' then
+    local k = at[m:sub(-14)]
+    if k then
+      local o = out[k]
+      o[#o + 1] = tonumber(r[j + 1])
+    end
+  end
+end
+return out
+`)
+
+// tenantCmds are a round trip's reads of the tenants' calls.
+type tenantCmds struct {
+	scan, scores *redis.Cmd
+}
+
+// queueTenants queues the scan of the tenants' calls and the reads of the
+// capped tenants' members, when the attempt asks for them: after its
+// claims are added, so that both count them.
+func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
+	ask, key := c.a.Tenants, []string{c.s.wins[0].Key}
+	if ask.Scan {
+		c.tenants.scan = TenantScript.Eval(c.ctx, p, key, ask.From, ask.W)
+	}
+	if len(ask.Caps) > 0 {
+		from := ask.Caps[0].From
+		args := make([]any, 1, 1+len(ask.Caps))
+		for _, cp := range ask.Caps {
+			from = min(from, cp.From)
+			args = append(args, cp.Tag)
+		}
+		args[0] = from
+		c.tenants.scores = TenantScoresScript.Eval(c.ctx, p, key, args...)
+	}
+}
+
+// readTenants reads the scan's and the capped tenants' answers into r.
+func (c *attemptCmds) readTenants(r *core.Reply) error {
+	if c.tenants.scan != nil {
+		vals, err := c.tenants.scan.Slice()
+		if err != nil {
+			return err
+		}
+		if err := parseTenants(r, vals); err != nil {
+			return err
+		}
+	}
+	if c.tenants.scores != nil {
+		vals, err := c.tenants.scores.Slice()
+		if err != nil {
+			return err
+		}
+		return parseTenantScores(r, vals, c.a.Tenants.Caps)
+	}
+	return nil
+}
+
+// parseTenants reads TenantScript's answer, vals, into r.Tenants and
+// r.LightPeak.
+func parseTenants(r *core.Reply, vals []any) error {
+	if len(vals) == 0 {
+		return fmt.Errorf("redisstore: tenant scan answered nothing")
+	}
+	peak, ok := vals[0].(int64)
+	if !ok {
+		return fmt.Errorf("redisstore: tenant scan answered %v", vals[0])
+	}
+	r.LightPeak = int(peak)
+	r.Tenants = make([]core.TenantUse, 0, len(vals)/3)
+	for i := 1; i+2 < len(vals); i += 3 {
+		tag, _ := vals[i].(string)
+		n, ok1 := vals[i+1].(int64)
+		waited, ok2 := vals[i+2].(int64)
+		w, err := strconv.Atoi(tag[min(len(tag), 8):])
+		if len(tag) != tenantTagLen || !ok1 || !ok2 || err != nil || w <= 0 {
+			return fmt.Errorf("redisstore: tenant scan answered %q, %v, %v", vals[i], vals[i+1], vals[i+2])
+		}
+		r.Tenants = append(r.Tenants, core.TenantUse{Tag: tag, Weight: float64(w) / 1000, Units: int(n), Waited: int(waited)})
+	}
+	return nil
+}
+
+// parseTenantScores reads TenantScoresScript's answer, vals, for caps,
+// into r.CapsScores: each cap's scores after its own From.
+func parseTenantScores(r *core.Reply, vals []any, caps []core.TenantCap) error {
+	if len(vals) != len(caps) {
+		return fmt.Errorf("redisstore: tenant scores answered %d lists for %d tenants", len(vals), len(caps))
+	}
+	r.CapsScores = make([][]int64, len(caps))
+	for i, v := range vals {
+		list, _ := v.([]any)
+		for _, x := range list {
+			s, ok := x.(int64)
+			if !ok {
+				return fmt.Errorf("redisstore: tenant scores answered %v", x)
+			}
+			if s > caps[i].From {
+				r.CapsScores[i] = append(r.CapsScores[i], s)
+			}
+		}
+	}
+	return nil
+}

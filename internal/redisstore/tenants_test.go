@@ -1,0 +1,67 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// The scan counts each tenant's calls after its from, how many of them
+// waited, and the light tenants' most in any window; the scores read
+// each capped tenant's members; members without a mark count for no one.
+func TestTenantScripts(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		a, b := TenantSuffix("tenant-a", 2), TenantSuffix("tenant-b", 1)
+		aw := TenantWaited(a, true)
+		members := []redis.Z{
+			{Score: 600, Member: "p\x01" + aw},      // before from, within a window of it: a's, waited
+			{Score: 900, Member: "p\x02" + b},       // before from: b's, in the light peak's reach
+			{Score: 1000, Member: "p\x03" + b},      // b's
+			{Score: 1050, Member: "p\x04" + b},      // b's
+			{Score: 1100, Member: "p\x05" + aw},     // a's
+			{Score: 1200, Member: "p\x06" + a},      // a's, not waited
+			{Score: 1300, Member: "untenanted\x07"}, // no one's
+		}
+		if err := c.ZAdd(ctx, "k", members...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		vals, err := TenantScript.Run(ctx, c, []string{"k"}, 950, 500).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r core.Reply
+		if err := parseTenants(&r, vals); err != nil {
+			t.Fatal(err)
+		}
+		// b's calls at 900, 1000 and 1050 lie in one window of 500.
+		if r.LightPeak != 3 {
+			t.Errorf("light peak %d, want 3", r.LightPeak)
+		}
+		got := map[string]core.TenantUse{}
+		for _, u := range r.Tenants {
+			got[u.Tag] = u
+		}
+		if u := got[TenantTag(a)]; u.Units != 2 || u.Waited != 2 || u.Weight != 2 {
+			t.Errorf("a: %+v, want 2 units, 2 waited (one before from), weight 2", u)
+		}
+		if u := got[TenantTag(b)]; u.Units != 2 || u.Waited != 0 || u.Weight != 1 || len(got) != 2 {
+			t.Errorf("b: %+v of %d tenants, want 2 units, none waited, weight 1, of 2", u, len(got))
+		}
+		caps := []core.TenantCap{{Tag: TenantTag(a), From: 1000}, {Tag: TenantTag(b), From: 0}}
+		vals, err = TenantScoresScript.Run(ctx, c, []string{"k"}, 0, caps[0].Tag, caps[1].Tag).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := parseTenantScores(&r, vals, caps); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(r.CapsScores[0], []int64{1100, 1200}) || !slices.Equal(r.CapsScores[1], []int64{900, 1000, 1050}) {
+			t.Errorf("scores %v, want a's after 1000 and all of b's", r.CapsScores)
+		}
+	})
+}

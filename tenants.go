@@ -1,0 +1,162 @@
+package throttler
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
+)
+
+// Tenants across replicas. Each call of a tenant is a member of the
+// window like any other, its name ending in its tenant's mark (a digest of
+// the tenant and its weight, and whether the call waited behind others of
+// its tenant: redisstore.TenantSuffix), so that Redis holds nothing else
+// per tenant. While the window is near its limit and calls of tenants wait
+// here, a round trip every scanEvery also counts the window's calls by
+// tenant (redisstore.TenantScript), and the fair level follows
+// (core.FairLevel): the tenants whose calls waited behind their own
+// (backlogged) share by weight what the others leave of the limit, less a
+// spare share. A backlogged tenant is held to its cap, the level times its
+// weight, in the neighbourhood of each claim: the round trip that claims
+// also reads its members (redisstore.TenantScoresScript), a claim over the
+// cap is refused, and the tenant's next claims wait for the slot its cap
+// leaves (core.CapSlot). So, on every replica, a flood holds at most its
+// cap of every window: slots it claims ahead are not in the way of the
+// other tenants, whose calls find room at once.
+
+// spareShare is the share of the limit the backlogged tenants leave to the
+// others' next calls, besides what those hold.
+const spareShare = 0.02
+
+// rankOf is where a call of priority prio, on ctx, queues (front: ahead of
+// every wait: see wantFront), its tenant weighed by o.
+func (o *orderOptions) rankOf(ctx context.Context, prio Priority, front bool) rank {
+	r := rank{prio: prio, front: front}
+	if tenant, ok := TenantFromContext(ctx); ok {
+		r.tenant = tenant
+		r.mark = redisstore.TenantSuffix(tenant, weightOf(o.weight, tenant))
+	}
+	return r
+}
+
+// scanEvery is how often a round trip counts the tenants' calls: every
+// tenth of the first window, at least every 100ms.
+func (c *config) scanEvery() time.Duration {
+	return max(100*time.Millisecond, time.Duration(c.rules.Wins[0].W/10)*time.Microsecond)
+}
+
+// tenantRider flags the calls of a tenant that waits behind others of
+// its own, counts the tenants' calls near the limit, and checks a capped
+// tenant's claims against its cap (see core.TenantShares).
+type tenantRider struct{ noRider }
+
+// ask flags the queued calls of tenants, and asks for a scan of the first
+// window when one is due, near the limit, with calls of tenants queued.
+func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
+	if !flagWaited(t.worker.queue) || !t.upkeep.scanDue(in.Now, t.scanEvery()) {
+		return
+	}
+	w := t.rules.Wins[0].W
+	a.Tenants.Scan, a.Tenants.From, a.Tenants.W = true, in.Clock.Server(in.Now)-w, w
+}
+
+// claim counts the units the round claims for each tenant, and has the
+// round trip read the members of each capped tenant among them.
+func (tenantRider) claim(t *Throttler, rd *round) {
+	a, now, w := rd.Attempt, t.now(), t.rules.Wins[0].W
+	for i, wt := range rd.batch {
+		if wt.rank.mark == "" {
+			continue
+		}
+		tag := redisstore.TenantTag(wt.rank.mark)
+		t.known.TenantClaimed(tag, wt.n)
+		limit, capped := t.known.Tenants.Cap(tag, now)
+		if !capped {
+			continue
+		}
+		from := rd.Plan.Claims[i].Score - w
+		j := slices.IndexFunc(a.Tenants.Caps, func(c core.TenantCap) bool { return c.Tag == tag })
+		if j < 0 {
+			a.Tenants.Caps = append(a.Tenants.Caps, core.TenantCap{Tag: tag, Cap: limit, From: from})
+			j = len(a.Tenants.Caps) - 1
+		}
+		c := &a.Tenants.Caps[j]
+		c.Claims, c.From = append(c.Claims, i), min(c.From, from)
+	}
+}
+
+// read keeps what a scan told, for four scans' time, and refuses the
+// claims of a capped tenant that its cap does not hold; the tenant's next
+// claims wait for the first slot its cap leaves.
+func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
+	r, w := rd.Reply, t.rules.Wins[0].W
+	if r.Tenants != nil {
+		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
+		now := t.now()
+		ahead := int64(spareShare * float64(t.rules.Wins[0].Interval.Microseconds()))
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareShare, ahead, now, now.Add(2*time.Duration(w)*time.Microsecond), 2*time.Duration(w)*time.Microsecond)
+	}
+	for i, c := range rd.Attempt.Tenants.Caps {
+		if i >= len(r.CapsScores) {
+			break
+		}
+		kept := r.CapsScores[i]
+		for _, ci := range c.Claims {
+			cl := rd.Plan.Claims[ci]
+			if core.CapHolds(r.CapsScores[i], cl.Score, w, c.Cap) {
+				continue
+			}
+			if rr.refused == nil {
+				rr.refused = make([]bool, len(rd.Plan.Claims))
+			}
+			rr.refused[ci] = true
+			kept = withoutScore(kept, cl.Score, cl.N)
+		}
+		t.known.TenantNext(c.Tag, core.CapSlot(kept, rr.arrived, w, c.Cap, 1))
+	}
+}
+
+// withoutScore returns scores (ascending) less n of those equal to g, in
+// a new slice.
+func withoutScore(scores []int64, g int64, n int) []int64 {
+	out := make([]int64, 0, len(scores))
+	for _, s := range scores {
+		if s == g && n > 0 {
+			n--
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// flagWaited flags each queued call of a tenant as waited when another
+// call of its tenant is queued too (see redisstore.TenantSuffix), and
+// reports whether any call of a tenant is queued.
+func flagWaited(q []*waiter) bool {
+	var count map[string]int
+	for _, w := range q {
+		if w.rank.mark != "" {
+			if count == nil {
+				count = map[string]int{}
+			}
+			count[redisstore.TenantTag(w.rank.mark)]++
+		}
+	}
+	for _, w := range q {
+		if w.rank.mark != "" {
+			w.rank.mark = redisstore.TenantWaited(w.rank.mark, count[redisstore.TenantTag(w.rank.mark)] > 1)
+		}
+	}
+	return count != nil
+}
+
+// tenantTag is the tag of w's tenant ("" without one).
+func (w *waiter) tenantTag() string {
+	if w.rank.mark == "" {
+		return ""
+	}
+	return redisstore.TenantTag(w.rank.mark)
+}
