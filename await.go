@@ -75,13 +75,13 @@ func (w *waiter) await(ctx context.Context, t *Throttler) (outcome, error) {
 }
 
 // toSlot sleeps toward the slot of res, w's admitted reservation, and
-// reports whether w reached it, or came within w.lead of it (reached);
-// when it did not, the outcome and error are await's (see await).
+// reports whether w reached it, or came within its lead of it (reached; see
+// leadFor); when it did not, the outcome and error are await's (see await).
 func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ outcome, reached bool, _ error) {
-	at, immediate := res.at, res.immediate
+	at, immediate, lead := res.at, res.immediate, w.leadFor(res)
 	for {
 		woken := false // by news, before at
-		if d := at.Sub(t.now()) - w.lead; d > 0 && !immediate {
+		if d := at.Sub(t.now()) - lead; d > 0 && !immediate {
 			if !w.deadline.IsZero() && core.TooLate(at, w.deadline) {
 				w.abandon(ctx, t)
 				return proceed, false, deadlineError(at, w.deadline, w.cause)
@@ -107,7 +107,7 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 			// Woken by news that did not concern this slot: sleep on.
 			t.mu.Unlock()
 			continue
-		} else if target.After(now.Add(w.lead)) {
+		} else if target.After(now.Add(lead)) {
 			// Early, by the estimate as it stands now (it changed since
 			// the slot was reserved): sleep on.
 			t.mu.Unlock()
@@ -131,6 +131,21 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 		t.mu.Unlock()
 		return proceed, true, nil
 	}
+}
+
+// leadFor is how long before the slot of res, its admitted reservation,
+// w returns: the lead it asked for (see waitSlot) when res was admitted
+// through Redis, whose send's gate holds the write until its score (see
+// sendgate.go); none when res was admitted without Redis (FailOpen, or
+// FallbackLocal's local share), which no gate holds (see gateSend): its
+// request would be written as soon as a connection came, before the slot
+// it was counted at, where an earlier call of the share's window still
+// counts (seed 25031), or before a shared pause's end.
+func (w *waiter) leadFor(res reservation) time.Duration {
+	if res.score == 0 {
+		return 0
+	}
+	return w.lead
 }
 
 // endUnadmittedLocked ends the wait of w, failed or refused (an AllowN):

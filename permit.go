@@ -50,8 +50,9 @@ func (t *Throttler) Acquire(ctx context.Context, estimate int) (*Permit, error) 
 // checked against the clock once more, and a permit whose call would now
 // go later than its allowance (its goroutine ran late after it was
 // admitted) is given back, and the call waits again, as a late sleeper
-// does (see WaitN). With lead, it returns up to lead before the slot, for
-// a send that holds its write until then (see sendgate.go).
+// does (see WaitN). With lead, it returns up to lead before a slot reserved
+// through Redis (see waiter.leadFor), for a send that holds its write
+// until then (see sendgate.go).
 // It counts one wait in Stats, however many times it waited.
 func (t *Throttler) reserveToSend(ctx context.Context, where string, n int, lead time.Duration) (_ *Permit, err error) {
 	if err := usable(t, ctx, where); err != nil {

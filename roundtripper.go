@@ -85,7 +85,9 @@ func ByHost(throttlers map[string]*Throttler) func(*http.Request) *Throttler {
 // on ahead of its slot, by as long as the Throttler's recent calls took
 // to get their connections (their 90th percentile, at most 500ms), and a
 // shared pause or a lowered limit that comes meanwhile has the call take
-// a new slot, as its wait would have. A call that cannot get a new slot in time (its context ends,
+// a new slot, as its wait would have; a call admitted without Redis
+// (FailOpen, FallbackLocal), which has no score to be held to, is handed
+// on at its slot. A call that cannot get a new slot in time (its context ends,
 // or the earliest slot lies past its deadline) is written all the same,
 // for net/http writes a request once it holds its connection: its slot
 // goes back and its units count as debt at the time it goes (see

@@ -57,7 +57,10 @@ import (
 // connection until the slot: the dial is made while the call waits. The
 // gate then also does what the call's own wait does at its slot: a
 // shared pause that began, or a limit lowered, since the slot was reserved
-// has the call take a new slot.
+// has the call take a new slot. Only a slot reserved through Redis is
+// handed on ahead: a call admitted without Redis (FailOpen, FallbackLocal's
+// local share) has no score for the gate to hold it to, and is handed on
+// at its slot (see waiter.leadFor).
 
 type gateKey struct{}
 
@@ -93,8 +96,8 @@ const maxGatePasses = 3
 
 // gateSend returns ctx with p's call, admitted by t, held at the
 // connection of a request made with it through net/http (see above). A
-// permit admitted without Redis has no slot to keep: ctx comes back as it
-// was.
+// permit admitted without Redis has no score to keep: ctx comes back as it
+// was (its wait returned at its slot, not ahead of it: see waiter.leadFor).
 func gateSend(ctx context.Context, t *Throttler, p *Permit) context.Context {
 	if p.score == 0 {
 		return ctx

@@ -458,3 +458,39 @@ func TestLateSendDebtIgnoresAClockStep(t *testing.T) {
 		}
 	})
 }
+
+// A request admitted without Redis, by FallbackLocal's local share, is
+// handed on at its slot, not ahead of it by the lead: no gate holds it to
+// a score (see gateSend), so on a connection ready at once it would be
+// written as it is handed on, before the slot the share counted it at,
+// while the share's earlier calls still count there (simulation seed
+// 25031: 17 requests written 19-34ms ahead of their local slots, 11 units
+// over the limit plus the share in a window at the API).
+func TestTransportSendsALocalAdmissionAtItsSlot(t *testing.T) {
+	const interval, buffer, lead = time.Second, 50 * time.Millisecond, 300 * time.Millisecond
+	th := mustNew(t, deadRedis(t), "k", 4, interval, WithLogger(quiet), WithBuffer(buffer),
+		WithFailurePolicy(FallbackLocal(0.5)))
+	for range leadSamples {
+		th.sends.took(lead) // recent calls took 300ms to get their connections
+	}
+	var mu sync.Mutex
+	var written []time.Time
+	base := rtFunc(func(req *http.Request) (*http.Response, error) {
+		mu.Lock()
+		written = append(written, time.Now()) // a connection ready at once: written as handed on
+		mu.Unlock()
+		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	})
+	c := &http.Client{Transport: th.RoundTripper(base)}
+	for i := range 3 {
+		if err := getVia(t, c, context.Background()); err != nil {
+			t.Fatalf("request %d with Redis down: %v", i+1, err)
+		}
+	}
+	waitIdle(t, th)
+	// The share of 2 goes at once; the third's slot is the share's window
+	// (interval plus buffer) after the first.
+	if gap := written[2].Sub(written[0]); gap < interval+buffer-time.Millisecond {
+		t.Fatalf("third request written %s after the first, want at its local slot, %s after it (the lead is %s)", gap, interval+buffer, th.sends.lead())
+	}
+}

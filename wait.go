@@ -105,8 +105,9 @@ const (
 
 // waitSlot is wait without counting its outcome in Stats, for a face that
 // may wait again before its call goes (see reserveToSend) and counts once.
-// With lead, it returns up to lead before the slot, for a call whose send
-// holds its write until the slot comes (see sendgate.go).
+// With lead, it returns up to lead before a slot reserved through Redis
+// (see waiter.leadFor), for a call whose send holds its write until the
+// slot comes (see sendgate.go).
 func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want waitWants, lead time.Duration) (res reservation, lease string, err error) {
 	prio := PriorityFromContext(ctx)
 	if err := t.checkN(where, n, prio); err != nil {

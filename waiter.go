@@ -16,7 +16,7 @@ type waiter struct {
 	cause    error     // ErrMaxWait when WithMaxWait set deadline, nil when ctx did
 	now      bool      // AllowN: admitted now or refused, never given a later slot
 	rank     rank
-	lead     time.Duration // returns up to this much before its slot (see waitSlot)
+	lead     time.Duration // returns up to this much before a slot reserved through Redis (see leadFor)
 	wake     chan struct{}
 	counted  bool // it counts as waiting (see WithMaxQueue); under mu
 	// Woken late: how many times in a row, and the margin its next claims
