@@ -11,6 +11,7 @@
 //	go run ./cmd/harness -scenarios herd24 -impls throttler -runs 10 -json out.json
 //	go run ./cmd/harness -scenarios far-h1,far-h2 -impls throttler -runs 2  # the API 40ms away over HTTPS
 //	go run ./cmd/harness -scenarios redis-reset,redis-stall,redis-lopsided   # broken Redis links
+//	go run ./cmd/harness -scenarios tenants-flood,tenants-calm,tenants-skewed,tenants-weighted,tenants-skewed-plain  # tenants (issue 43)
 package main
 
 import (

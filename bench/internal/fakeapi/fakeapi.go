@@ -1,7 +1,7 @@
 // Package fakeapi is the third-party API the replicas call: an HTTP server on
 // loopback that answers 200 to everything and records when each call arrived
-// (time.Now() on arrival, in the harness process), which replica sent it,
-// and the times the replica put in its headers (the server time the call
+// (time.Now() on arrival, in the harness process), which replica sent it
+// and for which tenant, and the times the replica put in its headers (the server time the call
 // was counted at, when its Wait returned, when it was sent).
 // By default it enforces no rate; the harness works out afterwards what a
 // strict sliding-window API would have rejected. With SetInFlight it caps
@@ -44,6 +44,9 @@ const (
 	// CallHeader: the replica's name for the call, to join what the API
 	// saw of it with what the replica recorded (Arrival.Call).
 	CallHeader = "X-Bench-Call"
+	// TenantHeader: the tenant the call was made for, in the tenants
+	// scenarios (Arrival.Tenant).
+	TenantHeader = "X-Bench-Tenant"
 )
 
 // Arrival is one recorded call.
@@ -70,6 +73,8 @@ type Arrival struct {
 	// Call is the request's CallHeader ("" when it had none), and Proto
 	// its protocol ("HTTP/1.1", "HTTP/2.0").
 	Call, Proto string
+	// Tenant is the request's TenantHeader ("" when it had none).
+	Tenant string
 }
 
 // connInfo is what the API knows of a connection: when it was accepted,
@@ -219,7 +224,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Started:  header(r, StartedHeader, nanos),
 		Returned: header(r, ReturnedHeader, nanos),
 		Sent:     header(r, SentHeader, nanos),
-		Call:     r.Header.Get(CallHeader), Proto: r.Proto}
+		Call:     r.Header.Get(CallHeader), Proto: r.Proto, Tenant: r.Header.Get(TenantHeader)}
 	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {
 		if ci.requests.Add(1) == 1 {
 			a.NewConn, a.ConnAt = true, ci.at

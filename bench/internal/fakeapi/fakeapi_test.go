@@ -8,7 +8,7 @@ import (
 
 // With a strict window, the API refuses a request that would put more
 // than the limit into the window ending at its arrival, counts it in no
-// window, and records it as refused, with its call's name.
+// window, and records it as refused, with its call's name and tenant.
 func TestStrictWindow(t *testing.T) {
 	s, err := StartConfig(Config{Limit: 2, Window: 300 * time.Millisecond})
 	if err != nil {
@@ -20,6 +20,7 @@ func TestStrictWindow(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
 		req.Header.Set(CallHeader, call)
 		req.Header.Set(ReplicaHeader, "1")
+		req.Header.Set(TenantHeader, "t-"+call)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -44,7 +45,7 @@ func TestStrictWindow(t *testing.T) {
 		t.Fatalf("%d arrivals, want 5", len(arr))
 	}
 	for i, a := range arr {
-		if a.Call != string(rune('a'+i)) || a.Replica != 1 || a.Refused != (want[i] == 429) || a.Proto != "HTTP/1.1" {
+		if a.Call != string(rune('a'+i)) || a.Replica != 1 || a.Refused != (want[i] == 429) || a.Proto != "HTTP/1.1" || a.Tenant != "t-"+a.Call {
 			t.Errorf("arrival %d: %+v", i, a)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/go-throttler/throttler"
 )
 
-// The library's Stats, as each replica of the far and redis-fault
+// The library's Stats, as each replica of the far, redis-fault and tenants
 // scenarios reported them at its end (ReplicaResult.Stats), are kept
 // whole in the JSON (Row.Stats) and written in the Markdown field by field
 // (statsLine), by reflection: the counters the library adds (late sends,

@@ -62,6 +62,10 @@ type ReplicaConfig struct {
 	CAPEM []byte `json:"ca_pem,omitempty"`
 	// KindRedisFault: each Wait's deadline (0: none).
 	WaitTimeout time.Duration `json:"wait_timeout,omitempty"`
+	// KindTenants: the tenants (each runs on the replicas its load says),
+	// and whether their calls go without their tenant.
+	Tenants  []TenantLoad `json:"tenants,omitempty"`
+	Untagged bool         `json:"untagged,omitempty"`
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.
@@ -105,8 +109,8 @@ type ReplicaResult struct {
 	// them: see metrics.ClockSample.
 	ClockSamples []metrics.ClockSample `json:"clock_samples,omitempty"`
 	// Stats is this library's Stats at the end, whole (JSON), in the
-	// scenarios that report it (KindFar, KindRedisFault): the fields the
-	// library adds appear without a change here.
+	// scenarios that report it (Kind.reportsStats): the fields the library
+	// adds appear without a change here.
 	Stats json.RawMessage `json:"stats,omitempty"`
 	// KindFar: every admitted call, and how many the API answered 429.
 	Calls  []CallTrace `json:"calls,omitempty"`
@@ -117,6 +121,9 @@ type ReplicaResult struct {
 	DeadlineErrors int64        `json:"deadline_errors,omitempty"`
 	TimeoutErrors  int64        `json:"timeout_errors,omitempty"`
 	ErrorMessages  []ErrorCount `json:"error_messages,omitempty"`
+	// KindTenants: each tenant's calls on this replica (the fields above
+	// count them all).
+	Tenants []TenantResult `json:"tenants,omitempty"`
 }
 
 // ReplicaMain runs a replica from the configuration in ReplicaEnv, talking to
@@ -284,6 +291,11 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		if client, th, err = farClient(cfg, rdb); err != nil {
 			return err
 		}
+	case KindTenants:
+		var err error
+		if w, err = tenantWaiter(cfg, rdb, icfg); err != nil {
+			return err
+		}
 	default:
 		var err error
 		if w, err = impls.New(cfg.Impl, rdb, icfg); err != nil {
@@ -314,6 +326,10 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	if cfg.Kind == KindPriority {
 		wg.Go(func() { high = loopArrivals(runCtx, cfg, w, client, warmEnd) })
 	}
+	var tenants []tenantCalls // KindTenants: by tenant
+	if cfg.Kind == KindTenants {
+		wg.Go(func() { tenants = runTenants(ctx, runCtx, cfg, w, client, warmEnd) })
+	}
 	for g := range logs {
 		l := &goroutineLog{}
 		logs[g] = l
@@ -338,7 +354,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 	wg.Wait()
 
 	res := ReplicaResult{Index: cfg.Index}
-	if cfg.Kind == KindFar || cfg.Kind == KindRedisFault {
+	if cfg.Kind.reportsStats() {
 		if err := res.addStats(w, th); err != nil {
 			return err
 		}
@@ -369,6 +385,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, in io.Reader, out io.Wri
 		}
 	}
 	res.addErrors(msgs)
+	res.addTenants(tenants)
 	res.HighArrived = int64(len(high))
 	for _, l := range high {
 		res.add(l)
@@ -451,12 +468,16 @@ func priorityWaiters(cfg ReplicaConfig, rdb *redis.Client, icfg impls.Config) (h
 
 // idleConns is how many idle connections to the API a replica keeps: one
 // per goroutine, and for KindPriority room for the high-priority calls
-// made at once (a few times their rate's share of a second).
+// made at once (a few times their rate's share of a second); for
+// KindTenants, the same for each tenant on the replica.
 func idleConns(cfg ReplicaConfig) int {
-	if cfg.Kind != KindPriority {
-		return cfg.Goroutines
+	switch cfg.Kind {
+	case KindPriority:
+		return cfg.Goroutines + int(2*cfg.HighRate) + 4
+	case KindTenants:
+		return tenantConns(cfg)
 	}
-	return cfg.Goroutines + int(2*cfg.HighRate) + 4
+	return cfg.Goroutines
 }
 
 // loop is one goroutine of a replica: wait, then (when its kind calls the
@@ -495,7 +516,7 @@ func loop(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, rdb *redis.Cli
 			l.pings = append(l.pings, int64(ping))
 		}
 		if cfg.Kind.callsAPI() {
-			l.called(call(client, cfg, score, w0, done))
+			l.called(callFor(client, cfg, tenantLabel(ctx), score, w0, done))
 		}
 	}
 }
@@ -597,16 +618,24 @@ func loopStorm(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *h
 // times are drawn ahead, so a late wake does not slow the rate.
 func loopArrivals(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time) []*goroutineLog {
 	high := throttler.ContextWithPriority(ctx, throttler.PriorityHigh)
+	gap := func() time.Duration { return time.Duration(rand.ExpFloat64() / cfg.HighRate * float64(time.Second)) }
+	return openLoop(ctx, high, gap(), gap, cfg, w, client, warmEnd)
+}
+
+// openLoop starts a call on callCtx (arrive) first from now, then gap()
+// after the one before, each in a goroutine of its own, until ctx ends,
+// and returns their records once every call has returned. Arrival times
+// are drawn ahead, so a late wake does not slow the rate.
+func openLoop(ctx, callCtx context.Context, first time.Duration, gap func() time.Duration, cfg ReplicaConfig, w impls.Waiter, client *http.Client, warmEnd time.Time) []*goroutineLog {
 	var logs []*goroutineLog
 	var wg sync.WaitGroup
-	gap := func() time.Duration { return time.Duration(rand.ExpFloat64() / cfg.HighRate * float64(time.Second)) }
-	for at := time.Now().Add(gap()); ; at = at.Add(gap()) {
+	for at := time.Now().Add(first); ; at = at.Add(gap()) {
 		if sleepCtx(ctx, time.Until(at)); ctx.Err() != nil {
 			break
 		}
 		l := &goroutineLog{}
 		logs = append(logs, l)
-		wg.Go(func() { arrive(high, cfg, w, client, warmEnd, l) })
+		wg.Go(func() { arrive(callCtx, cfg, w, client, warmEnd, l) })
 	}
 	wg.Wait()
 	return logs
@@ -624,7 +653,7 @@ func arrive(ctx context.Context, cfg ReplicaConfig, w impls.Waiter, client *http
 	}
 	done := time.Now()
 	l.record(l.arrived, done, !l.arrived.Before(warmEnd))
-	l.called(call(client, cfg, score, l.arrived, done))
+	l.called(callFor(client, cfg, tenantLabel(ctx), score, l.arrived, done))
 }
 
 // refused notes a Wait from w0 with deadline d that failed by its deadline
@@ -660,11 +689,19 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // carry the replica, score (the server time the call was counted at; zero:
 // not known), when its Wait began and returned, and the moment it is sent.
 func call(client *http.Client, cfg ReplicaConfig, score, started, returned time.Time) error {
+	return callFor(client, cfg, "", score, started, returned)
+}
+
+// callFor is call for tenant, which its headers name too ("": none).
+func callFor(client *http.Client, cfg ReplicaConfig, tenant string, score, started, returned time.Time) error {
 	req, err := http.NewRequest(http.MethodGet, cfg.APIURL, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set(fakeapi.ReplicaHeader, strconv.Itoa(cfg.Index))
+	if tenant != "" {
+		req.Header.Set(fakeapi.TenantHeader, tenant)
+	}
 	if !score.IsZero() {
 		req.Header.Set(fakeapi.ScoreHeader, strconv.FormatInt(score.UnixMicro(), 10))
 	}

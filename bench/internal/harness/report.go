@@ -19,6 +19,9 @@ type Report struct {
 	// Summary sums up the runs of each scenario and implementation whose
 	// rows have a max in window, when each ran more than once (-runs).
 	Summary []SummaryRow `json:"summary,omitempty"`
+	// TenantTargets are issue 43's targets as the tenants scenarios of
+	// each run measured them (see tenantTargets).
+	TenantTargets []TenantTarget `json:"tenant_targets,omitempty"`
 }
 
 // Meta describes the machine and the run.
@@ -116,8 +119,11 @@ type Row struct {
 	// Fault: a KindRedisFault run's figures.
 	Fault *FaultRow `json:"redis_fault,omitempty"`
 
+	// Tenants: a KindTenants run's figures.
+	Tenants *TenantsRow `json:"tenants,omitempty"`
+
 	// Stats is this library's Stats from each replica at its end, whole
-	// (by replica; KindFar and KindRedisFault runs of this library): see
+	// (by replica; the runs of this library whose kind reportsStats): see
 	// libstats.go.
 	Stats []json.RawMessage `json:"library_stats,omitempty"`
 
@@ -242,7 +248,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "%s, %d CPUs, Redis %s, %s; buffer %s%s.\n\n", r.Meta.OS, r.Meta.CPUs, r.Meta.RedisVersion,
 		r.Meta.GoVersion, fmtMs(r.Meta.BufferMs), map[bool]string{true: "; quick run", false: ""}[r.Meta.Quick])
 	multi := r.Meta.Runs > 1
-	var rows, llm, inflight, storm, prio, far, faults []Row
+	var rows, llm, inflight, storm, prio, far, faults, tenants []Row
 	for _, row := range r.grouped() {
 		switch {
 		case row.Far != nil:
@@ -257,6 +263,8 @@ func (r *Report) Markdown() string {
 			storm = append(storm, row)
 		case row.Priority != nil:
 			prio = append(prio, row)
+		case row.Tenants != nil:
+			tenants = append(tenants, row)
 		default:
 			rows = append(rows, row)
 		}
@@ -311,13 +319,17 @@ func (r *Report) Markdown() string {
 	if len(prio) > 0 {
 		writePriority(&b, prio, multi)
 	}
+	if len(tenants) > 0 {
+		writeTenants(&b, tenants, multi)
+		writeTenantTargets(&b, r.TenantTargets, multi)
+	}
 	if len(far) > 0 {
 		writeFar(&b, far, multi)
 	}
 	if len(faults) > 0 {
 		writeFaults(&b, faults, multi)
 	}
-	writeStats(&b, slices.Concat(far, faults), multi)
+	writeStats(&b, slices.Concat(far, faults, tenants), multi)
 	if multi {
 		writeSummary(&b, r.Summary)
 	}
@@ -434,6 +446,9 @@ func (row Row) summary() string {
 		s += fmt.Sprintf(", low share %.2f (%s Throttler), high: %d arrived, %d admitted, wait p50 %s p99 %s max %s; low: %d admitted (%s/s)",
 			f.LowShare, f.lowThrottler(), f.HighArrived, f.HighAdmitted, fmtMs(f.HighP50Ms), fmtMs(f.HighP99Ms), fmtMs(f.HighMaxMs),
 			f.LowAdmitted, fmtRate(f.LowPerSec))
+	}
+	if f := row.Tenants; f != nil {
+		s += f.summary()
 	}
 	if f := row.Far; f != nil {
 		s += fmt.Sprintf(", %d 429s at the API, utilization %.1f%% (after 2 windows %.1f%%), admissions in Redis max %d in a window",

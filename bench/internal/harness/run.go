@@ -140,6 +140,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if runs > 1 {
 		rep.Summary = summarize(rep.Rows)
 	}
+	rep.TenantTargets = tenantTargets(rep.Rows)
 	return rep, nil
 }
 
@@ -295,7 +296,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
 			DeadlineMin: sc.DeadlineMin, DeadlineMax: sc.DeadlineMax,
 			HighRate: sc.HighRate, LowShare: h.lowShare(), LowAhead: h.opt.LowAhead,
-			WaitTimeout: sc.WaitTimeout,
+			WaitTimeout: sc.WaitTimeout, Tenants: sc.Tenants, Untagged: sc.Untagged,
 		}
 		far.configure(&cfg)
 		faults.configure(&cfg)
@@ -373,7 +374,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	if faults != nil {
 		row.Fault = faultFigures(sc, row, results, faults.close())
 	}
-	if sc.Kind == KindFar || sc.Kind == KindRedisFault {
+	if sc.Kind.reportsStats() {
 		row.Stats = make([]json.RawMessage, sc.Procs)
 		for _, r := range results {
 			if r.Index >= 0 && r.Index < sc.Procs {
@@ -505,6 +506,9 @@ func compute(sc Scenario, impl string, buffer time.Duration, allCalls bool, t0 t
 	}
 	if sc.Kind == KindPriority {
 		row.Priority = priorityFigures(sc, results, row.Admitted)
+	}
+	if sc.Kind == KindTenants {
+		row.Tenants = tenantFigures(sc, t0, results, arrivals)
 	}
 	if row.Admitted > 0 {
 		a := float64(row.Admitted)

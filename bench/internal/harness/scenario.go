@@ -66,13 +66,26 @@ const (
 	// through a netfault proxy of its own, which Fault breaks (see
 	// faults.go); with WaitTimeout, each Wait has that deadline.
 	KindRedisFault Kind = "redis-fault"
+	// KindTenants: each replica runs the calls of the Tenants that run on
+	// it, on one Throttler: a tenant's goroutines loop Wait with its
+	// tenant's context (throttler.ContextWithTenant; none when Untagged),
+	// then GET the API; or its calls arrive open-loop, Rate a second, each
+	// in its own goroutine. Only this library takes part: the peers have
+	// no tenants.
+	KindTenants Kind = "tenants"
 )
 
 // callsAPI reports whether the replicas of this kind call the fake API
 // (internal/fakeapi) after each admission: its arrivals there give the
 // rate's figures.
 func (k Kind) callsAPI() bool {
-	return k == KindAPI || k == KindInFlight || k == KindStorm || k == KindPriority || k == KindFar || k == KindRedisFault
+	return k == KindAPI || k == KindInFlight || k == KindStorm || k == KindPriority || k == KindFar || k == KindRedisFault || k == KindTenants
+}
+
+// reportsStats reports whether the replicas of this kind report this
+// library's Stats at their end (ReplicaResult.Stats, Row.Stats).
+func (k Kind) reportsStats() bool {
+	return k == KindFar || k == KindRedisFault || k == KindTenants
 }
 
 // Scenario is one workload, run once per implementation.
@@ -118,6 +131,14 @@ type Scenario struct {
 	// Wait's deadline (0: none).
 	Fault       *Fault
 	WaitTimeout time.Duration
+	// KindTenants: the tenants and their calls (Goroutines is 0: each
+	// tenant says its own); whether the calls go without their tenant (the
+	// same workload, untagged: the library's cost without tenants); and
+	// the length of the periods after the warm-up in which each tenant's
+	// share of the calls at the API is counted.
+	Tenants  []TenantLoad
+	Untagged bool
+	Period   time.Duration
 	// OptIn: left out when no scenario is named (see Select), because it
 	// would make the default run much longer.
 	OptIn bool
@@ -160,6 +181,8 @@ func (s Scenario) String() string {
 		}
 		return fmt.Sprintf("%s: %d procs x %d goroutines, limit %d per %s, %s, each replica's Redis link through a proxy: %s; each Wait with %s, then GET the API",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration, s.Fault, deadline)
+	case KindTenants:
+		return tenantsString(s)
 	case KindLatency:
 		return fmt.Sprintf("%s: %d proc x %d goroutine, limit %d per %s (never reached), %s, PING then Wait",
 			s.Name, s.Procs, s.Goroutines, s.Limit, s.Interval, s.Duration)
@@ -170,13 +193,15 @@ func (s Scenario) String() string {
 
 // ScenarioNames lists the scenarios in the order they run.
 var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys",
-	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided"}
+	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided",
+	"tenants-flood", "tenants-calm", "tenants-skewed", "tenants-weighted", "tenants-skewed-plain"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
 // minute or more for all its implementations, or measures one feature of
 // this library.
 var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys",
-	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided"}
+	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided",
+	"tenants-flood", "tenants-calm", "tenants-skewed", "tenants-weighted", "tenants-skewed-plain"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {
@@ -242,7 +267,7 @@ func Scenarios(quick bool) []Scenario {
 		// A quota per customer: many small keys.
 		{Name: "keys", Kind: KindKeys, Goroutines: 64, Limit: 10, Interval: time.Minute,
 			Keys: pickN(quick, 100_000, 10_000), Calls: 10, Impls: []string{"throttler", "redis_rate", "floor"}, OptIn: true},
-	}, farScenarios(pick), faultScenarios(pick))
+	}, farScenarios(pick), faultScenarios(pick), tenantScenarios(pick))
 }
 
 // farScenarios are the API 40ms away over HTTPS (issue 40): 3 processes

@@ -58,3 +58,19 @@ func WaitAt(ctx context.Context, w Waiter) (time.Time, error) {
 	p.Done() // no place in flight to give back: a formality
 	return p.At(), nil
 }
+
+// SupportsTenants reports whether an implementation serves tenants (a
+// fair order within a process, a fair share across processes). Only this
+// library does: the peers serve calls as they come, whoever they are for.
+func SupportsTenants(name string) bool { return name == "throttler" || name == "throttler-ctx" }
+
+// NewTenants is this library with weight as each tenant's weight
+// (WithTenantWeight) when weight is not nil: calls carry their tenant on
+// their context (throttler.ContextWithTenant).
+func NewTenants(rdb *redis.Client, cfg Config, weight func(tenant string) float64) (*throttler.Throttler, error) {
+	opts := []throttler.Option{throttler.WithBuffer(cfg.Buffer)}
+	if weight != nil {
+		opts = append(opts, throttler.WithTenantWeight(weight))
+	}
+	return throttler.New(rdb, cfg.Key, cfg.Limit, cfg.Interval, opts...)
+}
