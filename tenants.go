@@ -13,9 +13,9 @@ import (
 // window like any other, its name ending in its tenant's mark (a digest of
 // the tenant and its weight, and whether the call waited behind others of
 // its tenant: redisstore.TenantSuffix), so that Redis holds nothing else
-// per tenant. While the window is near its limit and calls of tenants wait
-// here, a round trip every scanEvery also counts the window's calls by
-// tenant (redisstore.TenantScript), and the fair level follows
+// per tenant. While calls of tenants wait here, near the limit or while a
+// tenant is held to a cap, a round trip every scanEvery also counts the
+// window's calls by tenant (redisstore.TenantScript), and the fair level follows
 // (core.FairLevel): the tenants whose calls waited behind their own
 // (backlogged) share by weight what the others leave of the limit, less a
 // spare share. A backlogged tenant is held to its cap, the level times its
@@ -53,9 +53,11 @@ func (c *config) scanEvery() time.Duration {
 type tenantRider struct{ noRider }
 
 // ask flags the queued calls of tenants, and asks for a scan of the first
-// window when one is due, near the limit, with calls of tenants queued.
+// window when one is due, with calls of tenants queued, near the limit or
+// while a tenant is held to a cap (whose cap the scans keep known: far from
+// the limit, nobody needs one).
 func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
-	if !flagWaited(t.worker.queue) || !t.upkeep.scanDue(in.Now, t.scanEvery()) {
+	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, t.scanEvery()) {
 		return
 	}
 	w := t.rules.Wins[0].W

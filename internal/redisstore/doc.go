@@ -74,7 +74,8 @@
 //	                                      core.Known.Announce)
 //	EVAL <TenantScript> key <from> <w>   (every 100ms, or tenth of the
 //	                                      window, while calls of tenants
-//	                                      wait: their calls by tenant, and
+//	                                      wait near the limit or under a
+//	                                      cap: their calls by tenant, and
 //	                                      the light tenants' most)
 //	EVAL <TenantScoresScript> key <from> <tag>...  (with claims of
 //	                                      tenants held to a cap: their
