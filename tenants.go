@@ -89,16 +89,15 @@ func (tenantRider) claim(t *Throttler, rd *round) {
 	}
 }
 
-// read keeps what a scan told, for four scans' time, and refuses the
+// read keeps what a scan told, for two windows, and refuses the
 // claims of a capped tenant that its cap does not hold; the tenant's next
 // claims wait for the first slot its cap leaves.
 func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 	r, w := rd.Reply, t.rules.Wins[0].W
 	if r.Tenants != nil {
 		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
-		now := t.now()
 		ahead := int64(spareShare * float64(t.rules.Wins[0].Interval.Microseconds()))
-		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareShare, ahead, now, now.Add(2*time.Duration(w)*time.Microsecond), 2*time.Duration(w)*time.Microsecond)
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareShare, ahead, t.now(), 2*time.Duration(w)*time.Microsecond)
 	}
 	for i, c := range rd.Attempt.Tenants.Caps {
 		if i >= len(r.CapsScores) {
@@ -144,12 +143,12 @@ func flagWaited(q []*waiter) bool {
 			if count == nil {
 				count = map[string]int{}
 			}
-			count[redisstore.TenantTag(w.rank.mark)]++
+			count[w.tenantTag()]++
 		}
 	}
 	for _, w := range q {
 		if w.rank.mark != "" {
-			w.rank.mark = redisstore.TenantWaited(w.rank.mark, count[redisstore.TenantTag(w.rank.mark)] > 1)
+			w.rank.mark = redisstore.TenantWaited(w.rank.mark, count[w.tenantTag()] > 1)
 		}
 	}
 	return count != nil

@@ -96,15 +96,15 @@ type TenantShares struct {
 
 // LearnTenants keeps what a scan read at now (uses, and light, the most
 // calls of the tenants that are not backlogged in a window) under limit,
-// leaving the share spare to the tenants within their shares, until
-// until; the light tenants' most is kept for hold.
-func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, ahead int64, now, until time.Time, hold time.Duration) {
+// leaving the share spare to the tenants within their shares, for hold:
+// the shares and the light tenants' most alike.
+func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, ahead int64, now time.Time, hold time.Duration) {
 	lightAt := now
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold {
 		light, lightAt = last.Light, last.LightAt
 	}
 	level, ok := FairLevel(uses, limit, spare, float64(light))
-	s := TenantShares{Ahead: ahead, Level: level, Until: until, Use: make(map[string]int, len(uses)), Next: k.Tenants.Next, Light: light, LightAt: lightAt}
+	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Use: make(map[string]int, len(uses)), Next: k.Tenants.Next, Light: light, LightAt: lightAt}
 	for _, u := range uses {
 		s.Use[u.Tag] = u.Units
 		if ok && u.Waited > 0 {
@@ -144,21 +144,25 @@ func (s TenantShares) Cap(tag string, now time.Time) (int, bool) {
 	if !s.Capped[tag] || now.After(s.Until) {
 		return 0, false
 	}
-	return max(1, int(s.Level*TagWeight(tag))), true
+	w, ok := TagWeight(tag)
+	if !ok {
+		w = 1
+	}
+	return max(1, int(s.Level*w)), true
 }
 
 // TagWeight is the weight a tenant's tag carries: its last 6 characters,
-// in thousandths (see the redisstore package's TenantSuffix); 1 when they
-// say none.
-func TagWeight(tag string) float64 {
+// in thousandths (see the redisstore package's TenantSuffix), and whether
+// they state one.
+func TagWeight(tag string) (float64, bool) {
 	if len(tag) < 6 {
-		return 1
+		return 0, false
 	}
 	w, err := strconv.Atoi(tag[len(tag)-6:])
 	if err != nil || w <= 0 {
-		return 1
+		return 0, false
 	}
-	return float64(w) / 1000
+	return float64(w) / 1000, true
 }
 
 // CapHolds reports whether a claim at g of a tenant whose members' scores

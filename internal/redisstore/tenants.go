@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"strconv"
 
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/redis/go-redis/v9"
@@ -173,11 +172,11 @@ func parseTenants(r *core.Reply, vals []any) error {
 		tag, _ := vals[i].(string)
 		n, ok1 := vals[i+1].(int64)
 		waited, ok2 := vals[i+2].(int64)
-		w, err := strconv.Atoi(tag[min(len(tag), 8):])
-		if len(tag) != tenantTagLen || !ok1 || !ok2 || err != nil || w <= 0 {
+		w, ok3 := core.TagWeight(tag)
+		if len(tag) != tenantTagLen || !ok1 || !ok2 || !ok3 {
 			return fmt.Errorf("redisstore: tenant scan answered %q, %v, %v", vals[i], vals[i+1], vals[i+2])
 		}
-		r.Tenants = append(r.Tenants, core.TenantUse{Tag: tag, Weight: float64(w) / 1000, Units: int(n), Waited: int(waited)})
+		r.Tenants = append(r.Tenants, core.TenantUse{Tag: tag, Weight: w, Units: int(n), Waited: int(waited)})
 	}
 	return nil
 }
