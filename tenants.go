@@ -18,13 +18,18 @@ import (
 // window's calls by tenant (redisstore.TenantScript), and the fair level follows
 // (core.FairLevel): the tenants whose calls waited behind their own
 // (backlogged) share by weight what the others leave of the limit, less a
-// spare share. A backlogged tenant is held to its cap, the level times its
-// weight, in the neighbourhood of each claim: the round trip that claims
-// also reads its members (redisstore.TenantScoresScript), a claim over the
-// cap is refused, and the tenant's next claims wait for the slot its cap
-// leaves (core.CapSlot). So, on every replica, a flood holds at most its
-// cap of every window: slots it claims ahead are not in the way of the
-// other tenants, whose calls find room at once.
+// spare share. A backlogged tenant is held to a cap, the level times its
+// weight, in every window that holds each of its claims: the round trip
+// that claims also reads its members (redisstore.TenantScoresScript), a
+// claim over the cap is refused, and the tenant's next claims are placed
+// against the members read (core.CapSlot), as many in a round as its cap
+// leaves it. So, on every replica, a flood holds at most its cap of every
+// window. While a tenant is capped, exact rounds count each claim against
+// the fullest window that holds it (core.TenantAsk.Peaks), and the other
+// tenants' calls are claimed once at the soonest slot (core's
+// planner.soon): the slots the flood claimed ahead are not in their way,
+// and they find room at once, in the spare share and what the light
+// tenants held lately.
 
 // spareShare is the share of the limit the backlogged tenants leave to the
 // others' next calls, besides what those hold.
@@ -52,11 +57,14 @@ func (c *config) scanEvery() time.Duration {
 // tenant's claims against its cap (see core.TenantShares).
 type tenantRider struct{ noRider }
 
-// ask flags the queued calls of tenants, and asks for a scan of the first
+// ask has an exact round count each claim against the fullest window that
+// holds it while a tenant is held to a cap (see core.TenantAsk.Peaks);
+// flags the queued calls of tenants; and asks for a scan of the first
 // window when one is due, with calls of tenants queued, near the limit or
 // while a tenant is held to a cap (whose cap the scans keep known: far from
 // the limit, nobody needs one).
 func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
+	a.Tenants.Peaks = len(t.known.Tenants.Capped) > 0 && !in.Now.After(t.known.Tenants.Until)
 	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, t.scanEvery()) {
 		return
 	}
@@ -64,18 +72,21 @@ func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
 	a.Tenants.Scan, a.Tenants.From, a.Tenants.W = true, in.Clock.Server(in.Now)-w, w
 }
 
-// claim counts the units the round claims for each tenant, and has the
-// round trip read the members of each capped tenant among them.
+// tenantsScanned reports whether attempt a counts the tenants' calls.
+func tenantsScanned(a *core.Attempt) bool { return a.Tenants.Scan }
+
+// claim has the round trip read the members of each capped tenant whose
+// calls it claims for, and notes the other calls' claims made while a
+// tenant is capped.
 func (tenantRider) claim(t *Throttler, rd *round) {
 	a, now, w := rd.Attempt, t.now(), t.rules.Wins[0].W
 	for i, wt := range rd.batch {
-		if wt.rank.mark == "" {
-			continue
-		}
-		tag := redisstore.TenantTag(wt.rank.mark)
-		t.known.TenantClaimed(tag, wt.n)
+		tag := wt.tenantTag()
 		limit, capped := t.known.Tenants.Cap(tag, now)
 		if !capped {
+			// Claimed at the soonest slot, if ever, once (see core's
+			// planner.soon).
+			wt.soonTried = wt.soonTried || a.Tenants.Peaks
 			continue
 		}
 		from := rd.Plan.Claims[i].Score - w
@@ -90,8 +101,9 @@ func (tenantRider) claim(t *Throttler, rd *round) {
 }
 
 // read keeps what a scan told, for two windows, and refuses the
-// claims of a capped tenant that its cap does not hold; the tenant's next
-// claims wait for the first slot its cap leaves.
+// claims of a capped tenant that its cap does not hold, in their order; the
+// tenant's next claims are placed against its members as read, less those
+// refused.
 func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 	r, w := rd.Reply, t.rules.Wins[0].W
 	if r.Tenants != nil {
@@ -106,7 +118,7 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 		kept := r.CapsScores[i]
 		for _, ci := range c.Claims {
 			cl := rd.Plan.Claims[ci]
-			if core.CapHolds(r.CapsScores[i], cl.Score, w, c.Cap) {
+			if core.CapHolds(kept, cl.Score, w, max(c.Cap, cl.N)) {
 				continue
 			}
 			if rr.refused == nil {
@@ -115,7 +127,7 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 			rr.refused[ci] = true
 			kept = withoutScore(kept, cl.Score, cl.N)
 		}
-		t.known.TenantNext(c.Tag, core.CapSlot(kept, rr.arrived, w, c.Cap, 1))
+		t.known.TenantScores(c.Tag, kept)
 	}
 }
 

@@ -41,7 +41,7 @@ func (u *upkeep) done(a *core.Attempt, now time.Time) {
 	if a.Expire.On {
 		u.expire = now
 	}
-	if a.Tenants.Scan {
+	if tenantsScanned(a) {
 		u.scan = now
 	}
 }

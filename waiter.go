@@ -32,6 +32,10 @@ type waiter struct {
 	// flight asks for.
 	wantLease       bool
 	lease, leaseTry string
+
+	// Tenants: it was claimed once at the soonest slot while a tenant was
+	// held to a cap (see core.Request.SoonTried). Under mu.
+	soonTried bool
 }
 
 // reservation is where a call stands: one value, replaced whole, so that

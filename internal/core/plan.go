@@ -20,6 +20,9 @@ type Request struct {
 	Now      bool      // AllowN: now or never
 	Prio     Level
 	Tenant   string // its tenant's tag (see TenantUse), "" for none
+	// SoonTried: it was claimed once at the soonest slot while a tenant was
+	// held to a cap (see planner.soon).
+	SoonTried bool
 }
 
 // PlanIn is what a round is planned from.
@@ -124,14 +127,14 @@ type planner struct {
 	in  PlanIn
 	out PlanOut
 
-	room      int            // units the batch may still take
-	known     bool           // slots come from the last reply
-	pos       int            // units placed against the known slots
-	units     int            // units of the requests claimed or kept so far
-	full      bool           // a WaitN waits: those behind it wait too
-	firstKept int            // the first request left queued (-1 = none)
-	maxNow    int            // the largest AllowN claimed
-	tenants   map[string]int // by capped tenant's tag: the units claimed so far (nil: none)
+	room      int                // units the batch may still take
+	known     bool               // slots come from the last reply
+	pos       int                // units placed against the known slots
+	units     int                // units of the requests claimed or kept so far
+	full      bool               // a WaitN waits: those behind it wait too
+	firstKept int                // the first request left queued (-1 = none)
+	maxNow    int                // the largest AllowN claimed
+	tenants   map[string][]int64 // by capped tenant's tag: its claims' scores so far, a unit each (nil: none)
 
 	soonest, horizon, floor int64 // server µs
 }
@@ -185,7 +188,7 @@ func (p *planner) place(i int, r Request) {
 		}
 	case Take:
 		p.room -= r.N
-		p.claimedFor(r)
+		p.claimedFor(r, d.Score)
 		p.out.Claims = append(p.out.Claims, Claim{Score: d.Score, N: r.N, Prio: r.Prio, Floor: d.Floor, Last: d.Last, Reach: d.Reach})
 		p.out.Checks = addCheck(p.out.Checks, d.Score)
 	}
@@ -269,14 +272,10 @@ func (p *planner) placeWait(r Request) Decision {
 			return Decision{Action: Fail, Why: PastDeadline, At: at}
 		}
 	}
-	g := p.floor
-	if p.known {
-		if p.pos+r.N > len(slots) {
-			// Beyond what the last reply told: learn more first.
-			p.full = true
-			return Decision{Action: Keep}
-		}
-		g = max(p.floor, slots[p.pos+r.N-1])
+	soon := p.soon(r)
+	g, ok := p.knownSlot(r, slots, soon)
+	if !ok {
+		return Decision{Action: Keep}
 	}
 	g, shareAt := p.withinShare(r, g)
 	if !r.Deadline.IsZero() {
@@ -288,7 +287,9 @@ func (p *planner) placeWait(r Request) Decision {
 	if wait {
 		return Decision{Action: Keep}
 	}
-	p.pos += r.N
+	if !soon {
+		p.pos += r.N
+	}
 	ahead, horizon := p.reach(r.Prio)
 	// The share bounds what joins a batch, never its first claim: a
 	// weighted call larger than the share must still get through.
@@ -314,6 +315,20 @@ func (p *planner) placeWait(r Request) Decision {
 		d.Floor, d.Last = g, g
 	}
 	return d
+}
+
+// knownSlot returns the earliest slot known for r (slots the known ones),
+// or the floor when none are known or r goes soon (see soon); ok is false
+// when r lies beyond what the last reply told, and waits to learn more.
+func (p *planner) knownSlot(r Request, slots []int64, soon bool) (g int64, ok bool) {
+	if !p.known || soon {
+		return p.floor, true
+	}
+	if p.pos+r.N > len(slots) {
+		p.full = true
+		return 0, false
+	}
+	return max(p.floor, slots[p.pos+r.N-1]), true
 }
 
 // withinShare places r no earlier than g and, just back from the

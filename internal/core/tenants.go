@@ -15,16 +15,22 @@ import (
 // backlogged tenant's claims count against its cap, its weight times the
 // level, in the same round trip as they count against the limit: a claim
 // over it is refused, and the tenant's next claims wait for the slot its
-// cap leaves (TenantShares.Next).
+// cap leaves (CapSlot).
 
 // TenantAsk is what a round trip asks of the tenants' calls: a scan of the
 // first key's members scored after From (server µs), when Scan is set;
 // and, per capped tenant with claims in it (Caps), its members' scores.
 type TenantAsk struct {
-	Scan bool
-	From int64
-	W    int64 // the window (µs) the light tenants' most is read in, over the last two
-	Caps []TenantCap
+	// Peaks, set while a tenant is held to a cap, has an exact round count
+	// each claim against the fullest window that holds it (see Reply.Peaks):
+	// a capped tenant's claims ahead, which its cap keeps within every
+	// window, would add up with the last window's calls in the
+	// neighbourhood of another tenant's claim now.
+	Peaks bool
+	Scan  bool
+	From  int64
+	W     int64 // the window (µs) the light tenants' most is read in, over the last two
+	Caps  []TenantCap
 }
 
 // TenantCap is a capped tenant's claims in a round trip: the tenant's
@@ -77,9 +83,9 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64) (level float64
 
 // TenantShares is what is known of the tenants' shares: the fair level and
 // the tenants held to a cap, as the last scan told them, until Until
-// (local); what each holds (Use) plus what this process claimed since;
-// by capped tenant, the first slot its cap leaves it (Next, server µs),
-// as the last round trip that checked its claims told; and the most the
+// (local); by capped tenant, its members' scores (server µs, ascending)
+// as the last round trip that checked its claims read them (Scores: what
+// its next claims are placed against, see CapSlot); and the most the
 // tenants that are not backlogged held at a scan lately (Light, since
 // LightAt): a light tenant's calls come unevenly, and the window must
 // hold the most of them it may see, not their mean.
@@ -88,8 +94,7 @@ type TenantShares struct {
 	Level   float64
 	Until   time.Time
 	Capped  map[string]bool
-	Use     map[string]int
-	Next    map[string]int64
+	Scores  map[string][]int64
 	Light   int
 	LightAt time.Time
 }
@@ -104,9 +109,8 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 		light, lightAt = last.Light, last.LightAt
 	}
 	level, ok := FairLevel(uses, limit, spare, float64(light))
-	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Use: make(map[string]int, len(uses)), Next: k.Tenants.Next, Light: light, LightAt: lightAt}
+	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt}
 	for _, u := range uses {
-		s.Use[u.Tag] = u.Units
 		if ok && u.Waited > 0 {
 			if s.Capped == nil {
 				s.Capped = map[string]bool{}
@@ -114,28 +118,21 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 			s.Capped[u.Tag] = true
 		}
 	}
-	for tag := range s.Next {
+	for tag := range s.Scores {
 		if !s.Capped[tag] {
-			delete(s.Next, tag)
+			delete(s.Scores, tag)
 		}
 	}
 	k.Tenants = s
 }
 
-// TenantClaimed counts n units claimed by the tenant of tag.
-func (k *Known) TenantClaimed(tag string, n int) {
-	if k.Tenants.Use != nil {
-		k.Tenants.Use[tag] += n
+// TenantScores keeps scores (ascending) as the members of the tenant of
+// tag, which a round trip that checked its claims read.
+func (k *Known) TenantScores(tag string, scores []int64) {
+	if k.Tenants.Scores == nil {
+		k.Tenants.Scores = map[string][]int64{}
 	}
-}
-
-// TenantNext keeps next as the first slot the cap of the tenant of tag
-// leaves it.
-func (k *Known) TenantNext(tag string, next int64) {
-	if k.Tenants.Next == nil {
-		k.Tenants.Next = map[string]int64{}
-	}
-	k.Tenants.Next[tag] = next
+	k.Tenants.Scores[tag] = scores
 }
 
 // Cap returns the cap of the tenant of tag at now: the most units it may
@@ -167,74 +164,107 @@ func TagWeight(tag string) (float64, bool) {
 
 // CapHolds reports whether a claim at g of a tenant whose members' scores
 // are scores (ascending, the claim's own among them) keeps the tenant
-// within cap in g's neighbourhood (g-w, g+w).
+// within cap in every window (t-w, t] that holds g (see Peak).
 func CapHolds(scores []int64, g, w int64, cap int) bool {
-	lo, _ := slices.BinarySearch(scores, g-w+1)
-	hi, _ := slices.BinarySearch(scores, g+w)
-	return hi-lo <= cap
+	return Peak(scores, g, w) <= int64(cap)
 }
 
 // CapSlot returns the first score at or after floor at which n more units
 // of a tenant whose members' scores are scores (ascending) keep it within
-// cap in their neighbourhood (g-w, g+w): where enough of its members have
-// left the window behind it. The neighbourhood ahead holds the tenant's
-// claims ahead, which only leave later: with cap of them ahead, there is
-// no such score, and CapSlot returns the last of them plus w.
+// cap in every window (t-w, t] that holds them, with n at most cap. A
+// window over the cap that ends at t stops holding the score past t; the
+// one that ends at the score itself, once its first member leaves it.
 func CapSlot(scores []int64, floor, w int64, cap, n int) int64 {
-	g := floor
+	in := func(t int64) int { // the members in (t-w, t]
+		lo, _ := slices.BinarySearch(scores, t-w+1)
+		hi, _ := slices.BinarySearch(scores, t+1)
+		return hi - lo
+	}
+	g := max(floor, 0)
 	for {
-		lo, _ := slices.BinarySearch(scores, g-w+1)
-		hi, _ := slices.BinarySearch(scores, g+w)
-		if hi-lo+n <= cap || lo >= len(scores) {
-			return g
+		over := int64(-1) // the end of the last window over the cap that holds g
+		if in(g)+n > cap {
+			over = g
 		}
-		// The next member to leave the window behind g leaves at its
-		// score plus w.
-		g = scores[lo] + w
+		i, _ := slices.BinarySearch(scores, g+1)
+		for ; i < len(scores) && scores[i] < g+w; i++ {
+			if (i+1 == len(scores) || scores[i+1] > scores[i]) && in(scores[i])+n > cap {
+				over = scores[i]
+			}
+		}
+		switch {
+		case over < 0 || n > cap:
+			return g
+		case over == g:
+			lo, _ := slices.BinarySearch(scores, g-w+1)
+			g = scores[lo] + w
+		default:
+			g = over + 1
+		}
 	}
 }
 
 // tenantSlot returns the slot r may claim instead of g, the first slot
 // known for it (slots the known ones), when its tenant is held to a cap:
-// the first slot known free at or after the floor the cap sets, Redis
-// telling whether it fits; or wait, when r stays queued (see tenantWait),
-// which holds back the calls of its own tenant only.
+// the first slot known free at or after the first its cap leaves it,
+// against its members as the last check of its claims read them and its
+// claims in this round, Redis telling whether it fits; or wait, when r
+// stays queued (see tenantWait), which holds back the calls of its own
+// tenant only.
 func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait bool) {
-	floor, ok := p.tenantRoom(r)
-	if !ok {
+	if r.Tenant == "" || r.Now {
+		return g, false
+	}
+	s := &p.in.Known.Tenants
+	cap, capped := s.Cap(r.Tenant, p.in.Now)
+	if !capped {
+		return g, false
+	}
+	scores, read := s.Scores[r.Tenant]
+	claimed := p.tenants[r.Tenant]
+	if !read && len(claimed) > 0 {
+		// Its members are not known yet: the round trip of its first claim
+		// reads them.
 		return g, true
 	}
-	if floor > g {
+	if floor := CapSlot(withScores(scores, claimed), g, p.c.Wins[0].W, max(cap, r.N), r.N); floor > g {
 		g = floor
 		if i, _ := slices.BinarySearch(slots, floor); p.known && i < len(slots) {
 			g = slots[i]
 		}
 	}
-	if horizon, capped := p.tenantHorizon(r); capped && g > horizon {
+	if horizon, _ := p.tenantHorizon(r); g > horizon {
 		p.tenantWait(r, g)
 		return g, true
 	}
 	return g, false
 }
 
-// tenantRoom returns, for r of a capped tenant, the first slot its cap
-// leaves it, and whether it may claim in this round at all: a capped
-// tenant claims at most what its cap leaves of what it holds, and one
-// claim at least, which its round trip checks.
-func (p *planner) tenantRoom(r Request) (floor int64, ok bool) {
-	if r.Tenant == "" || r.Now {
-		return 0, true
-	}
+// soon reports whether r, of a tenant not held to a cap (or of none), is
+// claimed at the soonest slot rather than at the free slots known, while a
+// tenant is held to a cap: the known slots lie past the capped tenant's
+// claims ahead, and the fullest window that holds the soonest slot, which
+// the round counts exactly (see TenantAsk.Peaks), may have room for it.
+// Once only: a call refused there takes the known slots, without a round
+// trip per try while the windows stay full.
+func (p *planner) soon(r Request) bool {
 	s := &p.in.Known.Tenants
-	cap, capped := s.Cap(r.Tenant, p.in.Now)
-	if !capped {
-		return 0, true
+	if r.Now || r.SoonTried || len(s.Capped) == 0 || p.in.Now.After(s.Until) {
+		return false
 	}
-	claimed := p.tenants[r.Tenant]
-	if claimed > 0 && claimed+r.N > cap-s.Use[r.Tenant] {
-		return 0, false
+	_, capped := s.Cap(r.Tenant, p.in.Now)
+	return !capped
+}
+
+// withScores returns scores (ascending) and more, ascending, in a new
+// slice when more has any.
+func withScores(scores, more []int64) []int64 {
+	if len(more) == 0 {
+		return scores
 	}
-	return s.Next[r.Tenant], true
+	out := append(slices.Clone(scores), more...)
+	slices.Sort(out)
+	return out
 }
 
 // tenantHorizon is the latest score r may claim: a capped tenant reserves
@@ -265,13 +295,16 @@ func (p *planner) tenantWait(r Request, floor int64) {
 	}
 }
 
-// claimedFor counts r's units as claimed by its tenant in this round.
-func (p *planner) claimedFor(r Request) {
-	if r.Tenant == "" {
+// claimedFor notes r's claim at g (n units) as its tenant's in this
+// round, when its tenant is held to a cap.
+func (p *planner) claimedFor(r Request, g int64) {
+	if r.Tenant == "" || !p.in.Known.Tenants.Capped[r.Tenant] {
 		return
 	}
 	if p.tenants == nil {
-		p.tenants = map[string]int{}
+		p.tenants = map[string][]int64{}
 	}
-	p.tenants[r.Tenant] += r.N
+	for range r.N {
+		p.tenants[r.Tenant] = append(p.tenants[r.Tenant], g)
+	}
 }

@@ -40,44 +40,56 @@ func TestFairLevel(t *testing.T) {
 	}
 }
 
-// CapSlot finds the first score whose neighbourhood leaves room under the
-// cap, and CapHolds agrees with it.
+// CapSlot finds the first score at which every window holding it leaves
+// room under the cap, and CapHolds agrees with it.
 func TestCapSlot(t *testing.T) {
 	const w = 100
-	scores := []int64{10, 20, 30, 40, 250}
+	five := []int64{10, 20, 30, 40, 250}
 	for _, tc := range []struct {
-		floor int64
-		cap   int
-		want  int64
+		scores []int64
+		floor  int64
+		cap    int
+		want   int64
 	}{
-		{50, 5, 50},   // (-50, 150) holds 4
-		{50, 4, 110},  // 10 leaves at 110: (10, 210) holds 3
-		{50, 2, 130},  // 10, 20 and 30 leave by 130: (30, 230) holds 40
-		{200, 1, 350}, // (100, 300) holds 250: it leaves at 350
+		{five, 50, 5, 50},   // (-50, 50] holds 4
+		{five, 50, 4, 110},  // 10 leaves at 110: (10, 110] holds 3
+		{five, 50, 2, 130},  // 10, 20 and 30 leave by 130: (30, 130] holds 40
+		{five, 200, 1, 350}, // (150, 250] holds 250 and (250, 350] nothing
+		// Members on both sides, more than w apart, that no window holds
+		// together: 100 fits between them (its neighbourhood, (0, 200),
+		// holds both).
+		{[]int64{10, 190}, 100, 2, 100},
+		// A window ahead over the cap: past its end, and until its
+		// members leave the window that ends at the score.
+		{[]int64{120, 130, 140}, 50, 3, 220},
 	} {
-		got := CapSlot(scores, tc.floor, w, tc.cap, 1)
+		got := CapSlot(tc.scores, tc.floor, w, tc.cap, 1)
 		if got != tc.want {
-			t.Errorf("CapSlot(floor %d, cap %d) = %d, want %d", tc.floor, tc.cap, got, tc.want)
+			t.Errorf("CapSlot(%v, floor %d, cap %d) = %d, want %d", tc.scores, tc.floor, tc.cap, got, tc.want)
 		}
-		with := append(slices.Clone(scores), got)
+		with := append(slices.Clone(tc.scores), got)
 		slices.Sort(with)
 		if !CapHolds(with, got, w, tc.cap) {
-			t.Errorf("CapHolds at CapSlot's %d (cap %d) is false", got, tc.cap)
+			t.Errorf("CapHolds at CapSlot's %d (%v, cap %d) is false", got, tc.scores, tc.cap)
+		}
+		if before := got - 1; got > tc.floor && CapHolds(slices.Sorted(slices.Values(append(slices.Clone(tc.scores), before))), before, w, tc.cap) {
+			t.Errorf("CapHolds at %d, before CapSlot's %d (%v, cap %d), is true", before, got, tc.scores, tc.cap)
 		}
 	}
 }
 
 // A capped tenant's request waits for the slot its cap leaves and claims
 // little ahead, without holding back another tenant's request behind it;
-// a tenant past its room in the round keeps its next request queued.
+// within reach, a round claims for it as many slots as its cap leaves.
 func TestPlanCappedTenant(t *testing.T) {
 	c := testConfig(100, time.Second, time.Second)
 	in := planAt(100)
+	w := c.Wins[0].W
 	in.Known = Known{Tenants: TenantShares{
 		Ahead: 20_000, Level: 10, Until: in.Now.Add(time.Second),
 		Capped: map[string]bool{"a": true},
-		Use:    map[string]int{"a": 8},
-		Next:   map[string]int64{"a": 1_500_000},
+		// 10 calls that leave the window at 1.5s.
+		Scores: map[string][]int64{"a": slices.Repeat([]int64{1_500_000 - w}, 10)},
 	}}
 	reqs := []Request{{N: 1, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "b"}}
 	p := Plan(c, in, reqs, PlanOut{})
@@ -88,11 +100,58 @@ func TestPlanCappedTenant(t *testing.T) {
 	if want := 480 * time.Millisecond; p.Each[0].Action != Keep || p.Sleep != want {
 		t.Fatalf("a alone: %+v, sleep %s; want kept, sleeping until its slot comes within reach (%s)", p.Each[0], p.Sleep, want)
 	}
-	in.Known.Tenants.Next["a"] = 1_010_000 // within reach
-	reqs = []Request{{N: 1, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "a"}}
+	// 8 calls that leave at 1.01s, within reach: 2 more fit now, 8 more at
+	// 1.01s, and the 11th only once those 2 leave.
+	in.Known.Tenants.Scores["a"] = slices.Repeat([]int64{1_010_000 - w}, 8)
+	reqs = slices.Repeat([]Request{{N: 1, Prio: Normal, Tenant: "a"}}, 11)
 	p = Plan(c, in, reqs, PlanOut{})
-	// a's room: cap 10 less 8 held.
-	if p.Each[0].Action != Take || p.Each[0].Score != 1_010_000 || p.Each[1].Action != Take || p.Each[2].Action != Keep {
-		t.Fatalf("a's requests %+v: want two claimed at its slot, the third kept", p.Each)
+	for i, d := range p.Each {
+		want := Decision{Action: Take, Score: 1_001_000}
+		switch {
+		case i >= 10:
+			want = Decision{Action: Keep}
+		case i >= 2:
+			want.Score = 1_010_000
+		}
+		if d.Action != want.Action || d.Score != want.Score {
+			t.Fatalf("a's request %d: %+v; want %v at %d (all: %+v)", i, d, want.Action, want.Score, p.Each)
+		}
+	}
+	// Its members not yet read: one claim, which reads them.
+	delete(in.Known.Tenants.Scores, "a")
+	p = Plan(c, in, reqs[:2], PlanOut{})
+	if p.Each[0].Action != Take || p.Each[1].Action != Keep {
+		t.Fatalf("a's requests, members unknown: %+v; want one claimed, one kept", p.Each)
+	}
+}
+
+// While a tenant is held to a cap, another tenant's call is claimed once
+// at the soonest slot, whatever free slots the last reply told of (they
+// lie past the capped tenant's claims ahead), and at the known slots once
+// that claim was refused; with no tenant capped, at the known slots.
+func TestPlanSoonBesideACappedTenant(t *testing.T) {
+	c := testConfig(100, time.Second, time.Second)
+	in := planAt(100)
+	in.Known = Known{Near: true, Slots: []int64{1_020_000, 1_020_000}, Tenants: TenantShares{
+		Ahead: 20_000, Level: 90, Until: in.Now.Add(time.Second),
+		Capped: map[string]bool{"a": true},
+	}}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		caps map[string]bool
+		want int64
+	}{
+		{"another tenant", Request{N: 1, Prio: Normal, Tenant: "b"}, in.Known.Tenants.Capped, 1_001_000},
+		{"no tenant", Request{N: 1, Prio: Normal}, in.Known.Tenants.Capped, 1_001_000},
+		{"tried once", Request{N: 1, Prio: Normal, Tenant: "b", SoonTried: true}, in.Known.Tenants.Capped, 1_020_000},
+		{"no tenant capped", Request{N: 1, Prio: Normal, Tenant: "b"}, nil, 1_020_000},
+	} {
+		in := in
+		in.Known.Tenants.Capped = tc.caps
+		p := Plan(c, in, []Request{tc.req}, PlanOut{})
+		if d := p.Each[0]; d.Action != Take || d.Score != tc.want {
+			t.Errorf("%s: %+v; want a claim at %d", tc.name, d, tc.want)
+		}
 	}
 }

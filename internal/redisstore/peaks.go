@@ -87,9 +87,10 @@ return out
 
 // readsPeaks reports whether the attempt reads each score's peak (see
 // PeakScript, and CountScript for a compacted window): an exact attempt
-// that checks scores, under several limits.
+// that checks scores, under several limits or while a tenant is held to a
+// cap (see core.TenantAsk).
 func (c *attemptCmds) readsPeaks() bool {
-	return c.a.Exact && len(c.a.Checks) > 0 && len(c.s.wins) > 1
+	return c.a.Exact && len(c.a.Checks) > 0 && (len(c.s.wins) > 1 || c.tenantPeaks())
 }
 
 // peakCmd queues PeakScript for the attempt's scores on key, whose window

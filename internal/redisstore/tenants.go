@@ -135,6 +135,10 @@ func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
 	}
 }
 
+// tenantPeaks reports whether the attempt counts its claims against the
+// fullest window that holds each (see core.TenantAsk.Peaks).
+func (c *attemptCmds) tenantPeaks() bool { return c.a.Tenants.Peaks }
+
 // readTenants reads the scan's and the capped tenants' answers into r.
 func (c *attemptCmds) readTenants(r *core.Reply) error {
 	if c.tenants.scan != nil {

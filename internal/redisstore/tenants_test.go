@@ -2,11 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -62,6 +65,45 @@ func TestTenantScripts(t *testing.T) {
 		}
 		if !slices.Equal(r.CapsScores[0], []int64{1100, 1200}) || !slices.Equal(r.CapsScores[1], []int64{900, 1000, 1050}) {
 			t.Errorf("scores %v, want a's after 1000 and all of b's", r.CapsScores)
+		}
+	})
+}
+
+// Under one limit, an exact attempt reads its scores' peaks only while a
+// tenant is held to a cap (core.TenantAsk.Peaks): a claim now beside a
+// capped tenant's claims ahead is counted against the fullest window that
+// holds it, not against its neighbourhood, which holds both the last
+// window's calls and those ahead.
+func TestTenantPeaksUnderOneLimit(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		const w = 100
+		key := redistest.Key(t, "tenant-peaks")
+		// 3 calls in the last window, 3 reserved ahead: a neighbourhood of 6,
+		// and no window of 100 that holds 1000 holds more than 3.
+		for i, s := range []int64{905, 910, 990, 1050, 1060, 1095} {
+			if err := c.ZAdd(ctx, key, redis.Z{Score: float64(s), Member: fmt.Sprint("o", i)}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		win := core.Window{Key: key, Limit: 5, Interval: w * time.Microsecond, W: w}
+		for _, peaks := range []bool{false, true} {
+			a := &core.Attempt{Exact: true, Lims: []int{5}, Checks: []int64{1000},
+				Adds: []core.Entry{{Score: 1000, Member: fmt.Sprint("ours", peaks)}}}
+			a.Tenants.Peaks = peaks
+			r, err := NewStore(c, []core.Window{win}, 0, nil, "self").Reserve(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case !peaks && r.Peaks != nil:
+				t.Errorf("without a capped tenant: peaks %v read, want none", r.Peaks)
+			case peaks && (r.Peaks == nil || r.Peaks[0][0] != 3):
+				t.Errorf("with a capped tenant: peaks %v, want 3 at 1000 (count %v)", r.Peaks, r.Counts)
+			}
+			if err := c.ZRem(ctx, key, a.Adds[0].Member).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
