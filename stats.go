@@ -47,10 +47,11 @@ type Stats struct {
 	// LowerLimit (or a Transport reading the API's limit) has lowered it.
 	LimitNow int
 
-	Costs  CostStats  // costs settled after the call (Permit.Settle)
-	Places PlaceStats // places in flight (WithInFlight)
-	Sends  SendStats  // when calls went, against their slots
-	Redis  RedisStats // the round trips, and the state of the shared window
+	Costs   CostStats   // costs settled after the call (Permit.Settle)
+	Places  PlaceStats  // places in flight (WithInFlight)
+	Sends   SendStats   // when calls went, against their slots
+	Redis   RedisStats  // the round trips, and the state of the shared window
+	Tenants TenantStats // the waits admitted, by tenant (ContextWithTenant), for at most 100 tenants
 }
 
 // CostStats count the permits settled (see Permit.Settle).
@@ -146,6 +147,7 @@ func (t *Throttler) Stats() Stats {
 	for i := range s.Rejected {
 		s.Rejected[i] = t.stats.rejected[i].Load()
 	}
+	s.Tenants = t.stats.tenants.snapshot()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
