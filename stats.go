@@ -124,7 +124,9 @@ type RedisStats struct {
 }
 
 // Stats returns a snapshot of t's counters and state. It takes no Redis
-// round trip and is cheap enough to call on every metrics scrape.
+// round trip and is cheap enough to call on every metrics scrape. The
+// tenants it shows in Tenants.ByTenant may give their places to new
+// tenants from then on (see TenantStats).
 func (t *Throttler) Stats() Stats {
 	if t == nil || t.st == nil {
 		return Stats{}
