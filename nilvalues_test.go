@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func TestNilAndZeroValues(t *testing.T) {
 		if th.Limit() != 0 || th.Interval() != 0 || th.Key() != "" {
 			t.Errorf("%v: Limit, Interval, Key = %d, %s, %q; want zeros", th, th.Limit(), th.Interval(), th.Key())
 		}
-		if s := th.Stats(); s != (Stats{}) {
+		if s := th.Stats(); !reflect.DeepEqual(s, Stats{}) {
 			t.Errorf("%v: Stats() = %+v, want zero", th, s)
 		}
 		th.AddObserver(Observer{}) // does nothing

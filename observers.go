@@ -19,6 +19,11 @@ type WaitInfo struct {
 	// Transport's request but for one Cost prices, n for WaitN, the
 	// estimate for Acquire and DoCost.
 	N int
+	// Tenant is the tenant of the call (see ContextWithTenant; a
+	// Transport's Tenant sets it on the request's context), "" without
+	// one. Unlike Stats.Tenants, it names every tenant, however many: an
+	// Observer that keeps a series per tenant bounds them itself.
+	Tenant string
 	// Start is when the call began to wait and End when it returned, on
 	// the Throttler's clock (time.Now unless WithClock set another):
 	// End.Sub(Start) is the wait's length, as Stats.Waited sums it over

@@ -47,10 +47,11 @@ type Stats struct {
 	// LowerLimit (or a Transport reading the API's limit) has lowered it.
 	LimitNow int
 
-	Costs  CostStats  // costs settled after the call (Permit.Settle)
-	Places PlaceStats // places in flight (WithInFlight)
-	Sends  SendStats  // when calls went, against their slots
-	Redis  RedisStats // the round trips, and the state of the shared window
+	Costs   CostStats   // costs settled after the call (Permit.Settle)
+	Places  PlaceStats  // places in flight (WithInFlight)
+	Sends   SendStats   // when calls went, against their slots
+	Redis   RedisStats  // the round trips, and the state of the shared window
+	Tenants TenantStats // the waits admitted, by tenant (ContextWithTenant), for at most 100 tenants
 }
 
 // CostStats count the permits settled (see Permit.Settle).
@@ -123,7 +124,9 @@ type RedisStats struct {
 }
 
 // Stats returns a snapshot of t's counters and state. It takes no Redis
-// round trip and is cheap enough to call on every metrics scrape.
+// round trip and is cheap enough to call on every metrics scrape. The
+// tenants it shows in Tenants.ByTenant may give their places to new
+// tenants from then on (see TenantStats).
 func (t *Throttler) Stats() Stats {
 	if t == nil || t.st == nil {
 		return Stats{}
@@ -146,6 +149,7 @@ func (t *Throttler) Stats() Stats {
 	for i := range s.Rejected {
 		s.Rejected[i] = t.stats.rejected[i].Load()
 	}
+	s.Tenants = t.stats.tenants.snapshot()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()

@@ -29,6 +29,11 @@ import (
 // members (a compacted window's older calls are not counted), and calls
 // without a tenant take no part. Redis keeps nothing per tenant but 17
 // bytes on each of its calls' members. See docs/design.md, "Tenants".
+//
+// What each tenant was admitted, and how long its calls waited, is this
+// process's to count: Stats.Tenants, for at most 100 tenants at a time
+// (see TenantStats and tenantstats.go), and WaitInfo.Tenant for an
+// Observer of every wait.
 
 type tenantKey struct{}
 

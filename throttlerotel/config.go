@@ -59,13 +59,15 @@ type config struct {
 	tracing     Tracing
 	rootSpans   bool
 	buckets     []float64
+	maxTenants  int // WithMaxTenants
 }
 
 func newConfig(where string, keyDefault bool, opts []Option) (*config, error) {
 	c := &config{
-		mp:      otel.GetMeterProvider(),
-		tp:      otel.GetTracerProvider(),
-		buckets: DefaultWaitBuckets,
+		mp:         otel.GetMeterProvider(),
+		tp:         otel.GetTracerProvider(),
+		buckets:    DefaultWaitBuckets,
+		maxTenants: DefaultMaxTenants,
 	}
 	for _, opt := range opts {
 		if opt == nil {

@@ -32,9 +32,14 @@
 //     its return, with throttler.outcome (admitted, deadline, max_wait,
 //     queue_full, shed, abandoned, redis_error, invalid_argument) and
 //     error.type (the same, on every wait not admitted): its count by
-//     outcome is the waits admitted, and turned away by cause;
+//     outcome is the waits admitted, and turned away by cause; and, on the
+//     waits of tenants, throttler.tenant.id (TenantAttribute, bounded: see
+//     below);
 //   - throttler.admitted ({unit}): units admitted, by waits and AllowN
 //     (Stats.Admitted);
+//   - throttler.tenant.admitted ({unit}): units admitted to the waits of
+//     tenants (throttler.ContextWithTenant), by throttler.tenant.id
+//     (Stats.Tenants counts them too, for up to 100 tenants);
 //   - throttler.pauses ({pause}), throttler.redis.errors ({error}),
 //     throttler.in_flight.waits ({wait}: Stats.Places.Waits);
 //   - throttler.settle.permits ({permit}): permits settled;
@@ -98,6 +103,13 @@
 //
 // Measurements carry WithAttributes' attributes, and throttler.key where
 // WithKeyAttribute says so (by default, for InstrumentThrottler only).
+// The waits of tenants also carry throttler.tenant.id, bounded: the first
+// DefaultMaxTenants (20) tenants whose waits an Instrument call records
+// (WithMaxTenants sets another bound) each have their own value, for as
+// long as the instrumentation lasts, and every other tenant's waits carry
+// "other" (OtherTenant). The bound is per Instrument call: a Group's
+// Throttlers share it. On traces, a wait names its tenant whatever the
+// bound.
 // On traces, a wait is an event throttler.wait.end or a span
 // throttler.wait, and a Transport's refusal an event
 // throttler.transport.refusal (see WithTracing).

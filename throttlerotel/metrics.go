@@ -3,6 +3,7 @@ package throttlerotel
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,8 @@ type instruments struct {
 	// instance is the throttler.instance.id of what InstrumentThrottler
 	// and InstrumentGroup read at collection (see InstanceAttribute).
 	instance int64
+	// tenants gives the tenants their values of TenantAttribute.
+	tenants *tenantValues
 
 	wait      waitInstruments
 	quota     quotaInstruments
@@ -78,10 +81,12 @@ type recording struct {
 	rootSpans bool
 }
 
-// waitInstruments record the waits for quota and what they admitted.
+// waitInstruments record the waits for quota and what they admitted
+// (tenantAdmitted: what the waits of tenants admitted, by tenant).
 type waitInstruments struct {
-	duration metric.Float64Histogram
-	admitted metric.Int64Counter
+	duration       metric.Float64Histogram
+	admitted       metric.Int64Counter
+	tenantAdmitted metric.Int64Counter
 }
 
 // quotaInstruments record what a Throttler learns of the shared quota and
@@ -149,7 +154,8 @@ func newInstruments(c *config) (*instruments, error) {
 		meter: m,
 		tracer: c.tp.Tracer(ScopeName,
 			trace.WithInstrumentationVersion(Version()), trace.WithSchemaURL(semconv.SchemaURL)),
-		rec: recording{attrs: c.attrs, keyAttr: c.key, tracing: c.tracing, rootSpans: c.rootSpans},
+		rec:     recording{attrs: c.attrs, keyAttr: c.key, tracing: c.tracing, rootSpans: c.rootSpans},
+		tenants: &tenantValues{max: c.maxTenants},
 	}
 	var err error
 	if in.wait.duration, err = m.Float64Histogram("throttler.wait.duration",
@@ -166,6 +172,7 @@ func newInstruments(c *config) (*instruments, error) {
 	}
 	k := instrumentMaker{m: m}
 	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Acquire's estimate, AllowN) counts n.")
+	in.wait.tenantAdmitted = k.counter("throttler.tenant.admitted", "{unit}", "Units admitted to the waits of tenants (throttler.ContextWithTenant), by tenant (throttler.tenant.id): the first tenants seen, up to WithMaxTenants, each have their own value, and the others share \"other\".")
 	in.quota.pauses = k.counter("throttler.pauses", "{pause}", "Shared pauses set or learned of (PauseUntil, an API's Retry-After).")
 	in.quota.redisErrors = k.counter("throttler.redis.errors", "{error}", "Redis calls that failed or timed out.")
 	in.inFlight.count = k.upDown("throttler.in_flight.count", "{call}", "Calls of this process holding a place in flight (WithInFlight).")
@@ -190,6 +197,10 @@ type metricAttrs struct {
 	base    metric.MeasurementOption
 	outcome [numOutcomes]metric.MeasurementOption
 	send    [2][2]metric.MeasurementOption // by reslotted, then late
+	// tenants holds the attributes of the waits of tenants, by value of
+	// TenantAttribute (*tenantAttrs), made at their first wait: at most
+	// WithMaxTenants' bound and OtherTenant.
+	tenants sync.Map
 }
 
 // metricAttrsOf makes the measurement attributes of a Throttler whose own
@@ -198,14 +209,7 @@ func (in *instruments) metricAttrsOf(base []attribute.KeyValue) *metricAttrs {
 	base = base[:len(base):len(base)] // appends below copy
 	// attribute.NewSet sorts what it is given in place: base may share
 	// in.rec.attrs' array, which others read.
-	a := &metricAttrs{kv: base, base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...))}
-	for o := range numOutcomes {
-		kv := append(base, OutcomeAttribute.String(o.String()))
-		if o != admitted {
-			kv = append(kv, semconv.ErrorTypeKey.String(o.String()))
-		}
-		a.outcome[o] = metric.WithAttributeSet(attribute.NewSet(kv...))
-	}
+	a := &metricAttrs{kv: base, base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...)), outcome: outcomeAttrs(base)}
 	for i, reslotted := range []bool{false, true} {
 		for j, late := range []bool{false, true} {
 			kv := append(base, SendReslottedAttribute.Bool(reslotted), SendLateAttribute.Bool(late))
@@ -213,6 +217,22 @@ func (in *instruments) metricAttrsOf(base []attribute.KeyValue) *metricAttrs {
 		}
 	}
 	return a
+}
+
+// outcomeAttrs returns the measurement attributes of the waits of each
+// outcome, those of base and the outcome's.
+func outcomeAttrs(base []attribute.KeyValue) (out [numOutcomes]metric.MeasurementOption) {
+	// attribute.NewSet sorts what it is given in place: each append below
+	// must copy base.
+	base = base[:len(base):len(base)]
+	for o := range numOutcomes {
+		kv := append(base, OutcomeAttribute.String(o.String()))
+		if o != admitted {
+			kv = append(kv, semconv.ErrorTypeKey.String(o.String()))
+		}
+		out[o] = metric.WithAttributeSet(attribute.NewSet(kv...))
+	}
+	return out
 }
 
 // attrsFor returns the attributes of t's measurements (WithAttributes',
@@ -256,12 +276,25 @@ func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) thrott
 		Sent: func(s throttler.SendInfo) {
 			in.send.delay.Record(bg, max(0, s.Delay.Seconds()), ma.send[b2i(s.Reslotted)][b2i(s.Late)])
 		},
-		Waited: func(ctx context.Context, w throttler.WaitInfo) {
-			o := outcomeOf(w.Err)
-			in.wait.duration.Record(ctx, w.End.Sub(w.Start).Seconds(), ma.outcome[o])
-			in.traceWait(ctx, w, o, ta)
-		},
+		Waited: func(ctx context.Context, w throttler.WaitInfo) { in.waited(ctx, w, ma, ta) },
 	}
+}
+
+// waited records w, a wait of a Throttler whose measurements carry ma and
+// whose spans and events carry ta, with its tenant, if any, as
+// TenantAttribute (bounded on measurements: see WithMaxTenants).
+func (in *instruments) waited(ctx context.Context, w throttler.WaitInfo, ma *metricAttrs, ta []attribute.KeyValue) {
+	o := outcomeOf(w.Err)
+	attrs := ma.outcome[o]
+	if w.Tenant != "" {
+		t := ma.forTenant(in.tenants.valueOf(w.Tenant))
+		attrs = t.outcome[o]
+		if o == admitted {
+			in.wait.tenantAdmitted.Add(ctx, int64(w.N), t.base)
+		}
+	}
+	in.wait.duration.Record(ctx, w.End.Sub(w.Start).Seconds(), attrs)
+	in.traceWait(ctx, w, o, ta)
 }
 
 // b2i is 1 for true, 0 for false.

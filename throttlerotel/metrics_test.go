@@ -374,6 +374,7 @@ func TestInstrumentRejectsBadInput(t *testing.T) {
 		"no buckets":          InstrumentThrottler(th, WithWaitBuckets()),
 		"decreasing buckets":  InstrumentThrottler(th, WithWaitBuckets(1, 0.5)),
 		"repeated boundaries": InstrumentThrottler(th, WithWaitBuckets(1, 1)),
+		"negative tenants":    InstrumentThrottler(th, WithMaxTenants(-1)),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want an error wrapping ErrInvalidArgument", name, err)

@@ -64,6 +64,9 @@ func waitAttrs(attrs []attribute.KeyValue, w throttler.WaitInfo, o outcome, more
 	if o != admitted {
 		kv = append(kv, semconv.ErrorTypeKey.String(o.String()))
 	}
+	if w.Tenant != "" {
+		kv = append(kv, TenantAttribute.String(w.Tenant))
+	}
 	return append(kv, more...)
 }
 
