@@ -22,7 +22,7 @@ import (
 // Across replicas, a tenant whose calls wait behind its own (backlogged)
 // is held to a fair share of each window, counted in Redis with its claims
 // in the same round trip: the backlogged tenants share by weight what the
-// other tenants use of the limit, less 2% left free for those tenants'
+// other tenants use of the limit, less a spare left free for those tenants'
 // next calls. A tenant alone, or tenants that all get what they ask, are
 // held to nothing; the limit holds whatever the tenants. The share is
 // counted on the calls of the first limit's key while they are kept as

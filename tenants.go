@@ -31,9 +31,27 @@ import (
 // and they find room at once, in the spare share and what the light
 // tenants held lately.
 
-// spareShare is the share of the limit the backlogged tenants leave to the
-// others' next calls, besides what those hold.
-const spareShare = 0.02
+// The backlogged tenants leave the others' next calls, besides what those
+// held at their most lately, spareShare of the limit, and at least
+// spareUnits (within maxSpareShare of the limit): each replica works its
+// caps out from its own scans, so a flood may hold a unit or two over the
+// cap one replica knows, and the light tenants' calls come unevenly. With
+// less, a light call finds every window full now and then, and waits for
+// the flood's calls to leave (measured: a limit of 100 needs 5).
+const (
+	spareShare    = 0.02
+	spareUnits    = 5
+	maxSpareShare = 0.05
+)
+
+// spareOf is the share of limit the backlogged tenants leave free.
+func spareOf(limit int) float64 {
+	return max(spareShare, min(spareUnits/float64(max(limit, 1)), maxSpareShare))
+}
+
+// capAhead is how far ahead a capped tenant reserves, as a share of the
+// interval (see core.TenantShares.Ahead).
+const capAhead = 0.02
 
 // rankOf is where a call of priority prio, on ctx, queues (front: ahead of
 // every wait: see wantFront), its tenant weighed by o.
@@ -108,8 +126,8 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 	r, w := rd.Reply, t.rules.Wins[0].W
 	if r.Tenants != nil {
 		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
-		ahead := int64(spareShare * float64(t.rules.Wins[0].Interval.Microseconds()))
-		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareShare, ahead, t.now(), 2*time.Duration(w)*time.Microsecond)
+		ahead := int64(capAhead * float64(t.rules.Wins[0].Interval.Microseconds()))
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), ahead, t.now(), 2*time.Duration(w)*time.Microsecond)
 	}
 	for i, c := range rd.Attempt.Tenants.Caps {
 		if i >= len(r.CapsScores) {
