@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/core"
 )
 
 // queueOf inserts ws into a fresh queue, in order, and returns the queue's
@@ -91,19 +92,50 @@ func TestFairOrderShares(t *testing.T) {
 // starts afresh.
 func TestFairOrderForgetsServedTenants(t *testing.T) {
 	var f fairOrder
-	f.stamp("x", 1, 0)
+	n := core.Level(1)
+	f.stamp(n, "x", 1, 0)
 	for i := range 1000 {
 		// One call at a time, each served before the next tenant's joins:
 		// each tenant's finish tag is passed at once.
-		tag := f.stamp(string(rune('a'+i%26))+string(rune(i)), 1, 1)
-		f.served(tag + 1)
+		tag := f.stamp(n, string(rune('a'+i%26))+string(rune(i)), 1, 1)
+		f.served(n, tag+1)
 	}
-	if len(f.finish) > 40 {
-		t.Fatalf("the order keeps %d tenants after 1,000 served one call each", len(f.finish))
+	if l := f.level[n]; len(l.finish) > 40 {
+		t.Fatalf("the order keeps %d tenants after 1,000 served one call each", len(l.finish))
 	}
-	f.stamp("y", 1, 0)
-	if len(f.finish) != 1 || f.virtual != 0 {
-		t.Fatalf("an empty queue left %d tenants at virtual time %g", len(f.finish), f.virtual)
+	f.stamp(n, "y", 1, 0)
+	if l := f.level[n]; len(l.finish) != 1 || l.virtual != 0 {
+		t.Fatalf("an empty queue left %d tenants at virtual time %g", len(l.finish), l.virtual)
+	}
+}
+
+// Each priority keeps its own tags: a flooding tenant's high-priority
+// call, served ahead of everything, does not move the normal calls'
+// virtual time past the flood's queued normal calls, so that a light
+// tenant's next normal call still queues ahead of them.
+func TestFairOrderPrioritiesKeepTheirOwnTags(t *testing.T) {
+	q := workerState{}
+	for range 10 {
+		q.insert(&waiter{n: 1, rank: rank{prio: PriorityNormal, tenant: "flood"}})
+	}
+	high := &waiter{n: 1, rank: rank{prio: PriorityHigh, tenant: "flood"}}
+	for range 20 {
+		q.insert(&waiter{n: 1, rank: rank{prio: PriorityHigh, tenant: "flood"}})
+	}
+	q.insert(high)
+	// Served, the last of the flood's high-priority calls: its tag is far
+	// past the flood's queued normal calls' in a single order.
+	q.fair.served(high.rank.prio.level(), high.rank.tag)
+	light := &waiter{n: 1, rank: rank{prio: PriorityNormal, tenant: "light"}}
+	q.insert(light)
+	var normal []*waiter
+	for _, w := range q.queue {
+		if w.rank.prio == PriorityNormal {
+			normal = append(normal, w)
+		}
+	}
+	if i := slices.Index(normal, light); i > 1 {
+		t.Fatalf("the light tenant's call queues %dth of the normal calls, behind the flood's; want first or second", i+1)
 	}
 }
 

@@ -250,7 +250,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			w.moveLocked(reservation{state: stInFlight, members: members, stale: w.res.stale, shareAt: d.ShareAt}, w.caller)
 			p.Claims[len(rd.batch)].First = first
 			rd.batch = append(rd.batch, w)
-			t.worker.fair.served(w.rank.tag)
+			t.worker.fair.served(w.rank.prio.level(), w.rank.tag)
 		}
 	}
 	t.worker.keep(rest)
@@ -394,7 +394,7 @@ type workerState struct {
 // round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
 	if !w.now && !w.rank.front {
-		w.rank.tag = q.fair.stamp(w.rank.tenant, w.n, len(q.queue))
+		w.rank.tag = q.fair.stamp(w.rank.prio.level(), w.rank.tenant, w.n, len(q.queue))
 	}
 	i := len(q.queue)
 	for i > 0 && w.before(q.queue[i-1]) {
