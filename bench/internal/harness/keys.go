@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,14 +209,29 @@ func eachKey(ctx context.Context, sc Scenario, wait keyWaiter) error {
 
 // usedMemory reads INFO memory's used_memory.
 func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	m, err := memoryInfo(ctx, rdb, "used_memory")
+	return m["used_memory"], err
+}
+
+// memoryInfo reads the fields of INFO memory named, each an integer.
+func memoryInfo(ctx context.Context, rdb *redis.Client, fields ...string) (map[string]int64, error) {
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && slices.Contains(fields, name) {
+			if out[name], err = strconv.ParseInt(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("INFO memory: %s: %w", name, err)
+			}
 		}
 	}
-	return 0, errors.New("INFO memory: no used_memory")
+	for _, f := range fields {
+		if _, ok := out[f]; !ok {
+			return nil, fmt.Errorf("INFO memory: no %s", f)
+		}
+	}
+	return out, nil
 }

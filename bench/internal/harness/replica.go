@@ -66,6 +66,8 @@ type ReplicaConfig struct {
 	// and whether their calls go without their tenant.
 	Tenants  []TenantLoad `json:"tenants,omitempty"`
 	Untagged bool         `json:"untagged,omitempty"`
+	// KindTenants: tenants that come and go besides (see churn.go).
+	Churn *TenantChurn `json:"churn,omitempty"`
 }
 
 // ReplicaResult is what a replica reports on stdout at the end.

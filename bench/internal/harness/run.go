@@ -296,7 +296,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			Requests: sc.Requests, Unit: sc.Unit, InFlight: sc.InFlight,
 			DeadlineMin: sc.DeadlineMin, DeadlineMax: sc.DeadlineMax,
 			HighRate: sc.HighRate, LowShare: h.lowShare(), LowAhead: h.opt.LowAhead,
-			WaitTimeout: sc.WaitTimeout, Tenants: sc.Tenants, Untagged: sc.Untagged,
+			WaitTimeout: sc.WaitTimeout, Tenants: sc.Tenants, Untagged: sc.Untagged, Churn: sc.Churn,
 		}
 		far.configure(&cfg)
 		faults.configure(&cfg)
@@ -317,6 +317,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 		return Row{}, nil, err
 	}
 	t0 := time.Now()
+	mem := startMemory(ctx, sc, h.rdb, key, t0)
 	far.start(h.rdb, key, t0)
 	faults.run()
 	for i, r := range reps {
@@ -350,6 +351,7 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 			return Row{}, nil, fmt.Errorf("replica %d: %w", i, err)
 		}
 	}
+	samples := mem.stop()
 	after, err := redisserver.Take(ctx, h.rdb)
 	if err != nil {
 		return Row{}, nil, err
@@ -373,6 +375,9 @@ func (h *harness) runReplicas(ctx context.Context, sc Scenario, impl string) (Ro
 	}
 	if faults != nil {
 		row.Fault = faultFigures(sc, row, results, faults.close())
+	}
+	if sc.Churn != nil && row.Tenants != nil {
+		row.Tenants.Churn = churnFigures(sc, t0, samples, arrivals, results)
 	}
 	if sc.Kind.reportsStats() {
 		row.Stats = make([]json.RawMessage, sc.Procs)

@@ -139,6 +139,8 @@ type Scenario struct {
 	Tenants  []TenantLoad
 	Untagged bool
 	Period   time.Duration
+	// KindTenants: tenants that come and go besides (see churn.go).
+	Churn *TenantChurn
 	// OptIn: left out when no scenario is named (see Select), because it
 	// would make the default run much longer.
 	OptIn bool
@@ -194,14 +196,14 @@ func (s Scenario) String() string {
 // ScenarioNames lists the scenarios in the order they run.
 var ScenarioNames = []string{"saturate", "herd", "latency", "ceiling", "memory", "llm", "inflight", "herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys",
 	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided",
-	"tenants-flood", "tenants-calm", "tenants-skewed", "tenants-weighted", "tenants-skewed-plain"}
+	"tenants-flood", "tenants-calm", "tenants-skewed", "tenants-weighted", "tenants-skewed-plain", "tenants-churn"}
 
 // OptInNames lists the scenarios that run only when named: each takes a
 // minute or more for all its implementations, or measures one feature of
 // this library.
 var OptInNames = []string{"herd24", "storm", "storm10", "priority", "priority-calm", "memory-day", "memory-day-full", "keys",
 	"far-h1", "far-h2", "redis-reset", "redis-cut", "redis-jitter", "redis-slow", "redis-stall", "redis-lopsided",
-	"tenants-flood", "tenants-calm", "tenants-skewed", "tenants-weighted", "tenants-skewed-plain"}
+	"tenants-flood", "tenants-calm", "tenants-skewed", "tenants-weighted", "tenants-skewed-plain", "tenants-churn"}
 
 // Scenarios returns the standard scenarios, full-length or quick.
 func Scenarios(quick bool) []Scenario {

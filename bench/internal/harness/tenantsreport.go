@@ -23,6 +23,8 @@ type TenantsRow struct {
 	// tenant's share of the calls at the API and its target; nil when
 	// fewer than two tenants flood.
 	ShareGap *float64 `json:"share_gap,omitempty"`
+	// Churn: Redis's memory as tenants came and went (see churn.go).
+	Churn *ChurnFigures `json:"churn,omitempty"`
 }
 
 // TenantFigures is one tenant's calls in a KindTenants run.
@@ -224,6 +226,7 @@ func writeTenants(b *strings.Builder, rows []Row, multi bool) {
 			optF(f.ShareGap, func(v float64) string { return fmt.Sprintf("%.1f pts", 100*v) }))
 	}
 	b.WriteString("\n")
+	writeChurn(b, rows, multi)
 }
 
 // summary is a KindTenants row's tenants in one line, for
@@ -233,6 +236,9 @@ func (f *TenantsRow) summary() string {
 	for _, tf := range f.Tenants {
 		s = append(s, fmt.Sprintf("%s: %d/%d admitted, %s/s at the API, wait p50 %s p99 %s, shares %s",
 			tf.Name, tf.Admitted, tf.Made, fmtRate(tf.PerSec), fmtMs(tf.WaitP50Ms), fmtMs(tf.WaitP99Ms), tf.shares()))
+	}
+	if c := f.Churn; c != nil {
+		s = append(s, c.summary())
 	}
 	return "; " + strings.Join(s, "; ")
 }
@@ -249,8 +255,11 @@ type TenantTarget struct {
 	What    string  `json:"what"`
 	Value   float64 `json:"value"`
 	Limit   float64 `json:"limit"`
-	Met     bool    `json:"met"`
-	Detail  string  `json:"detail"`
+	// Unit is "bytes" or "count" for a target in bytes or a count; else
+	// Value and Limit are ratios ("x", with Against) or shares ("pts").
+	Unit   string `json:"unit,omitempty"`
+	Met    bool   `json:"met"`
+	Detail string `json:"detail"`
 }
 
 // tenantTargets measures issue 43's targets on rows, each run and
@@ -287,6 +296,9 @@ func tenantTargets(rows []Row) []TenantTarget {
 		}
 		if plain := find(tenantsPlain, row.Impl, row.Run); row.Scenario == tenantsSkewed && plain != nil {
 			out = append(out, costTargets(at, &row, plain)...)
+		}
+		if f.Churn != nil {
+			out = append(out, churnTargets(at, f.Churn)...)
 		}
 	}
 	for i := range out {
@@ -364,7 +376,12 @@ func writeTenantTargets(b *strings.Builder, targets []TenantTarget, multi bool) 
 			impl = fmt.Sprintf("%s | %d", t.Impl, t.Run)
 		}
 		value, limit := fmt.Sprintf("%.2fx", t.Value), fmt.Sprintf("%gx", t.Limit)
-		if t.Against == "" {
+		switch {
+		case t.Unit == "bytes":
+			value, limit = fmt.Sprintf("%.0f B", t.Value), fmt.Sprintf("%.0f B", t.Limit)
+		case t.Unit == "count":
+			value, limit = fmt.Sprintf("%.0f", t.Value), fmt.Sprintf("%.0f", t.Limit)
+		case t.Against == "":
 			value, limit = fmt.Sprintf("%.1f pts", 100*t.Value), fmt.Sprintf("%g pts", 100*t.Limit)
 		}
 		met := "yes"
