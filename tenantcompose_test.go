@@ -142,14 +142,6 @@ func TestTenantSharesCountUnits(t *testing.T) {
 // its cap waits for the room its cap leaves whatever the call's priority;
 // see tenants.go.)
 func TestTenantPriorityFirstAcrossTenants(t *testing.T) {
-	// Fails at fa46f27 on redis-server (b's call goes after all of a's
-	// queued calls; on miniredis it joins before a's high call is served):
-	// the worker has one fair order for every priority (fairOrder), whose
-	// virtual time a's high call, stamped at a's finish tag behind its
-	// queued calls, moves past them when it is served; b's call is then
-	// stamped behind them. A fair order per priority (or a virtual time
-	// per priority) would keep the documented order; unskip with it.
-	t.Skip("a high-priority call of a flooding tenant moves the fair order's one virtual time past its flood (see the comment)")
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		var rec recorder
 		const limit, flood = 3, 24
