@@ -15,7 +15,8 @@ import "github.com/go-throttler/throttler/internal/core"
 // A tenant whose finish tag the virtual time has passed is forgotten:
 // stamped afresh, it would start at the virtual time all the same, so a
 // priority's table holds only tenants with calls queued or served ahead
-// of the others. The tables are cleared whenever the queue empties.
+// of the others. The tables are cleared whenever the queue empties (and
+// when a call joins an empty queue).
 //
 // Its fields are under the Throttler's mutex, and change only through its
 // methods.
@@ -36,11 +37,7 @@ type fairTags struct {
 // the order starts afresh).
 func (f *fairOrder) stamp(p core.Level, tenant string, n int, queued int) float64 {
 	if queued == 0 {
-		for i := range f.level {
-			l := &f.level[i]
-			l.virtual, l.swept = 0, 0
-			clear(l.finish)
-		}
+		f.reset()
 	}
 	l := &f.level[p]
 	if l.finish == nil {
@@ -52,6 +49,15 @@ func (f *fairOrder) stamp(p core.Level, tenant string, n int, queued int) float6
 		l.sweep()
 	}
 	return start
+}
+
+// reset starts the order afresh, the queue empty: no tenant is kept.
+func (f *fairOrder) reset() {
+	for i := range f.level {
+		l := &f.level[i]
+		l.virtual, l.swept = 0, 0
+		clear(l.finish)
+	}
 }
 
 // served notes that a call of priority p and start tag start left the

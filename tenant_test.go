@@ -214,3 +214,25 @@ func TestTransportTenant(t *testing.T) {
 		t.Fatalf("tenants %v, want %v", seen, want)
 	}
 }
+
+// A queue that empties keeps no tenant in its fair order, whether its
+// last waiter left with a slot (keep) or gave up (remove).
+func TestFairOrderEmptyQueueKeepsNoTenant(t *testing.T) {
+	for _, leave := range []string{"keep", "remove"} {
+		q := workerState{}
+		w := &waiter{n: 1, rank: rank{tenant: "a"}}
+		q.insert(w)
+		q.insert(&waiter{n: 1, rank: rank{tenant: "b"}})
+		if leave == "keep" {
+			q.keep(q.queue[:0])
+		} else {
+			q.remove(q.queue[1])
+			q.remove(w)
+		}
+		for p, l := range q.fair.level {
+			if len(l.finish) != 0 {
+				t.Errorf("%s: priority %d keeps tenants %v", leave, p, l.finish)
+			}
+		}
+	}
+}

@@ -450,13 +450,20 @@ func (q *workerState) stopIdle(o *owed, n *newsState) bool {
 // remove takes w out of the queue.
 func (q *workerState) remove(w *waiter) {
 	q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == w })
+	if len(q.queue) == 0 {
+		q.fair.reset()
+	}
 }
 
 // keep leaves rest in the queue, in its order: the waiters the queue held
 // that rest, which shares the queue's array, does not hold have left it.
+// An empty queue keeps no tenant in its fair order (remove's too).
 func (q *workerState) keep(rest []*waiter) {
 	clear(q.queue[len(rest):])
 	q.queue = rest
+	if len(rest) == 0 {
+		q.fair.reset()
+	}
 }
 
 // start starts a worker, with spawn, when there is something to do (see
