@@ -15,7 +15,7 @@ import (
 func TestGenerateKeepsOldSeeds(t *testing.T) {
 	h := sha256.New()
 	for seed := uint64(1); seed <= 3000; seed++ {
-		s := Generate(seed).WithoutClockFaults().WithoutConnSetup()
+		s := Generate(seed).WithoutClockFaults().WithoutConnSetup().WithoutTenants()
 		s.CompactFrom, s.Buckets, s.Keep = nil, 0, 0
 		fmt.Fprintf(h, "%s\n", s)
 		for _, f := range s.FaultLines() {
@@ -37,7 +37,7 @@ func TestGenerateKeepsOldSeeds(t *testing.T) {
 func TestGenerateKeepsSeedsBeforeConnSetup(t *testing.T) {
 	h := sha256.New()
 	for seed := uint64(1); seed <= 20000; seed++ {
-		s := Generate(seed).WithoutConnSetup()
+		s := Generate(seed).WithoutConnSetup().WithoutTenants()
 		fmt.Fprintf(h, "%s\n%v %v\n", s, s.CtxClient, s.Timeout)
 		for _, f := range s.Faults {
 			fmt.Fprintf(h, "  %+v\n", f)
