@@ -245,13 +245,15 @@ func (w *simWorld) tenantWindows(capacity int) int {
 }
 
 // tenantShortfall is what the tenants' caps may leave unused of a calm
-// run's quota: the 2% they leave spare, and a unit per tenant that a cap
-// rounds off (see tenants.go).
+// run's quota: the 2% they leave spare, and per tenant a unit that its cap
+// rounds off and up to a call's units less one that its cap cannot fit
+// (see tenants.go).
 func (w *simWorld) tenantShortfall() float64 {
-	if len(w.sc.Tenants) == 0 {
+	sc := w.sc
+	if len(sc.Tenants) == 0 {
 		return 0
 	}
-	return spareShare + float64(len(w.sc.Tenants))/float64(w.sc.MinLimit())
+	return spareShare + float64(len(sc.Tenants)*sc.MaxN)/float64(sc.MinLimit())
 }
 
 // simSkewedTenants is a calm world for the shares check's test: 8
