@@ -140,6 +140,13 @@ var simFoundBeforeClockFaults = []uint64{8, 11, 14, 20, 31, 35, 37, 57, 63, 64, 
 // and leaves every other draw as it was).
 var simFoundBeforeConnSetup = []uint64{1, 66, 174, 390, 567, 762, 803, 875, 1230, 4149, 8891, 10793, 12197}
 
+// simFoundBeforeTenants are the seeds of simRegressions that draw
+// tenants (sim.Tenant) but were found before they existed: they run
+// without them, in the world they were found in (the tenants draw from a
+// source of their own, and leave every other draw as it was).
+var simFoundBeforeTenants = []uint64{8, 32, 55, 63, 64, 242, 384, 406, 663, 875, 1307, 1401, 1934, 2840, 4149,
+	5268, 5669, 6384, 18728, 21200, 30244, 30269}
+
 // simScenario is seed's scenario as TestSimulation runs it.
 func simScenario(seed uint64) sim.Scenario {
 	sc := sim.Generate(seed)
@@ -148,6 +155,9 @@ func simScenario(seed uint64) sim.Scenario {
 	}
 	if slices.Contains(simFoundBeforeConnSetup, seed) {
 		sc = sc.WithoutConnSetup()
+	}
+	if slices.Contains(simFoundBeforeTenants, seed) {
+		sc = sc.WithoutTenants()
 	}
 	return sc
 }
@@ -270,6 +280,7 @@ type simWorld struct {
 	store *sim.Store
 	net   *sim.Network
 	rec   *sim.Recorder
+	tl    sim.TenantLog // the calls of tenants (sc.Tenants)
 	api   *sim.API      // where HTTP callers' requests go (nil: no HTTP callers)
 	reps  []*simReplica // each replica's process now
 	old   []*simReplica // processes replaced by a restart (ColdStart)
@@ -427,6 +438,7 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 	if sc.Priorities {
 		opts = append(opts, WithPriorityShare(PriorityLow, sc.LowShare))
 	}
+	opts = append(opts, w.tenantOptions()...)
 	if len(sc.CompactFrom) > 0 {
 		// A restarted process (numbered after the replicas) compacts as
 		// the first replica does.
@@ -550,8 +562,9 @@ func (w *simWorld) startCallers(r *simReplica) {
 				via = simViaDo
 			}
 		}
-		w.wg.Go(func() { w.caller(r, rng, via) })
+		w.wg.Go(func() { w.caller(r, rng, via, simWho{g: g}) })
 	}
+	w.startTenants(r)
 }
 
 // simVia is how a caller makes its calls.
@@ -602,8 +615,11 @@ func (w *simWorld) redisTimeout() time.Duration {
 // run is held to (seed 728: one caller, 3 per 62ms, used 0.966 of its
 // quota). There admitted calls take no time: every call waits for a slot,
 // so none spins.
-func (w *simWorld) caller(r *simReplica, rng *rand.Rand, via simVia) {
+func (w *simWorld) caller(r *simReplica, rng *rand.Rand, via simVia, who simWho) {
 	sc := w.sc
+	if !w.tenantArrives(who) {
+		return
+	}
 	spacing := max(time.Microsecond, sc.W()/time.Duration(sc.Limits[0].Limit))
 	callTime := spacing
 	if sc.Calm() && sc.Replicas*sc.Goroutines < sc.MaxLimit() {
@@ -618,14 +634,17 @@ func (w *simWorld) caller(r *simReplica, rng *rand.Rand, via simVia) {
 			return
 		default:
 		}
-		if r.dead.Load() {
+		if r.dead.Load() || w.tenantLeft(who) {
 			return
 		}
 		n := 1 + rng.IntN(sc.MaxN)
 		if via != simViaWait {
 			n = 1 // a request is a call
 		}
-		ctx := w.ctx
+		ctx, tenant, start := w.ctx, w.tenantOf(r, who), w.rec.Since()
+		if tenant != "" {
+			ctx = ContextWithTenant(ctx, tenant)
+		}
 		if sc.Priorities {
 			ctx = ContextWithPriority(ctx, w.priority(r, n, rng))
 		}
@@ -638,10 +657,14 @@ func (w *simWorld) caller(r *simReplica, rng *rand.Rand, via simVia) {
 		default:
 			admitted, end = w.wait(ctx, r, n, rng)
 		}
+		w.tenantCall(r, tenant, start, n, admitted)
 		if admitted && callTime > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(callTime))))
 		}
 		end()
+		if !w.tenantPause(who, rng) {
+			return
+		}
 		if sc.Think > 0 {
 			// Not past the traffic's end: a think time of half an hour
 			// begun just before it would outlast the bound on a hang
@@ -1149,6 +1172,7 @@ func (w *simWorld) restart(f sim.Fault) {
 // and a calm run's progress.
 func (w *simWorld) check() {
 	w.checkSafety()
+	w.checkTenants()
 	if w.sc.Calm() {
 		w.checkProgress(w.rec.Admissions())
 	}
@@ -1464,7 +1488,7 @@ func (w *simWorld) utilizationTarget() float64 {
 		// (seed 30244: 38 buckets, 0.9876).
 		target -= 1 / float64(sc.Buckets)
 	}
-	return target
+	return target - w.tenantShortfall()
 }
 
 // maxWait bounds the wait of a call without deadline in a calm run. Every
@@ -1482,7 +1506,7 @@ func (w *simWorld) utilizationTarget() float64 {
 // With priorities, the low calls' cap stands for the limit (seed 10362).
 func (w *simWorld) maxWait() time.Duration {
 	sc := w.sc
-	callers := sc.Replicas * sc.Goroutines
+	callers := sc.Replicas*sc.Goroutines + w.tenantCallers()
 	worst := time.Duration(0)
 	for _, l := range sc.Limits {
 		wl := l.Interval + sc.Buffer
@@ -1493,6 +1517,7 @@ func (w *simWorld) maxWait() time.Duration {
 			capacity = w.reps[0].th.rules.Caps(l.Limit)[PriorityLow.level()]
 		}
 		windows := (3*callers*sc.MaxN + 2*capacity - 1) / (2 * capacity) // ceil(3/2 * queued / capacity)
+		windows = max(windows, w.tenantWindows(capacity))
 		worst = max(worst, time.Duration(windows+2)*wl)
 	}
 	return worst + w.reps[0].th.rules.Ahead
@@ -1528,7 +1553,7 @@ func (w *simWorld) summary() string {
 	if w.api != nil {
 		s += "; " + w.api.String() + simSendStats(slices.Concat(w.old, w.reps))
 	}
-	return s
+	return s + w.tenantSummary()
 }
 
 // close ends the run: callers are gone; clients and the store close, and

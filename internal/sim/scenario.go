@@ -198,6 +198,9 @@ type Scenario struct {
 	// admission).
 	Send, SendDo float64
 	APIOneWay    time.Duration
+	// The tenants of the calls (ContextWithTenant), on a share of the
+	// seeds (see drawTenants): nil without.
+	Tenants []Tenant
 
 	Faults []Fault
 }
@@ -291,6 +294,7 @@ func (s Scenario) String() string {
 		fmt.Fprintf(&b, ", HTTP callers %.2f through a Transport and %.2f through Do, the API %s away one way",
 			s.Send, s.SendDo, s.APIOneWay)
 	}
+	b.WriteString(s.tenantString())
 	// The faults on the clock estimate and on connections to the API,
 	// which came later than the others (those are in FaultLines only): a
 	// report that prints only this line still names them.
@@ -500,6 +504,8 @@ func Generate(seed uint64) Scenario {
 		s.APIOneWay = logDur(hr, 100*time.Microsecond, 100*time.Millisecond)
 		s.Faults = append(s.Faults, drawConnSetup(hr, s))
 	}
+	// And tenants, on a third of the seeds (see drawTenants).
+	s.Tenants = drawTenants(seed, s)
 	// In time order, those drawn later after those drawn first at the
 	// same time; a restarted process takes the next number after the
 	// replicas'.
