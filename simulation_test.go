@@ -121,7 +121,9 @@ var simRegressions = []simCase{
 // run in the order Go's scheduler picks, so a seed's trace can differ
 // between runs; each must be run a few times to reproduce (seed 5046, now
 // fixed: 6 failures in 20 runs).
-var simOpen = []simCase{}
+var simOpen = []simCase{
+	{580, "tenants t0-t3 backlogged beside a light tenant, calls of up to 82 units, 2 replicas on 3982 per 34.7s: the shares hold (each backlogged tenant within 2% of its fair share) but the calm run used 0.8202 of the limit against the 0.8467 target in CI (it passed a run on the same commit before): the caps leave room for the light tenant's most in a window (large calls, so a large peak) and the spare, and are not work-conserving when the light tenant uses less; issue 43"},
+}
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
 // found before the simulator drew faults on the clock estimate (delayed
