@@ -155,6 +155,11 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 		o, err := w.await(ctx, t)
 		switch o {
 		case again, againPaused:
+			if ended(ctx) {
+				// Its slot went back (late, or a pause or a lower limit
+				// came) as its context ended: it asks for no other.
+				return reservation{}, "", w.abandon(ctx, t)
+			}
 		default:
 			if err != nil {
 				return reservation{}, "", err

@@ -123,3 +123,30 @@ type deadlineOnly struct {
 }
 
 func (c deadlineOnly) Deadline() (time.Time, bool) { return c.d, true }
+
+// A Wait woken late for its slot gives the slot back and would reserve
+// again; when its context ended meanwhile, it reserves nothing more and
+// returns the context's error. Found by CI on a loaded machine: a call
+// admitted at once, late by the time it looked, was admitted a second time
+// for a context that had ended.
+func TestWaitLateAfterItsContextEndedReservesNoMore(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		var rec recorder
+		th := lateWaker(t, c, key, 5, time.Second, &rec, 200*time.Millisecond, func(n int64) bool { return n == 1 })
+		ctx := &endingCtx{Context: context.Background()}
+		late := th.hooks.onAdmit
+		admitted := 0
+		th.hooks.onAdmit = func(s int64, m []string) { admitted++; ctx.end.Store(true); late(s, m) }
+		if err := th.Wait(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait = %v, want context.Canceled", err)
+		}
+		waitIdle(t, th)
+		if n := th.Stats().Sends.LateWakes; admitted != 1 || n != 1 {
+			t.Fatalf("admitted %d times, late wakes %d: want one admission, given back when late, and no other", admitted, n)
+		}
+		if got := len(keyMembers(t, c, key)); got != 0 {
+			t.Fatalf("%d members in Redis, want none", got)
+		}
+	})
+}
