@@ -153,20 +153,17 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 	for {
 		t.submit(w)
 		o, err := w.await(ctx, t)
-		switch o {
-		case again, againPaused:
-			if ended(ctx) {
-				// Its slot went back (late, or a pause or a lower limit
-				// came) as its context ended: it asks for no other.
+		if o == again || o == againPaused {
+			if ended(ctx) { // its slot went back as its context ended: no other
 				return reservation{}, "", w.abandon(ctx, t)
 			}
-		default:
-			if err != nil {
-				return reservation{}, "", err
-			}
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			return w.res, w.lease, nil
+			continue
 		}
+		if err != nil {
+			return reservation{}, "", err
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return w.res, w.lease, nil
 	}
 }
