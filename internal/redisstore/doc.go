@@ -42,7 +42,13 @@
 //	                                      see TallyMember)
 //	ZCOUNT key (<g-w> (<g+w>             (once per distinct score g)
 //	EVAL <PeakScript> key <w> <g>...     (instead, in exact attempts with
-//	                                      several limits)
+//	                                      several limits or while a tenant
+//	                                      is held to a cap)
+//	EVAL <TenantPeakScript> key <w> ...  (instead, on the first key, when
+//	                                      such an attempt claims for a
+//	                                      capped tenant: the peaks and the
+//	                                      capped tenants' members, in one
+//	                                      read)
 //	EVAL <PlaceScript> <keys> ...        (instead of the claims' ZADD, the
 //	                                      ZCOUNTs and the peaks, once for
 //	                                      every key after their writes, in
@@ -79,7 +85,8 @@
 //	                                      the light tenants' most)
 //	EVAL <TenantScoresScript> key <from> <tag>...  (with claims of
 //	                                      tenants held to a cap: their
-//	                                      members' scores)
+//	                                      members' scores; not when
+//	                                      TenantPeakScript reads them)
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> <tally> [<probes>] [<stamp>]
 //	                                     (the stamp when the first window
 //	                                      counts from a copy)

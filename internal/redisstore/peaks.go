@@ -20,10 +20,11 @@ import (
 // other member the count holds).
 //
 // Such a window holds the most at t = g or at a member's score after g,
-// so the script reads only the members after g (those reserved ahead of
-// it) and counts the rest, per window, with ZCOUNT: its cost grows with
-// the calls reserved ahead of g, which many replicas reserving far ahead
-// make many.
+// so the script reads the members after g (those reserved ahead of it),
+// counts those in (g-w, g], and reads the ones among them that the window
+// leaves behind as t moves from g to the last member after g (those in
+// (g-w, t-w]): four commands per score, however many calls are reserved
+// ahead of it, and it reads at most the members of (g-w, g+w).
 //
 // The neighbourhood's count alone refuses a call that every window holding
 // it has room for when members on both sides of it, more than w apart,
@@ -69,12 +70,18 @@ for j = 0, c - 1 do
       if not oursName[r[i]] then b[#b + 1] = tonumber(r[i + 1]) end
     end
     if #b > 0 then
-      peak = redis.call('ZCOUNT', KEYS[1], lo, ARGV[k]) - oursIn(g - w, g)
+      local held = redis.call('ZCOUNT', KEYS[1], lo, ARGV[k]) - oursIn(g - w, g)
+      local l, left = redis.call('ZRANGEBYSCORE', KEYS[1], lo, string.format('%.0f', b[#b] - w), 'WITHSCORES'), {}
+      for i = 1, #l, 2 do
+        if not oursName[l[i]] then left[#left + 1] = tonumber(l[i + 1]) end
+      end
+      peak = held
+      local gone = 0
       for i = 1, #b do
         local t = b[i]
         if i == #b or b[i + 1] > t then
-          local n = redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%.0f', t - w), ARGV[k]) - oursIn(t - w, g) + i
-          if n > peak then peak = n end
+          while gone < #left and left[gone + 1] <= t - w do gone = gone + 1 end
+          if held - gone + i > peak then peak = held - gone + i end
         end
       end
     end
@@ -93,10 +100,15 @@ func (c *attemptCmds) readsPeaks() bool {
 	return c.a.Exact && len(c.a.Checks) > 0 && (len(c.s.wins) > 1 || c.tenantPeaks())
 }
 
-// peakCmd queues PeakScript for the attempt's scores on key, whose window
-// (widened by the attempt's margin) is w and whose limit in force is limit.
-func (c *attemptCmds) peakCmd(p redis.Pipeliner, key string, w int64, limit int) *redis.Cmd {
-	a := c.a
+// peakCmd queues PeakScript for the attempt's scores on the key of window
+// wi, whose window (widened by the attempt's margin) is w and whose limit
+// in force is limit; or TenantPeakScript on the first key, when the
+// attempt also reads capped tenants' members there.
+func (c *attemptCmds) peakCmd(p redis.Pipeliner, wi int, w int64, limit int) *redis.Cmd {
+	a, key := c.a, c.s.wins[wi].Key
+	if wi == 0 && c.capsRead() {
+		return c.tenantPeakCmd(p, key, w, limit)
+	}
 	args := make([]any, 0, 3+4*len(a.Checks)+2*len(a.Adds))
 	args = append(args, w, limit, len(a.Checks))
 	for _, g := range a.Checks {
@@ -108,11 +120,11 @@ func (c *attemptCmds) peakCmd(p redis.Pipeliner, key string, w int64, limit int)
 	return PeakScript.Eval(c.ctx, p, []string{key}, args...)
 }
 
-// readPeaks splits PeakScript's answer into the counts and peaks of one
-// window, per check.
+// readPeaks splits PeakScript's answer (or the first part of
+// TenantPeakScript's) into the counts and peaks of one window, per check.
 func readPeaks(cmd *redis.Cmd, checks int) (counts, peaks []int64, err error) {
-	vals, err := cmd.Int64Slice()
-	if err == nil && len(vals) != 2*checks {
+	vals, err := cmd.Slice()
+	if err == nil && len(vals) < 2*checks {
 		err = fmt.Errorf("throttler: the peak script answered %d values for %d scores", len(vals), checks)
 	}
 	if err != nil {
@@ -120,7 +132,12 @@ func readPeaks(cmd *redis.Cmd, checks int) (counts, peaks []int64, err error) {
 	}
 	counts, peaks = make([]int64, checks), make([]int64, checks)
 	for i := range checks {
-		counts[i], peaks[i] = vals[2*i], vals[2*i+1]
+		n, ok1 := vals[2*i].(int64)
+		peak, ok2 := vals[2*i+1].(int64)
+		if !ok1 || !ok2 {
+			return nil, nil, fmt.Errorf("throttler: the peak script answered %v, %v", vals[2*i], vals[2*i+1])
+		}
+		counts[i], peaks[i] = n, peak
 	}
 	return counts, peaks, nil
 }

@@ -21,11 +21,23 @@ import (
 // redis-server.
 func TestPeakScriptMatchesBruteForce(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
-		checkPeaks(t, c, redistest.Key(t, "peaks"))
+		checkPeaks(t, c, redistest.Key(t, "peaks"), false)
 	})
 }
 
-func checkPeaks(t *testing.T, c *redis.Client, key string) {
+// The same, read by TenantPeakScript in a round that also reads capped
+// tenants' members (under one limit, while a tenant is capped), with the
+// members each capped tenant has after its From.
+func TestTenantPeakScriptMatchesBruteForce(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		checkPeaks(t, c, redistest.Key(t, "tpeaks"), true)
+	})
+}
+
+// checkPeaks draws members and attempts, and checks the counts and peaks
+// each attempt reads, and with tenants (members marked as one of two
+// tenants' or none's, both capped) each capped tenant's members too.
+func checkPeaks(t *testing.T, c *redis.Client, key string, tenants bool) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 8))
 	const base = int64(1_764_000_000_000_000) // late 2025, in µs
@@ -35,11 +47,23 @@ func checkPeaks(t *testing.T, c *redis.Client, key string) {
 			t.Fatal(err)
 		}
 		w := int64(5 + rng.IntN(30))
+		marks := []string{"", TenantSuffix("a", 1), TenantSuffix("b", 2)}
+		byTag := map[string][]int64{} // each capped tenant's scores
+		mark := func(name string, s int64) string {
+			if !tenants {
+				return name
+			}
+			m := marks[rng.IntN(len(marks))]
+			if m != "" {
+				byTag[TenantTag(m)] = append(byTag[TenantTag(m)], s)
+			}
+			return name + m
+		}
 		var others []int64 // ascending, once sorted
 		for i := range rng.IntN(25) {
 			s := base + int64(rng.IntN(120))
 			others = append(others, s)
-			if err := c.ZAdd(ctx, key, redis.Z{Score: float64(s), Member: fmt.Sprint("o", i)}).Err(); err != nil {
+			if err := c.ZAdd(ctx, key, redis.Z{Score: float64(s), Member: mark(fmt.Sprint("o", i), s)}).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -48,21 +72,45 @@ func checkPeaks(t *testing.T, c *redis.Client, key string) {
 		a := &core.Attempt{Exact: true, Lims: []int{limit}}
 		for i := range 1 + rng.IntN(4) {
 			g := base + int64(rng.IntN(120))
-			a.Adds = append(a.Adds, core.Entry{Score: g, Member: fmt.Sprint("ours", i)})
+			a.Adds = append(a.Adds, core.Entry{Score: g, Member: mark(fmt.Sprint("ours", i), g)})
 			if !slices.Contains(a.Checks, g) {
 				a.Checks = append(a.Checks, g)
 			}
 		}
 		slices.Sort(a.Checks)
-		// Two limits: only then does an exact attempt read the peaks. The
-		// second, on a key of its own, is not looked at.
 		win := core.Window{Key: key, Limit: limit, Interval: time.Duration(w) * time.Microsecond, W: w}
-		other := core.Window{Key: key + ":2", Limit: 1000, Interval: time.Second, W: time.Second.Microseconds()}
-		a.Lims = append(a.Lims, other.Limit)
-		s := NewStore(c, []core.Window{win, other}, 0, nil, "self")
+		wins := []core.Window{win}
+		if tenants {
+			// Under one limit, a round reads the peaks while a tenant is
+			// capped.
+			a.Tenants.Peaks = true
+			for _, m := range marks[1:] {
+				a.Tenants.Caps = append(a.Tenants.Caps, core.TenantCap{Tag: TenantTag(m), Cap: 1, From: base + int64(rng.IntN(120)) - w})
+			}
+		} else {
+			// Two limits: only then does an exact attempt read the peaks
+			// without tenants. The second, on a key of its own, is not
+			// looked at.
+			other := core.Window{Key: key + ":2", Limit: 1000, Interval: time.Second, W: time.Second.Microseconds()}
+			a.Lims = append(a.Lims, other.Limit)
+			wins = append(wins, other)
+		}
+		s := NewStore(c, wins, 0, nil, "self")
 		r, err := s.Reserve(ctx, a)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for i, cp := range a.Tenants.Caps {
+			var want []int64
+			for _, s := range byTag[cp.Tag] {
+				if s > cp.From {
+					want = append(want, s)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(r.CapsScores[i], want) {
+				t.Fatalf("iter %d: tenant %d's scores after %d read %v, want %v", iter, i, cp.From, r.CapsScores[i], want)
+			}
 		}
 		for i, g := range a.Checks {
 			var count int64

@@ -110,9 +110,104 @@ end
 return out
 `)
 
-// tenantCmds are a round trip's reads of the tenants' calls.
+// TenantPeakScript is PeakScript and TenantScoresScript in one, for the
+// first key of an exact round that counts its claims against their peaks
+// while it claims for a capped tenant (see core.TenantAsk): it reads the
+// members scored after ARGV[4] (exclusive) once, where the two scripts
+// would read them twice and PeakScript count each score's windows with
+// commands of their own. ARGV[1] is w (µs), ARGV[2] the limit in force,
+// ARGV[3] the number of scores c, ARGV[5] the number of tags n, then the
+// n tags, the c scores, and the attempt's own members, each with its
+// score. ARGV[4] lies at or before every score less w, and before the
+// capped tenants' members the round needs. It returns PeakScript's answer
+// for the c scores, then, for each tag, the scores of its members after
+// ARGV[4], ascending (TenantScoresScript's answer).
+var TenantPeakScript = redis.NewScript(`
+local w, limit, c, nt = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[4], '+inf', 'WITHSCORES')
+local at, lists, ours = {}, {}, {}
+for i = 1, nt do
+  at[ARGV[5 + i]] = i
+  lists[i] = {}
+end
+for i = 6 + nt + c, #ARGV, 2 do ours[ARGV[i]] = true end
+local all, others = {}, {}
+for j = 1, #r, 2 do
+  local m, s = r[j], tonumber(r[j + 1])
+  all[#all + 1] = s
+  if not ours[m] then others[#others + 1] = s end
+  if #m > 17 and m:sub(-17, -16) == '\0t' then
+    local k = at[m:sub(-14)]
+    if k then
+      local l = lists[k]
+      l[#l + 1] = s
+    end
+  end
+end
+-- how many of the ascending scores l are below x (or at most x, with eq)
+local function rank(l, x, eq)
+  local lo, hi = 0, #l
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if l[mid] < x or (eq and l[mid] == x) then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
+-- the members in (g-w, g+w), and the peak (see PeakScript)
+local function peakAt(g)
+  local count = rank(all, g + w, false) - rank(all, g - w, true)
+  local from, upto, past = rank(others, g - w, true), rank(others, g, true), rank(others, g + w, false)
+  if count <= limit or past == upto then return count, -1 end
+  local held = upto - from
+  local peak = held
+  for i = upto + 1, past do
+    if i == past or others[i + 1] > others[i] then
+      peak = math.max(peak, held - (rank(others, others[i] - w, true) - from) + (i - upto))
+    end
+  end
+  return count, peak
+end
+local out = {}
+for j = 1, c do
+  local count, peak = peakAt(tonumber(ARGV[5 + nt + j]))
+  out[#out + 1], out[#out + 2] = count, peak
+end
+for i = 1, nt do out[#out + 1] = lists[i] end
+return out
+`)
+
+// tenantCmds are a round trip's reads of the tenants' calls: the scan,
+// and the capped tenants' members, read by TenantScoresScript or, with the
+// first key's peaks, by TenantPeakScript (peaks).
 type tenantCmds struct {
-	scan, scores *redis.Cmd
+	scan, scores, peaks *redis.Cmd
+}
+
+// capsRead reports whether the attempt reads capped tenants' members.
+func (c *attemptCmds) capsRead() bool { return len(c.a.Tenants.Caps) > 0 }
+
+// tenantPeakCmd queues TenantPeakScript on key, the first, whose window
+// (widened by the attempt's margin) is w and whose limit in force is
+// limit: PeakScript's counts and peaks for the attempt's scores, and the
+// capped tenants' members.
+func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limit int) *redis.Cmd {
+	a := c.a
+	from := a.Tenants.Caps[0].From
+	args := make([]any, 5, 5+len(a.Tenants.Caps)+len(a.Checks)+2*len(a.Adds))
+	for _, cp := range a.Tenants.Caps {
+		from = min(from, cp.From)
+		args = append(args, cp.Tag)
+	}
+	for _, g := range a.Checks {
+		from = min(from, g-w)
+		args = append(args, itoa(g))
+	}
+	for _, e := range a.Adds {
+		args = append(args, e.Member, itoa(e.Score))
+	}
+	args[0], args[1], args[2], args[3], args[4] = w, limit, len(a.Checks), itoa(from), len(a.Tenants.Caps)
+	c.tenants.peaks = TenantPeakScript.Eval(c.ctx, p, []string{key}, args...)
+	return c.tenants.peaks
 }
 
 // queueTenants queues the scan of the tenants' calls and the reads of the
@@ -123,7 +218,7 @@ func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
 	if ask.Scan {
 		c.tenants.scan = TenantScript.Eval(c.ctx, p, key, ask.From, ask.W)
 	}
-	if len(ask.Caps) > 0 {
+	if len(ask.Caps) > 0 && c.tenants.peaks == nil {
 		from := ask.Caps[0].From
 		args := make([]any, 1, 1+len(ask.Caps))
 		for _, cp := range ask.Caps {
@@ -150,12 +245,19 @@ func (c *attemptCmds) readTenants(r *core.Reply) error {
 			return err
 		}
 	}
-	if c.tenants.scores != nil {
+	switch {
+	case c.tenants.scores != nil:
 		vals, err := c.tenants.scores.Slice()
 		if err != nil {
 			return err
 		}
 		return parseTenantScores(r, vals, c.a.Tenants.Caps)
+	case c.tenants.peaks != nil:
+		vals, err := c.tenants.peaks.Slice()
+		if err != nil {
+			return err
+		}
+		return parseTenantScores(r, vals[min(len(vals), 2*len(c.a.Checks)):], c.a.Tenants.Caps)
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ func (logKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 	case c.placing:
 		// Counted by PlaceScript.
 	case c.readsPeaks():
-		wc.peak = c.peakCmd(p, x.Key, w, a.Lims[wi])
+		wc.peak = c.peakCmd(p, wi, w, a.Lims[wi])
 	default:
 		wc.counts = c.queueCounts(p, x.Key, w)
 	}
