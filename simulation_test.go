@@ -176,8 +176,8 @@ const simCISet = 1000
 // with -sim.ci, the CI seed set: seeds 1 to 1,000, and the regression seeds
 // found beyond. Under the race detector, which makes each run several
 // times slower, it runs every third regression seed, with or without
-// -sim.ci: CI runs all of them, and the whole set, in a second pass without
-// it (see .ci/run).
+// -sim.ci: CI runs all of them, and the whole set, in a run of its own
+// without it (see .ci/run).
 func TestSimulation(t *testing.T) {
 	first, n := *simFirst, uint64(*simSeeds)
 	if *simSeed != 0 {
