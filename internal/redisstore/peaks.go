@@ -121,10 +121,11 @@ func (c *attemptCmds) peakCmd(p redis.Pipeliner, wi int, w int64, limit int) *re
 }
 
 // readPeaks splits PeakScript's answer (or the first part of
-// TenantPeakScript's) into the counts and peaks of one window, per check.
-func readPeaks(cmd *redis.Cmd, checks int) (counts, peaks []int64, err error) {
+// TenantPeakScript's, which lists follow) into the counts and peaks of one
+// window, per check.
+func readPeaks(cmd *redis.Cmd, checks, lists int) (counts, peaks []int64, err error) {
 	vals, err := cmd.Slice()
-	if err == nil && len(vals) < 2*checks {
+	if err == nil && len(vals) != 2*checks+lists {
 		err = fmt.Errorf("throttler: the peak script answered %d values for %d scores", len(vals), checks)
 	}
 	if err != nil {

@@ -192,12 +192,7 @@ func (c *attemptCmds) capsRead() bool { return len(c.a.Tenants.Caps) > 0 }
 // capped tenants' members.
 func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limit int) *redis.Cmd {
 	a := c.a
-	from := a.Tenants.Caps[0].From
-	args := make([]any, 5, 5+len(a.Tenants.Caps)+len(a.Checks)+2*len(a.Adds))
-	for _, cp := range a.Tenants.Caps {
-		from = min(from, cp.From)
-		args = append(args, cp.Tag)
-	}
+	from, args := capsArgs(a.Tenants.Caps, 5, len(a.Checks)+2*len(a.Adds))
 	for _, g := range a.Checks {
 		from = min(from, g-w)
 		args = append(args, itoa(g))
@@ -218,16 +213,35 @@ func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
 	if ask.Scan {
 		c.tenants.scan = TenantScript.Eval(c.ctx, p, key, ask.From, ask.W)
 	}
-	if len(ask.Caps) > 0 && c.tenants.peaks == nil {
-		from := ask.Caps[0].From
-		args := make([]any, 1, 1+len(ask.Caps))
-		for _, cp := range ask.Caps {
-			from = min(from, cp.From)
-			args = append(args, cp.Tag)
-		}
+	// Unless the first key's peaks read them (see tenantPeakCmd: its
+	// window's reads are queued before this).
+	if c.capsRead() && c.tenants.peaks == nil {
+		from, args := capsArgs(ask.Caps, 1, 0)
 		args[0] = from
 		c.tenants.scores = TenantScoresScript.Eval(c.ctx, p, key, args...)
 	}
+}
+
+// capsArgs returns the earliest From of caps, and a script's arguments:
+// head slots to fill, then each cap's tag, with room for more after.
+func capsArgs(caps []core.TenantCap, head, more int) (from int64, args []any) {
+	from = caps[0].From
+	args = make([]any, head, head+len(caps)+more)
+	for _, cp := range caps {
+		from = min(from, cp.From)
+		args = append(args, cp.Tag)
+	}
+	return from, args
+}
+
+// tenantLists is how many lists the answer of window wi's peak script
+// holds after its counts and peaks: one per capped tenant when it is
+// TenantPeakScript's.
+func (c *attemptCmds) tenantLists(wi int) int {
+	if wi == 0 && c.tenants.peaks != nil {
+		return len(c.a.Tenants.Caps)
+	}
+	return 0
 }
 
 // tenantPeaks reports whether the attempt counts its claims against the

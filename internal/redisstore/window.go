@@ -108,7 +108,7 @@ func (logKey) queueLast(*attemptCmds, redis.Pipeliner, int) {}
 func (logKey) read(c *attemptCmds, r *core.Reply, wi int) error {
 	a, wc := c.a, &c.win[wi]
 	if wc.peak != nil {
-		counts, peaks, err := readPeaks(wc.peak, len(a.Checks))
+		counts, peaks, err := readPeaks(wc.peak, len(a.Checks), c.tenantLists(wi))
 		if err != nil {
 			return err
 		}
