@@ -33,9 +33,9 @@ type waiter struct {
 	wantLease       bool
 	lease, leaseTry string
 
-	// Tenants: it was claimed once at the soonest slot while a tenant was
-	// held to a cap (see core.Request.SoonTried). Under mu.
-	soonTried bool
+	// Tenants: how many times it was claimed while a tenant was held to a
+	// cap, each at the soonest slot (see soonTries). Under mu.
+	soonTries int
 }
 
 // reservation is where a call stands: one value, replaced whole, so that

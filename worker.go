@@ -193,7 +193,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	rd.Reqs = rd.Reqs[:0]
 	for _, w := range t.worker.queue {
-		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.rank.prio.level(), Tenant: w.tenantTag(), SoonTried: w.soonTried})
+		rd.Reqs = append(rd.Reqs, core.Request{N: w.n, Deadline: w.deadline, Now: w.now, Prio: w.rank.prio.level(), Tenant: w.tenantTag(), SoonTried: w.soonTries >= soonTries})
 	}
 	rd.Plan = core.Plan(&t.rules, in, rd.Reqs, rd.Plan)
 	p := rd.Plan

@@ -20,8 +20,8 @@ type Request struct {
 	Now      bool      // AllowN: now or never
 	Prio     Level
 	Tenant   string // its tenant's tag (see TenantUse), "" for none
-	// SoonTried: it was claimed once at the soonest slot while a tenant was
-	// held to a cap (see planner.soon).
+	// SoonTried: it was claimed at the soonest slot while a tenant was held
+	// to a cap as many times as it may be (see planner.soon).
 	SoonTried bool
 }
 

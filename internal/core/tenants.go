@@ -245,8 +245,9 @@ func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait b
 // tenant is held to a cap: the known slots lie past the capped tenant's
 // claims ahead, and the fullest window that holds the soonest slot, which
 // the round counts exactly (see TenantAsk.Peaks), may have room for it.
-// Once only: a call refused there takes the known slots, without a round
-// trip per try while the windows stay full.
+// Until SoonTried: a call refused there a few times (a capped tenant's
+// claims over its cap count until they are given back) takes the known
+// slots, without a round trip per try while the windows stay full.
 func (p *planner) soon(r Request) bool {
 	s := &p.in.Known.Tenants
 	if r.Now || r.SoonTried || len(s.Capped) == 0 || p.in.Now.After(s.Until) {

@@ -125,10 +125,10 @@ func TestPlanCappedTenant(t *testing.T) {
 	}
 }
 
-// While a tenant is held to a cap, another tenant's call is claimed once
-// at the soonest slot, whatever free slots the last reply told of (they
-// lie past the capped tenant's claims ahead), and at the known slots once
-// that claim was refused; with no tenant capped, at the known slots.
+// While a tenant is held to a cap, another tenant's call is claimed at
+// the soonest slot until SoonTried, whatever free slots the last reply
+// told of (they lie past the capped tenant's claims ahead), and at the
+// known slots once it is; with no tenant capped, at the known slots.
 func TestPlanSoonBesideACappedTenant(t *testing.T) {
 	c := testConfig(100, time.Second, time.Second)
 	in := planAt(100)

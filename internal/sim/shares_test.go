@@ -114,3 +114,32 @@ func TestDrawTenants(t *testing.T) {
 		t.Errorf("%d seeds of 3000 with tenants, want about a third", with)
 	}
 }
+
+// TestLightSwing: a light tenant whose calls bunch in one window swings
+// above its mean by the bunch less the mean; a backlogged tenant's calls
+// do not count, nor do calls not admitted.
+func TestLightSwing(t *testing.T) {
+	ms := time.Millisecond
+	var calls []TenantCall
+	// L: one call of 1 unit every 100ms over [0, 1s), and 5 of 2 units at 500ms.
+	for i := range 10 {
+		at := time.Duration(i) * 100 * ms
+		calls = append(calls, TenantCall{Tenant: "L", Start: at, End: at, N: 1, Admitted: true})
+	}
+	for range 5 {
+		calls = append(calls, TenantCall{Tenant: "L", Start: 500 * ms, End: 500 * ms, N: 2, Admitted: true})
+	}
+	calls = append(calls, TenantCall{Tenant: "L", Start: 0, End: 600 * ms, N: 50})
+	// F, backlogged: 3 calls waiting at once on one replica.
+	for i := range 3 {
+		calls = append(calls, TenantCall{Tenant: "F", Start: 0, End: time.Duration(i+1) * 300 * ms, N: 40, Admitted: true})
+	}
+	// Windows of 200ms: at most 10+2 = 12 units (500ms and the call at
+	// 400ms); on average 20 units over 900ms+200ms: 3.6 a window.
+	if got := LightSwing(calls, 200*ms); got != 12-3 {
+		t.Errorf("LightSwing = %d, want %d", got, 12-3)
+	}
+	if got := LightSwing(nil, 200*ms); got != 0 {
+		t.Errorf("LightSwing(nil) = %d, want 0", got)
+	}
+}

@@ -153,6 +153,7 @@ type TightestGroup struct {
 // CallRecord is one call of a stretch over the limit.
 type CallRecord struct {
 	Replica    int      `json:"replica"`
+	Tenant     string   `json:"tenant,omitempty"`
 	ArrivalMs  float64  `json:"arrival_ms"`
 	ScoreMs    *float64 `json:"score_ms,omitempty"`
 	StartedMs  *float64 `json:"started_ms,omitempty"`
@@ -244,7 +245,7 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 	calls := make([]metrics.Call, len(arrivals))
 	conns := make([]conn, len(arrivals))
 	for i, a := range arrivals {
-		c := metrics.Call{Replica: a.Replica, Arrival: rel(a.At)}
+		c := metrics.Call{Replica: a.Replica, Arrival: rel(a.At), Tenant: a.Tenant}
 		if !a.Score.IsZero() {
 			c.Score, c.HasScore = rel(a.Score), true
 		}
@@ -381,7 +382,7 @@ func attribution(sc Scenario, buffer time.Duration, t0 time.Time, arrivals []fak
 // record is c's CallRecord, with the clock estimate its replica held when
 // its Wait returned, as rebuilt from samples.
 func record(c metrics.Call, class metrics.Class, samples []metrics.ClockSample, cn conn) CallRecord {
-	rec := CallRecord{Replica: c.Replica, ArrivalMs: nsMs(c.Arrival), Class: class.String(), NewConn: cn.fresh}
+	rec := CallRecord{Replica: c.Replica, Tenant: c.Tenant, ArrivalMs: nsMs(c.Arrival), Class: class.String(), NewConn: cn.fresh}
 	if cn.fresh {
 		rec.ConnMs = ptr(nsMs(cn.at))
 	}

@@ -103,14 +103,22 @@ const (
 // weights 2:1:1; tenants-skewed-plain: the same calls without tenants,
 // the baseline of the cost. The warm-up is two windows: the first, which
 // fills at once, and one for the shares to be learned and the claims made
-// before them to leave.
+// before them to leave. tenants-flood's (and tenants-calm's, alike) is
+// three: A, alone at first, takes the whole first window (a tenant alone
+// uses the whole limit), the light calls made meanwhile wait for it and
+// go together as it ends, and that bunch, beside A's calls capped on
+// scans that saw no light calls yet, fills the second window of the
+// library (interval plus buffer, to 2.1s) to the limit: a light call near
+// its end waits for it, 45-63ms in every run with a warm-up of 2s. That
+// is the flood's onset, not a light call waiting behind a flood: the
+// target is judged from the third window on.
 func tenantScenarios(pick func(full, short time.Duration) time.Duration) []Scenario {
 	base := Scenario{Kind: KindTenants, Procs: 3, Limit: 100, Interval: time.Second, Warmup: 2 * time.Second,
 		Period: 5 * time.Second, Impls: []string{"throttler"}, OptIn: true}
 	light := []TenantLoad{{Name: "B", Rate: 2}, {Name: "C", Rate: 2}}
 
 	flood := base
-	flood.Name, flood.Duration = tenantsFlood, pick(12*time.Second, 7*time.Second)
+	flood.Name, flood.Duration, flood.Warmup = tenantsFlood, pick(13*time.Second, 8*time.Second), 3*time.Second
 	flood.Tenants = append([]TenantLoad{{Name: "A", Goroutines: 30}}, light...)
 	calm := flood
 	calm.Name, calm.Tenants = tenantsCalm, light

@@ -29,11 +29,12 @@ import (
 // HasScore.
 type Call struct {
 	Replica  int
-	Arrival  int64 // when the API took it
-	Score    int64 // the server time it was counted at
-	Started  int64 // when its Wait (Acquire) was called in the replica
-	Returned int64 // when its Wait (Acquire) returned in the replica
-	Sent     int64 // right before its request was sent
+	Arrival  int64  // when the API took it
+	Score    int64  // the server time it was counted at
+	Started  int64  // when its Wait (Acquire) was called in the replica
+	Returned int64  // when its Wait (Acquire) returned in the replica
+	Sent     int64  // right before its request was sent
+	Tenant   string // the tenant it was made for ("" without one)
 	HasScore bool
 	HasTimes bool
 }
