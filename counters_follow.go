@@ -100,7 +100,7 @@ func (tr *Transport) maxPause() time.Duration {
 	if tr.MaxPause > 0 {
 		return tr.MaxPause
 	}
-	return 15 * time.Minute
+	return DefaultMaxPause
 }
 
 // pauseCap is the longest pause until a counter at zero resets: MaxPause,
@@ -241,31 +241,7 @@ func (tr *Transport) backOff(ctx context.Context, t *Throttler, asked time.Durat
 	if d <= 0 {
 		d = asked
 	}
-	if d <= 0 {
-		d = time.Second
-	}
-	serverNow := t.clock.Server(t.now())
-	if t.clock.Synced() {
-		rctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
-		got, err := t.st.ReadCounters(rctx, 0, 0)
-		cancel()
-		switch {
-		case err != nil:
-			t.stats.redisError(err)
-		case got.BackoffEnd > serverNow:
-			return // a back-off is under way: this call went before it
-		case got.Backoff > 0 && serverNow-got.BackoffEnd < got.Backoff:
-			d = max(d, 2*time.Duration(got.Backoff)*time.Microsecond)
-		}
-	}
-	d = min(d, tr.maxPause())
-	t.writeMeta(ctx, func(serverNow int64) metaWrite { // a failure is logged; the pause holds here
-		end := serverNow + d.Microseconds()
-		return metaWrite{
-			MetaWrite: core.MetaWrite{Pause: end, Backoff: d.Microseconds(), BackoffEnd: end, News: &core.News{Pause: end}},
-			apply:     func() { t.shared.pauseTo(end, t.clock, &t.stats) },
-		}
-	})
+	t.BackOff(ctx, d, tr.maxPause()) // a failure is logged; the pause holds here
 }
 
 // followLimitHeader lowers (or restores) the shared limit to what

@@ -72,31 +72,50 @@ func TestCountersZeroPausesEveryReplica(t *testing.T) {
 			{status: 200, headers: map[string]string{"RateLimit": `"default";r=0;t=1`}},
 			{status: 200},
 		}}
-		srv := httptest.NewServer(api)
-		defer srv.Close()
-		defer srv.Client().CloseIdleConnections()
-		a := mustNew(t, dial(), key, 100, time.Second)
-		b := mustNew(t, dial(), key, 100, time.Second)
-		ca := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: a.Route(), Counters: counters.IETF()}}
-		cb := &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: b.Route(), Counters: counters.IETF()}}
-
-		do(t, ca, srv.URL)
-		read := time.Now()
-		if code, _ := do(t, cb, srv.URL); code != 200 {
-			t.Fatalf("b: %d", code)
-		}
-		arrivals := api.got()
+		p := twoReplicas(t, dial, key, api, counters.IETF())
+		do(t, p.ca, p.url)
 		// The reset is 1s from when a read the response; allow for the
 		// round trip and clock conversions.
-		if wait := arrivals[1].Sub(read); wait < 950*time.Millisecond {
-			t.Fatalf("b's request arrived %s after a read Remaining 0 with 1s to its reset, want at least 950ms", wait)
-		}
-		if st := b.Stats(); st.Pauses == 0 {
-			t.Errorf("b learned no pause")
-		}
-		waitIdle(t, a)
-		waitIdle(t, b)
+		p.assertPausedB(t, api, time.Now(), 950*time.Millisecond)
 	})
+}
+
+// replicaPair is two replicas of 100 calls a second on one key, each with
+// an http.Client through a Transport reading an API's Counters.
+type replicaPair struct {
+	url    string
+	a, b   *Throttler
+	ca, cb *http.Client
+}
+
+// twoReplicas starts api and two replicas on key whose Transports read c,
+// all stopped when t ends.
+func twoReplicas(t *testing.T, dial dialer, key string, api http.Handler, c counters.Counters) replicaPair {
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	t.Cleanup(srv.Client().CloseIdleConnections)
+	p := replicaPair{url: srv.URL, a: mustNew(t, dial(), key, 100, time.Second), b: mustNew(t, dial(), key, 100, time.Second)}
+	p.ca = &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: p.a.Route(), Counters: c}}
+	p.cb = &http.Client{Transport: &Transport{Base: srv.Client().Transport, Route: p.b.Route(), Counters: c}}
+	return p
+}
+
+// assertPausedB sends a request through b, which must reach api (its
+// second request) least after read, and b must have learned a pause; then
+// waits for both replicas to be idle.
+func (p replicaPair) assertPausedB(t *testing.T, api *scriptedAPI, read time.Time, least time.Duration) {
+	t.Helper()
+	if code, _ := do(t, p.cb, p.url); code != 200 {
+		t.Fatalf("b: %d", code)
+	}
+	if wait := api.got()[1].Sub(read); wait < least {
+		t.Fatalf("b's request arrived %s after a read the refusal, want at least %s", wait, least)
+	}
+	if st := p.b.Stats(); st.Pauses == 0 {
+		t.Errorf("b learned no pause")
+	}
+	waitIdle(t, p.a)
+	waitIdle(t, p.b)
 }
 
 // A gradual counter at zero frees a call as one ages out: every replica

@@ -40,6 +40,7 @@ func TestNilAndZeroValues(t *testing.T) {
 		}},
 		{"LowerLimit", func(th *Throttler, ctx context.Context) error { return th.LowerLimit(ctx, 1, time.Second) }},
 		{"PauseUntil", func(th *Throttler, ctx context.Context) error { return th.PauseUntil(ctx, time.Now().Add(time.Second)) }},
+		{"BackOff", func(th *Throttler, ctx context.Context) error { return th.BackOff(ctx, time.Second, 0) }},
 		{"Usage", func(th *Throttler, ctx context.Context) error { _, err := th.Usage(ctx); return err }},
 		{"InFlight", func(th *Throttler, ctx context.Context) error { _, _, err := th.InFlight(ctx); return err }},
 	}

@@ -225,14 +225,14 @@ func maxDebt(wins []core.Window) int {
 	return n
 }
 
-// debtNow is the server's time now (µs), where a call written off its
+// debtNow is the server's time now (µs) for t, where a call written off its
 // slot goes and its debt counts, by the runtime's clock from the last
 // sample (see core.Clock.ServerByRuntime): the local clock (WithClock) may
 // have stepped since, and debt scored by it would count seconds away from
 // its call, in windows the call never went in and not in the one it did,
 // and stay in Redis past reserve-ahead (seed 20137: a step of 4.2s as a
 // request's connection came). A call with a slot had a sample.
-func (t *Throttler) debtNow() int64 { return t.clock.ServerByRuntime(time.Now(), t.now()) }
+func debtNow(t *Throttler) int64 { return t.clock.ServerByRuntime(time.Now(), t.now()) }
 
 // addDebt adds n units as debt at score (server µs): members every later
 // call counts, never given back, that leave with the window. What Redis

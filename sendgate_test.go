@@ -32,7 +32,7 @@ type connBase struct {
 	dial  func(n int) time.Duration // for the n-th request, from 1
 	// The dial takes its time on the runtime's clock too (a sleep), not
 	// only on the local one: debt is scored by the runtime's (see
-	// Throttler.debtNow).
+	// debtNow).
 	sleep bool
 	// before runs between the dial and GotConn, when set.
 	before func(n int)

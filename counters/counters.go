@@ -5,8 +5,9 @@
 // follows what they read across every replica sharing the quota.
 //
 // The presets read the fields each vendor documents: GitHub, OpenAI,
-// Anthropic, IETF and Stripe; Default reads only a 429's or 503's
-// Retry-After. The package has no dependency beyond the standard library;
+// Anthropic, IETF, Stripe and Google (the RetryInfo in the body of a
+// refusal by Gemini, Vertex AI or Google Cloud); Default reads only a
+// 429's or 503's Retry-After. The package has no dependency beyond the standard library;
 // it is the one home of the presets: a Transport takes them as
 // Transport{Counters: counters.GitHub()}.
 package counters
@@ -26,7 +27,7 @@ import (
 //
 // The presets read the fields each vendor documents: GitHub, OpenAI,
 // Anthropic, IETF (the RateLimit fields of the IETF httpapi draft, and
-// the older RateLimit-Remaining and RateLimit-Reset) and Stripe. Write
+// the older RateLimit-Remaining and RateLimit-Reset), Stripe and Google. Write
 // your own for other APIs. Implementations must be safe for concurrent
 // use.
 type Counters interface {

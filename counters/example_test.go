@@ -32,3 +32,19 @@ func ExampleStripe() {
 	fmt.Println(c.Peek(resp), c.Read(resp, body, time.Now()).Verdict)
 	// Output: true retry-call
 }
+
+// Google's APIs state a refusal's wait in the body's RetryInfo, which
+// Google's Counters read (the Transport reads the body ahead and hands it
+// on whole), with the quota the refusal names.
+func ExampleGoogle() {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+	body := []byte(`{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+	  {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}]},
+	  {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}]}}`)
+
+	c := counters.Google()
+	q := c.Read(resp, body, now)
+	fmt.Println(c.Peek(resp), q.Verdict, q.Until.Sub(now), q.Bucket)
+	// Output: true pause 37s GenerateRequestsPerMinutePerProjectPerModel
+}

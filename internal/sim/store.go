@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-throttler/throttler/internal/memconn"
 )
 
 // Store is the simulated Redis: a miniredis served over in-memory
-// connections (see bufferedPair),
+// connections (see memconn.Pair),
 // whose clock (TIME, key TTLs) is the bubble's virtual clock, and the faults
 // that live inside Redis: losing every key (a restart empty, a flush) and
 // failing over to a copy that missed the last writes.
@@ -37,7 +38,7 @@ func (s *Store) dial() (net.Conn, error) {
 		}
 		c.Close()
 	}
-	client, server := bufferedPair()
+	client, server := memconn.Pair()
 	s.m.Server().ServeConn(server)
 	return client, nil
 }

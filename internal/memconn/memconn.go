@@ -1,4 +1,7 @@
-package sim
+// Package memconn is an in-memory network connection that a
+// testing/synctest bubble can run on: the simulator's Redis links and
+// throttlertest's are made of it.
+package memconn
 
 import (
 	"io"
@@ -8,19 +11,19 @@ import (
 	"time"
 )
 
-// bufferedPair returns the two ends of an in-memory connection whose
+// Pair returns the two ends of an in-memory connection whose
 // writes never block: each direction is an unbounded buffer, as a socket's
 // are in effect for the few kilobytes a Redis client and server exchange.
 // net.Pipe's synchronous writes could deadlock the store: miniredis writes
 // under its client's lock, Pub/Sub pushes included, and a pipe write waits
 // for a reader who may be waiting for that lock. Waits are on channels and
 // timers, which a synctest bubble sees as durably blocked.
-func bufferedPair() (net.Conn, net.Conn) {
+func Pair() (net.Conn, net.Conn) {
 	ab, ba := newHalf(), newHalf()
 	return &bufConn{r: ba, w: ab}, &bufConn{r: ab, w: ba}
 }
 
-// half is one direction of a bufferedPair.
+// half is one direction of a Pair.
 type half struct {
 	mu       sync.Mutex
 	buf      []byte
@@ -99,7 +102,7 @@ func (h *half) setDeadline(t time.Time) {
 	h.signal()
 }
 
-// bufConn is one end of a bufferedPair.
+// bufConn is one end of a Pair.
 type bufConn struct {
 	r, w *half
 }
@@ -132,5 +135,5 @@ func (c *bufConn) SetWriteDeadline(time.Time) error { return nil }
 
 type pipeAddr struct{}
 
-func (pipeAddr) Network() string { return "sim" }
-func (pipeAddr) String() string  { return "sim" }
+func (pipeAddr) Network() string { return "memconn" }
+func (pipeAddr) String() string  { return "memconn" }
