@@ -29,16 +29,47 @@ type dialer func(configure ...func(*redis.Options)) redis.UniversalClient
 
 // eachBackend runs f against miniredis and against a real redis-server (which
 // redistest starts, or REDIS_URL names; skipped only when neither exists and
-// THROTTLER_REQUIRE_REDIS is unset).
+// THROTTLER_REQUIRE_REDIS is unset). Every client dial hands out runs its
+// scripts under a key guard (see guardedBackends): the test fails when one
+// touches a key it did not declare in KEYS.
 func eachBackend(t *testing.T, f func(t *testing.T, dial dialer, key string)) {
 	t.Helper()
+	guardedBackends(t, func(t *testing.T, dial dialer, key string, _ *redistest.KeyGuard) { f(t, dial, key) })
+}
+
+// guardedBackends runs f as eachBackend does, with the key guard of the
+// backend's clients (redistest.KeyGuard, which knows redisstore.Scripts):
+// every EVAL and EVALSHA runs a copy of its script that fails on a key not
+// in KEYS, as Dragonfly and some Redis Cluster proxies would. The test
+// fails, once its cleanups have run, when the guard recorded a violation.
+func guardedBackends(t *testing.T, f func(t *testing.T, dial dialer, key string, g *redistest.KeyGuard)) {
+	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
-		f(t, miniDialer(t, miniredis.RunT(t)), "quota")
+		dial, g := keyGuarded(t, miniDialer(t, miniredis.RunT(t)))
+		f(t, dial, "quota", g)
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		f(t, serverDialer(srv), srv.Key(t, "quota"))
+		dial, g := keyGuarded(t, serverDialer(srv))
+		f(t, dial, srv.Key(t, "quota"), g)
 	})
+}
+
+// keyGuarded returns dial with one new key guard on every client it hands
+// out, and the guard; t fails, after the cleanups registered later, when
+// the guard recorded a violation.
+func keyGuarded(t *testing.T, dial dialer) (dialer, *redistest.KeyGuard) {
+	g := redistest.NewKeyGuard(redisstore.Scripts())
+	t.Cleanup(func() {
+		if err := g.Err(); err != nil {
+			t.Errorf("a script touched what it did not declare in KEYS: %v", err)
+		}
+	})
+	return func(configure ...func(*redis.Options)) redis.UniversalClient {
+		c := dial(configure...)
+		c.AddHook(g)
+		return c
+	}, g
 }
 
 // serverDialer is the dialer of srv: its clients close when the test that

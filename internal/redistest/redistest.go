@@ -20,6 +20,10 @@
 // goleak.VerifyTestMain does; a deferred goleak.VerifyNone in the test body
 // runs too early. On Linux the servers also die with the test binary, should
 // it exit without running its cleanups.
+//
+// NewKeyGuard returns a go-redis hook that runs every Lua script a client
+// sends under a guard that fails the script on a key it did not declare
+// in KEYS, as Dragonfly and some Redis Cluster proxies do (see KeyGuard).
 package redistest
 
 import (
