@@ -67,6 +67,9 @@ func (t *Throttler) AllowN(ctx context.Context, n int) (Result, error) {
 	if ctx.Err() != nil {
 		return Result{}, ctxError(ctx)
 	}
+	if t.opt.waits.shadow {
+		return shadowAllow(t, ctx, n, prio), nil
+	}
 	w := &waiter{n: n, now: true, wake: make(chan struct{}, 1), rank: rank{prio: prio}}
 	t.submit(w)
 	o, err := w.await(ctx, t)

@@ -36,7 +36,7 @@ func (w *waiter) enter(t *Throttler) error {
 	if w.rank.front {
 		return nil // no new demand: WithMaxQueue does not count it
 	}
-	return t.worker.enter(w, t.opt.maxQueue)
+	return t.worker.enter(w, t.opt.waits.maxQueue)
 }
 
 // await waits on t for w's reservation and then for its slot. A WaitN queues

@@ -125,13 +125,7 @@ func BenchmarkWaitUnthrottled(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := th.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchWait(b, th)
 		})
 	}
 }
@@ -237,5 +231,44 @@ func BenchmarkCancellationStorm(b *testing.B) {
 				b.ReportMetric(float64(len(late)), "abandoned")
 			}
 		})
+	}
+}
+
+// BenchmarkShadowWait: what a Wait costs in shadow mode (WithShadow), on a
+// redis-server, beside an enforcing Wait under the limit: under it, a
+// shadow call is claimed now or never, as AllowN's are; over it (a limit of
+// 1 an hour: every call but the first), it is also written as debt where it
+// goes, one more round trip. The window is a log (WithCompactFrom(0)): a
+// compacted one, as a limit this large would have by default, makes a
+// claim now or never cost milliseconds (see BenchmarkAllowUnthrottled).
+func BenchmarkShadowWait(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		limit int
+		opts  []Option
+	}{
+		{"mode=enforce/under-limit", 1 << 30, []Option{WithCompactFrom(0)}},
+		{"mode=shadow/under-limit", 1 << 30, []Option{WithCompactFrom(0), WithShadow()}},
+		{"mode=shadow/over-limit", 1, []Option{WithCompactFrom(0), WithShadow()}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			th, err := New(srv.NewClient(), srv.Key(b, "bench"), tc.limit, time.Hour, tc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchWait(b, th)
+		})
+	}
+}
+
+// benchWait times th.Wait, one call after another.
+func benchWait(b *testing.B, th *Throttler) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := th.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

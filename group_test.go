@@ -592,8 +592,8 @@ func TestWithThrottlerOptionsChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	th := mustFor(t, g, "k")
-	if th.opt.maxWait != time.Minute || len(th.rules.Wins) != 2 || th.rules.Wins[1].Limit != 2 {
-		t.Fatalf("the Throttler made: max wait %s, limits %+v; want a minute, and a pace of 2", th.opt.maxWait, th.rules.Wins)
+	if th.opt.waits.maxWait != time.Minute || len(th.rules.Wins) != 2 || th.rules.Wins[1].Limit != 2 {
+		t.Fatalf("the Throttler made: max wait %s, limits %+v; want a minute, and a pace of 2", th.opt.waits.maxWait, th.rules.Wins)
 	}
 }
 

@@ -53,6 +53,7 @@ type statCounters struct {
 	redisCounts
 	costCounts
 	sendCounts
+	shadowCounts
 }
 
 // callCounts count the calls by how their waits ended.

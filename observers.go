@@ -93,6 +93,7 @@ func (a *Observer) join(b Observer) Observer {
 		Degraded:     join1(a.Degraded, b.Degraded),
 		Waited:       join2(a.Waited, b.Waited),
 		Sent:         join1(a.Sent, b.Sent),
+		Shadowed:     join2(a.Shadowed, b.Shadowed),
 	}
 }
 

@@ -22,11 +22,10 @@ type options struct {
 	limits       limitOptions   // WithLimit, WithPacing
 	observer     *Observer      // WithObserver, nil = none
 	inflight     *core.InFlight // WithInFlight
-	maxWait      time.Duration  // WithMaxWait, 0 = none
-	maxQueue     int            // WithMaxQueue, 0 = none
-	order        orderOptions   // WithPriorityShare, WithTenantWeight
-	clockSet     bool           // WithClock
-	clock        *core.Clock    // withClockSync: an estimate shared with other Throttlers
+	waits        waitOptions
+	order        orderOptions // WithPriorityShare, WithTenantWeight
+	clockSet     bool         // WithClock
+	clock        *core.Clock  // withClockSync: an estimate shared with other Throttlers
 	compact      compactOptions
 }
 
@@ -36,6 +35,14 @@ type options struct {
 type orderOptions struct {
 	shares [core.Levels]int
 	weight func(tenant string) float64
+}
+
+// waitOptions bound the waits (WithMaxWait and WithMaxQueue, 0 = none) or
+// enforce none (WithShadow).
+type waitOptions struct {
+	maxWait  time.Duration
+	maxQueue int
+	shadow   bool
 }
 
 // compactOptions say which windows compact (see core.Compaction): from

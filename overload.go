@@ -25,7 +25,7 @@ func WithMaxWait(d time.Duration) Option {
 		if d <= 0 {
 			return invalidf("WithMaxWait(%s): must be positive", d)
 		}
-		o.maxWait = d
+		o.waits.maxWait = d
 		return nil
 	}
 }
@@ -43,7 +43,7 @@ func WithMaxQueue(n int) Option {
 		if n < 1 {
 			return invalidf("WithMaxQueue(%d): must be positive", n)
 		}
-		o.maxQueue = n
+		o.waits.maxQueue = n
 		return nil
 	}
 }
@@ -52,10 +52,10 @@ func WithMaxQueue(n int) Option {
 // notes on w when the maximum wait, not ctx's own deadline, is the one
 // that ends it.
 func (o *options) withMaxWait(ctx context.Context, w *waiter) (context.Context, context.CancelFunc) {
-	if o.maxWait <= 0 {
+	if o.waits.maxWait <= 0 {
 		return ctx, func() {}
 	}
-	at := time.Now().Add(o.maxWait)
+	at := time.Now().Add(o.waits.maxWait)
 	if d, ok := ctx.Deadline(); ok && !at.Before(d) {
 		return ctx, func() {}
 	}

@@ -52,6 +52,7 @@ type Stats struct {
 	Sends   SendStats   // when calls went, against their slots
 	Redis   RedisStats  // the round trips, and the state of the shared window
 	Tenants TenantStats // the waits admitted, by tenant (ContextWithTenant), for at most 100 tenants
+	Shadow  ShadowStats // what shadow mode (WithShadow) would have done
 }
 
 // CostStats count the permits settled (see Permit.Settle).
@@ -150,6 +151,7 @@ func (t *Throttler) Stats() Stats {
 		s.Rejected[i] = t.stats.rejected[i].Load()
 	}
 	s.Tenants = t.stats.tenants.snapshot()
+	s.Shadow = t.stats.shadowCounts.snapshot()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
@@ -235,6 +237,11 @@ type Observer struct {
 	// pass, as its request is written (see SendInfo), on the goroutine
 	// that writes it.
 	Sent func(s SendInfo)
+	// Shadowed is called, in shadow mode (WithShadow), once for each call
+	// let go at once, with what enforcement would have done with it (see
+	// ShadowInfo), on the caller's goroutine, without the Throttler's
+	// lock, before the wait's Admitted and Waited.
+	Shadowed func(ctx context.Context, s ShadowInfo)
 }
 
 // WithObserver sets the functions that receive t's events, in place of

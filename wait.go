@@ -116,6 +116,9 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 	if ctx.Err() != nil {
 		return reservation{}, "", ctxError(ctx)
 	}
+	if t.opt.waits.shadow {
+		return shadowSlot(t, ctx, n, prio), "", nil
+	}
 	w := &waiter{n: n, wake: make(chan struct{}, 1), wantLease: want&wantPlace != 0 && t.lease != nil, lead: lead,
 		rank: t.opt.order.rankOf(ctx, prio, want&wantFront != 0)}
 	if !w.rank.front {
@@ -123,12 +126,10 @@ func (t *Throttler) waitSlot(ctx context.Context, where string, n int, want wait
 		ctx, cancel = t.opt.withMaxWait(ctx, w)
 		defer cancel()
 	}
-	if d, ok := ctx.Deadline(); ok {
-		// On the local clock, which WithClock may set apart from the
-		// clock context deadlines are read on (time.Now).
+	if d, ok := ctx.Deadline(); ok { // on the local clock (WithClock), not time.Now's
 		w.deadline = t.now().Add(time.Until(d))
 	}
-	if t.opt.maxQueue > 0 && !w.rank.front || !w.deadline.IsZero() {
+	if t.opt.waits.maxQueue > 0 && !w.rank.front || !w.deadline.IsZero() {
 		if err := w.enter(t); err != nil {
 			return reservation{}, "", err
 		}

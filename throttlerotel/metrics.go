@@ -71,6 +71,7 @@ type instruments struct {
 	settle    settleInstruments
 	transport transportInstruments
 	send      sendInstruments
+	shadow    shadowInstruments
 }
 
 // recording is what the Options chose of what is recorded, and how.
@@ -170,6 +171,12 @@ func newInstruments(c *config) (*instruments, error) {
 		metric.WithExplicitBucketBoundaries(SendDelayBuckets...)); err != nil {
 		return nil, err
 	}
+	if in.shadow.wait, err = m.Float64Histogram("throttler.shadow.wait",
+		metric.WithUnit("s"),
+		metric.WithDescription("In shadow mode (throttler.WithShadow), how long each call let go at once would have waited for room, by what enforcement would have done with it (throttler.shadow.decision)."),
+		metric.WithExplicitBucketBoundaries(c.buckets...)); err != nil {
+		return nil, err
+	}
 	k := instrumentMaker{m: m}
 	in.wait.admitted = k.counter("throttler.admitted", "{unit}", "Units admitted, by waits and by AllowN: a call for n units (WaitN, Acquire's estimate, AllowN) counts n.")
 	in.wait.tenantAdmitted = k.counter("throttler.tenant.admitted", "{unit}", "Units admitted to the waits of tenants (throttler.ContextWithTenant), by tenant (throttler.tenant.id): the first tenants seen, up to WithMaxTenants, each have their own value, and the others share \"other\".")
@@ -197,6 +204,7 @@ type metricAttrs struct {
 	base    metric.MeasurementOption
 	outcome [numOutcomes]metric.MeasurementOption
 	send    [2][2]metric.MeasurementOption // by reslotted, then late
+	shadow  [numShadowDecisions]metric.MeasurementOption
 	// tenants holds the attributes of the waits of tenants, by value of
 	// TenantAttribute (*tenantAttrs), made at their first wait: at most
 	// WithMaxTenants' bound and OtherTenant.
@@ -209,7 +217,7 @@ func (in *instruments) metricAttrsOf(base []attribute.KeyValue) *metricAttrs {
 	base = base[:len(base):len(base)] // appends below copy
 	// attribute.NewSet sorts what it is given in place: base may share
 	// in.rec.attrs' array, which others read.
-	a := &metricAttrs{kv: base, base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...)), outcome: outcomeAttrs(base)}
+	a := &metricAttrs{kv: base, base: metric.WithAttributeSet(attribute.NewSet(slices.Clone(base)...)), outcome: outcomeAttrs(base), shadow: shadowAttrs(base)}
 	for i, reslotted := range []bool{false, true} {
 		for j, late := range []bool{false, true} {
 			kv := append(base, SendReslottedAttribute.Bool(reslotted), SendLateAttribute.Bool(late))
@@ -277,6 +285,9 @@ func (in *instruments) observer(ma *metricAttrs, ta []attribute.KeyValue) thrott
 			in.send.delay.Record(bg, max(0, s.Delay.Seconds()), ma.send[b2i(s.Reslotted)][b2i(s.Late)])
 		},
 		Waited: func(ctx context.Context, w throttler.WaitInfo) { in.waited(ctx, w, ma, ta) },
+		Shadowed: func(ctx context.Context, s throttler.ShadowInfo) {
+			in.shadow.wait.Record(ctx, s.Wait.Seconds(), ma.shadow[decisionOf(s)])
+		},
 	}
 }
 
