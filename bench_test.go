@@ -238,9 +238,9 @@ func BenchmarkCancellationStorm(b *testing.B) {
 // redis-server, beside an enforcing Wait under the limit: under it, a
 // shadow call is claimed now or never, as AllowN's are; over it (a limit of
 // 1 an hour: every call but the first), it is also written as debt where it
-// goes, one more round trip. The window is a log (WithCompactFrom(0)): a
-// compacted one, as a limit this large would have by default, makes a
-// claim now or never cost milliseconds (see BenchmarkAllowUnthrottled).
+// goes, one more round trip. The window is a log (WithCompactFrom(0)), as
+// the figures in docs/recipes.md were measured; a limit this large would
+// compact it by default.
 func BenchmarkShadowWait(b *testing.B) {
 	for _, tc := range []struct {
 		name  string

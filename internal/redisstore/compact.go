@@ -386,55 +386,62 @@ if plimit > 0 then
 end
 for j = 0, tails - 1 do
   local oldest, newest = tonumber(ARGV[at + 1 + 2 * j]), tonumber(ARGV[at + 2 + 2 * j])
-  local want = oldest + 1
-  -- The newest calls of each kind, newest first: members at their scores,
-  -- compacted calls at their buckets' last microsecond (where the counts
-  -- place them: a member may be older than a compacted call of its own
-  -- bucket, the one the cut runs through, or of an older one when it
-  -- arrived late).
-  local z = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(0', 'WITHSCORES', 'LIMIT', 0, want)
-  local comp = {} -- ascending
-  local cn = math.min(want, n - base)
-  if cn > 0 then
-    -- The q-th compacted call lies in the first bucket whose total
-    -- reaches q; walking up from the oldest one wanted finds the rest.
-    local q = n - cn + 1
-    local l, u = lo, hi
-    while l < u do
-      local mid = math.floor((l + u) / 2)
-      if walk(mid) >= q then u = mid else l = mid + 1 end
-    end
-    local c = walk(l)
-    for p = q, n do
-      while c < p do
-        l = l + 1
-        c = walk(l)
+  -- Far under the limit the key holds no call of the ranks wanted: the
+  -- tail is empty, known without reading every call (which, with a limit
+  -- of millions, cost milliseconds of Lua per round trip).
+  if redis.call('ZCOUNT', KEYS[1], '(0', '+inf') + (n - base) <= newest then
+    out[#out + 1] = 0
+  else
+    local want = oldest + 1
+    -- The newest calls of each kind, newest first: members at their scores,
+    -- compacted calls at their buckets' last microsecond (where the counts
+    -- place them: a member may be older than a compacted call of its own
+    -- bucket, the one the cut runs through, or of an older one when it
+    -- arrived late).
+    local z = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(0', 'WITHSCORES', 'LIMIT', 0, want)
+    local comp = {} -- ascending
+    local cn = math.min(want, n - base)
+    if cn > 0 then
+      -- The q-th compacted call lies in the first bucket whose total
+      -- reaches q; walking up from the oldest one wanted finds the rest.
+      local q = n - cn + 1
+      local l, u = lo, hi
+      while l < u do
+        local mid = math.floor((l + u) / 2)
+        if walk(mid) >= q then u = mid else l = mid + 1 end
       end
-      comp[#comp + 1] = (l + 1) * b - 1
+      local c = walk(l)
+      for p = q, n do
+        while c < p do
+          l = l + 1
+          c = walk(l)
+        end
+        comp[#comp + 1] = (l + 1) * b - 1
+      end
     end
-  end
-  -- Merged, newest first, down to the oldest rank wanted.
-  local merged = {}
-  local i, k = 1, #comp
-  while #merged < 2 * want and (i <= #z or k >= 1) do
-    local zs = tonumber(z[i + 1])
-    if zs and (k < 1 or zs >= comp[k]) then
-      merged[#merged + 1] = zs
-      merged[#merged + 1] = z[i]
-      i = i + 2
-    else
-      merged[#merged + 1] = comp[k]
-      merged[#merged + 1] = ''
-      k = k - 1
+    -- Merged, newest first, down to the oldest rank wanted.
+    local merged = {}
+    local i, k = 1, #comp
+    while #merged < 2 * want and (i <= #z or k >= 1) do
+      local zs = tonumber(z[i + 1])
+      if zs and (k < 1 or zs >= comp[k]) then
+        merged[#merged + 1] = zs
+        merged[#merged + 1] = z[i]
+        i = i + 2
+      else
+        merged[#merged + 1] = comp[k]
+        merged[#merged + 1] = ''
+        k = k - 1
+      end
     end
+    local entries = {}
+    for r = math.min(oldest, #merged / 2 - 1), newest, -1 do
+      entries[#entries + 1] = merged[2 * r + 1]
+      entries[#entries + 1] = merged[2 * r + 2]
+    end
+    out[#out + 1] = #entries / 2
+    for _, e in ipairs(entries) do out[#out + 1] = e end
   end
-  local entries = {}
-  for r = math.min(oldest, #merged / 2 - 1), newest, -1 do
-    entries[#entries + 1] = merged[2 * r + 1]
-    entries[#entries + 1] = merged[2 * r + 2]
-  end
-  out[#out + 1] = #entries / 2
-  for _, e in ipairs(entries) do out[#out + 1] = e end
 end
 return out
 `)

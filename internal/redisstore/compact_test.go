@@ -199,9 +199,11 @@ func checkCompacted(t *testing.T, c *redis.Client, key string, calls map[string]
 		x := oldest - 1000 + int64(rng.IntN(8000))
 		ranges = append(ranges, countRange{x, x + 1 + int64(rng.IntN(4000))})
 	}
-	// Tails: every rank, and beyond.
+	// Tails: every rank, and beyond; a tail far past the calls (a limit
+	// of millions far from full) is empty, at the oldest call's rank not.
 	all := len(loose) + len(moved)
-	spans := []tailSpan{{oldest: all + 2, newest: 0}, {oldest: len(loose), newest: max(0, len(loose)-1)}}
+	spans := []tailSpan{{oldest: all + 2, newest: 0}, {oldest: len(loose), newest: max(0, len(loose)-1)},
+		{oldest: all + 5, newest: all}, {oldest: 1 << 30, newest: 1<<30 - 64}, {oldest: all + 1_000_000, newest: max(0, all-1)}}
 	cmd := CountScript.Eval(ctx, c, []string{key, CompactKey(key)}, countArgs(ranges, spans, nil, peakAsk{})...)
 	read, err := readCount(cmd, len(ranges), 0, false, len(spans))
 	if err != nil {
