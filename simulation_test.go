@@ -123,7 +123,9 @@ var simRegressions = []simCase{
 // run in the order Go's scheduler picks, so a seed's trace can differ
 // between runs; each must be run a few times to reproduce (seed 5046, now
 // fixed: 6 failures in 20 runs).
-var simOpen = []simCase{}
+var simOpen = []simCase{
+	{30220, "tenants t0, t1 and t2 backlogged, t1 leaving at 7m2.8s, calls of up to 35 units, 3 replicas on 1506 per 3m43.7s and 5246 per 2m3s, compacted, FallbackLocal: the calm run used 0.8495-0.8533 of the limit against a target of 0.8581 in 2 runs of 6 beside each other (0.876-0.891 in the others; it passed alone 4 times). After t1 left, the window held 1187-1278 of 1506 for a whole window: t1's members, flagged as waited, keep it counted as backlogged until they leave the window, so t0 and t2 stay capped at a third of the limit each (core.FairLevel) while t1 takes nothing. A tenant that left must stop counting as backlogged before its calls leave; issue 43"},
+}
 
 // simFoundBeforeClockFaults are the seeds of simRegressions and simOpen
 // found before the simulator drew faults on the clock estimate (delayed
