@@ -54,6 +54,16 @@ func eachBackend(t *testing.T, f func(t *testing.T, dial dialer, key string)) {
 	})
 }
 
+// usedUnits is what th's first limit holds, used and reserved.
+func usedUnits(t *testing.T, th *throttler.Throttler) int {
+	t.Helper()
+	u, err := th.Usage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u[0].Used + u[0].Reserved
+}
+
 // newThrottler returns a Throttler on c, which the test's end waits for
 // to run no goroutine (before c closes, its cleanup being registered
 // later).

@@ -1,6 +1,7 @@
 package throttlergrpc
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/go-throttler/throttler"
@@ -46,6 +47,26 @@ func (ic *interceptor) pick(ctx context.Context, method string) (*throttler.Thro
 // else 1; and with throttler.WithInFlight a place in flight), and returns
 // the permit that ends the call, and whether the call is priced (see
 // end).
+// tries admits a call on th and makes it with call, which ends the permit
+// (or hands it on) and reports whether the API refused it; a refused call
+// is admitted and made again, up to WithRetries times, while ctx lasts. It
+// returns the last call's error, or, when a wait fails, that wait's error
+// (the refusal before it, if any: a retry that cannot wait).
+func (ic *interceptor) tries(ctx context.Context, th *throttler.Throttler, call func(p *throttler.Permit, priced bool) (refused bool, err error)) error {
+	var refusal error
+	for try := 0; ; try++ {
+		p, priced, err := ic.admit(ctx, th)
+		if err != nil {
+			return cmp.Or(refusal, err)
+		}
+		refused, err := call(p, priced)
+		if !refused || try >= ic.cfg.retries || ctx.Err() != nil {
+			return err
+		}
+		refusal = err
+	}
+}
+
 func (ic *interceptor) admit(ctx context.Context, th *throttler.Throttler) (*throttler.Permit, bool, error) {
 	n, costed := throttler.CostFromContext(ctx)
 	if !costed {

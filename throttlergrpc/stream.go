@@ -68,26 +68,21 @@ func (ic *interceptor) stream(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if th == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	var refusal error
-	for try := 0; ; try++ {
-		p, priced, err := ic.admit(ctx, th)
-		if err != nil {
-			if refusal != nil {
-				return nil, refusal
-			}
-			return nil, err
-		}
+	var watched grpc.ClientStream
+	err = ic.tries(ctx, th, func(p *throttler.Permit, priced bool) (bool, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err == nil {
-			return ic.watch(ctx, th, p, priced, desc, cs), nil
+			watched = ic.watch(ctx, th, p, priced, desc, cs) // it ends the permit
+			return false, nil
 		}
 		v := ic.learn(ctx, th, err)
 		ic.end(ctx, p, priced, v, nil)
-		if !v.refused || try >= ic.cfg.retries || ctx.Err() != nil {
-			return nil, err
-		}
-		refusal = err
+		return v.refused, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return watched, nil
 }
 
 // watchedStream is a ClientStream whose first error is read as the API's

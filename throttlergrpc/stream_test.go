@@ -160,14 +160,7 @@ func TestStreamEnds(t *testing.T) {
 		cancel()
 		inFlight("a stream cancelled", 0)
 
-		used := func() int {
-			t.Helper()
-			u, err := th.Usage(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return u[0].Used + u[0].Reserved
-		}
+		used := func() int { return usedUnits(t, th) }
 		before := used()
 		f.push(withDetails(codes.ResourceExhausted, "quota", retryInfo(time.Millisecond)))
 		s, err = client.StreamingOutputCall(throttler.ContextWithCost(context.Background(), 4), &testpb.StreamingOutputCallRequest{})

@@ -3,6 +3,8 @@ package throttlergrpc
 import (
 	"context"
 
+	"github.com/go-throttler/throttler"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -89,30 +91,19 @@ func (ic *interceptor) unary(ctx context.Context, method string, req, reply any,
 	if th == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	var refusal error // the last refusal, for a retry that cannot wait
-	for try := 0; ; try++ {
-		p, priced, err := ic.admit(ctx, th)
-		if err != nil {
-			if refusal != nil {
-				return refusal
-			}
-			return err
-		}
+	return ic.tries(ctx, th, func(p *throttler.Permit, priced bool) (bool, error) {
 		var header, trailer metadata.MD
 		callOpts := opts
 		if ic.cfg.limitKey != "" {
 			callOpts = append(opts[:len(opts):len(opts)], grpc.Header(&header), grpc.Trailer(&trailer))
 		}
-		err = invoker(ctx, method, req, reply, cc, callOpts...)
+		err := invoker(ctx, method, req, reply, cc, callOpts...)
 		v := ic.learn(ctx, th, err, header, trailer)
 		var actual func() (int, bool)
 		if err == nil && ic.cfg.actual != nil {
 			actual = func() (int, bool) { return ic.cfg.actual(ctx, method, reply) }
 		}
 		ic.end(ctx, p, priced, v, actual)
-		if !v.refused || try >= ic.cfg.retries || ctx.Err() != nil {
-			return err
-		}
-		refusal = err
-	}
+		return v.refused, err
+	})
 }

@@ -276,14 +276,7 @@ func TestCost(t *testing.T) {
 		f := &fake{}
 		addr := f.serve(t)
 		th := newThrottler(t, dial_(), key, 100, 10*time.Second)
-		used := func() int {
-			t.Helper()
-			u, err := th.Usage(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return u[0].Used + u[0].Reserved
-		}
+		used := func() int { return usedUnits(t, th) }
 		plain := dial(t, addr, interceptors(Throttler(th))...)
 		ctx := throttler.ContextWithCost(context.Background(), 5)
 		if _, err := plain.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
