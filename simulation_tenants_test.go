@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/go-throttler/throttler/internal/sim"
 )
 
@@ -32,6 +33,27 @@ func (w *simWorld) tenantOptions() []Option {
 		return nil
 	}
 	return []Option{WithTenantWeight(w.sc.TenantWeight)}
+}
+
+// tenantNote names, for the trace, the tenant whose mark member ends in
+// (see redisstore.TenantSuffix), and whether the call waited behind
+// others of its tenant: "" for a call of no tenant.
+func (w *simWorld) tenantNote(member string) string {
+	n := redisstore.TenantSuffixLen
+	if len(member) < n || member[len(member)-n:len(member)-n+2] != "\x00t" {
+		return ""
+	}
+	mark := member[len(member)-n:]
+	name := "?"
+	for _, t := range w.sc.Tenants {
+		if redisstore.TenantTag(redisstore.TenantSuffix(t.Name, w.sc.TenantWeight(t.Name))) == redisstore.TenantTag(mark) {
+			name = t.Name
+		}
+	}
+	if mark == redisstore.TenantWaited(mark, true) {
+		return " for " + name + " (waited)"
+	}
+	return " for " + name
 }
 
 // startTenants starts the callers of the flood's and the light tenant's

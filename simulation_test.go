@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -38,6 +40,7 @@ var (
 	simFirst = flag.Uint64("sim.first", 1, "simulation: the first seed to run")
 	simSeed  = flag.Uint64("sim.seed", 0, "simulation: run only this seed and print its trace")
 	simWall  = flag.Duration("sim.wall", 15*time.Minute, "simulation: end the run, naming the seed, when one seed runs longer than this in wall time (0: no bound)")
+	simTrace = flag.String("sim.traces", "", "simulation: write the trace of each seed that fails to seed-N.txt in this directory (a failure that depends on how the seeds beside it ran may not come back alone)")
 )
 
 // simCase is a seed and the bug it found.
@@ -114,6 +117,8 @@ var simRegressions = []simCase{
 	{344, "tenants t0 and t1 backlogged beside a light tenant, 3 replicas on 25 per 405ms and 18 per 85ms, compacted: a CI-set run used 0.7697 of the limit against 0.7711. The checker allowed the tenants a spare of 2% (spareShare), where the library leaves 5 units within 5% (spareOf: 5% at a limit of 25); it now allows spareOf. A checker's bug; the seed passed alone 5 runs of 5"},
 	{25031, "FallbackLocal(1/R), 3 replicas on 1771 per 1.788s with a 19ms buffer, Transport callers with a connection-setup fault: r2, cut off from 3.105s to 5.105s, spent 586 units of its share of 590 at 3.105s, and its next local slots came a share's window (interval plus buffer) later, at 4.911s; the Transport handed those requests on ahead of their slots by its lead (33.8ms, what recent dials took), but a call admitted without Redis has no score for the send gate to hold it to, so 17 were written as they were handed on, 20-34ms before their slots, into the window that still held the 586 (2372 units in a window of 2361 at the API: the 1771 limit plus r2's share; the calls Redis counted there, 1769 units, and the share's slots, 586, both fit). Only a slot reserved through Redis is now handed on ahead; a call admitted without it returns at its slot (waiter.leadFor, TestTransportSendsALocalAdmissionAtItsSlot; 17 runs of 20 failed before, 0 of 30 after)"},
 	{580, "tenants t0-t3 backlogged beside a light tenant, calls of up to 82 units, 2 replicas on 3982 per 34.7s: the shares held (each backlogged tenant within 2% of its fair share) but a CI run used 0.8202 of the limit against the calm target of 0.8467 (runs alone use 0.96-0.98): the caps leave the light tenants their most in a window lately besides the spare, as designed, and a light tenant with calls that large swings far above its mean. The checker now allows that swing, measured on the run (sim.LightSwing; target 0.7899 on a run alone)"},
+	{30220, "tenants t0, t1 and t2 backlogged, t1 leaving at 7m2.8s, 3 replicas on 1506 per 3m43.7s: t1's calls, flagged as having waited, kept it counted as backlogged until they left the window, so t0 and t2 stayed capped at a third each while a fifth of the window stayed empty (0.8495-0.8533 against 0.8581, beside other runs). Fixed by water-filling in core.FairLevel; issue 43"},
+	{30688, "tenants t0 and t2 backlogged, t1 from 5.2s to 12.8s, 2 replicas on 4801 per 6.29s, calls of up to 107 units: t1's last calls went with the next window's, and a scan saw it backlogged with a third of its share, holding t0 and t2 to a third each with a quarter of the window empty (0.7677-0.8468 against 0.8811, alone too). Fixed by water-filling in core.FairLevel, which remembers the satisfied tenants (without that memory, the room t1 left filled and it weighed again); issue 43"},
 }
 
 // simOpen are seeds that found a bug not fixed yet. The CI set skips them,
@@ -124,8 +129,6 @@ var simRegressions = []simCase{
 // between runs; each must be run a few times to reproduce (seed 5046, now
 // fixed: 6 failures in 20 runs).
 var simOpen = []simCase{
-	{30220, "tenants t0, t1 and t2 backlogged, t1 leaving at 7m2.8s, calls of up to 35 units, 3 replicas on 1506 per 3m43.7s and 5246 per 2m3s, compacted, FallbackLocal: the calm run used 0.8495-0.8533 of the limit against a target of 0.8581 in 2 runs of 6 beside each other (0.876-0.891 in the others; it passed alone 4 times). After t1 left, the window held 1187-1278 of 1506 for a whole window: t1's members, flagged as waited, keep it counted as backlogged until they leave the window, so t0 and t2 stay capped at a third of the limit each (core.FairLevel) while t1 takes nothing. A tenant that left must stop counting as backlogged before its calls leave; issue 43"},
-	{30688, "tenants t0 (2 replicas) and t2 (r1) backlogged, t1 backlogged on r0 from 5.2s to 12.8s, calls of up to 107 units, 2 replicas on 4801 per 6.29s, clocks skewed 1.7s and 3.7s: the calm run used 0.8251-0.8468 of the limit against 0.8811, alone too (2 runs of 2; 0.7852 in the further seeds). After t1 left, the window held 3842 of 4801, then 2836 in the window after, once t1's calls had left it: t0 and t2 were held far below half each. Likely t1, seen at a scan as not backlogged while it still held its share, counted as a light tenant, whose most lately (kept for two windows) the caps leave free; issue 43"},
 	{30704, "tenants t0, t1, t2 backlogged at weights 3, 2 and 0.5, a light tenant with calls of up to 90 units on r0, 4 replicas on 2963 per 8m41s, clocks skewed up to 3.3s, FallbackLocal: a light call of 61 units waited 34m33s, past the bound of 27m49s, in the further seeds' run (passes alone, 2 runs of 2); not yet attributed; issue 43"},
 }
 
@@ -268,6 +271,7 @@ func runSimulation(t *testing.T, sc sim.Scenario, verbose bool) {
 		}
 		if t.Failed() {
 			t.Logf("replay: go test -run '^TestSimulation$' -sim.seed %d -v .", sc.Seed)
+			w.writeTrace(*simTrace)
 			for _, r := range simRegressions {
 				if r.seed == sc.Seed {
 					t.Logf("seed %d once found: %s", r.seed, r.bug)
@@ -280,6 +284,25 @@ func runSimulation(t *testing.T, sc sim.Scenario, verbose bool) {
 			}
 		}
 	})
+}
+
+// writeTrace writes the run's summary and trace to seed-N.txt in dir,
+// unless dir is "".
+func (w *simWorld) writeTrace(dir string) {
+	if dir == "" {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n%s\nfaults: %s\n", w.sc, w.summary(), strings.Join(w.sc.FaultLines(), "; "))
+	for _, e := range w.rec.Events() {
+		fmt.Fprintln(&b, e)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("seed-%d.txt", w.sc.Seed))
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		w.t.Errorf("writing the trace: %v", err)
+		return
+	}
+	w.t.Logf("trace written to %s", path)
 }
 
 // simWorld is one run: the store, the network, the replicas and their
@@ -473,7 +496,7 @@ func (w *simWorld) newReplica(link, id, gen int, clock *sim.Clock) *simReplica {
 			r.admitted[m] = score
 		}
 		r.mu.Unlock()
-		w.rec.Note(i, "reserved n=%d at score %s%s", len(members), time.UnixMicro(score).Sub(start), placed(th, r.clock, score))
+		w.rec.Note(i, "reserved n=%d at score %s%s%s", len(members), time.UnixMicro(score).Sub(start), placed(th, r.clock, score), w.tenantNote(members[0]))
 	}
 	if w.api != nil {
 		base := w.api.Base(id, link, func() bool { return !r.dead.Load() })

@@ -199,8 +199,12 @@ func replicasAgainstAStrictFake(t *testing.T, think time.Duration) {
 			continue
 		}
 		sent, learned := stamp(c.md, mdSent), stamp(c.md, mdLearned)
-		what := fmt.Sprintf("%s: sent %s after the first refusal, its replica learned of the pause %s after it, arrived %s after it",
-			first(c.md, mdReplica), since(sent, refusedAt), since(learned, refusedAt), c.at.Sub(refusedAt).Round(10*time.Microsecond))
+		knew := "had not learned of the pause when it was sent"
+		if !learned.IsZero() {
+			knew = "learned of the pause " + since(learned, refusedAt) + " after it"
+		}
+		what := fmt.Sprintf("%s: sent %s after the first refusal (negative: before), its replica %s, arrived %s after it",
+			first(c.md, mdReplica), since(sent, refusedAt), knew, c.at.Sub(refusedAt).Round(10*time.Microsecond))
 		if learned.IsZero() || sent.Before(learned) {
 			inFlight = append(inFlight, what)
 		} else {

@@ -46,6 +46,8 @@ type TenantCap struct {
 // TenantUse is one tenant's calls in the window, as a scan read them: its
 // tag in member names, its weight, the units it holds, and how many of
 // them waited behind others of its own (see the throttler's tenants.go).
+// A use with the tag "" stands for the calls of no tenant: they count as
+// held, as a light tenant's do.
 type TenantUse struct {
 	Tag    string
 	Weight float64
@@ -61,24 +63,74 @@ type TenantUse struct {
 // false when fewer than two tenants hold calls or none is backlogged: one
 // tenant alone may fill the whole limit, and tenants that all get what
 // they ask need no cap.
-func FairLevel(uses []TenantUse, limit int, spare, light float64) (level float64, ok bool) {
-	var held, weights float64
+//
+// A backlogged tenant's calls are flagged as having waited when they were
+// made, and stay in the window a whole window after its last: one that
+// left, or whose calls came to an end, still counts as backlogged while
+// they leave. So a backlogged tenant that holds less than half its share,
+// while the window has room for that half that nobody takes, is taken as
+// asking for no more than it holds (satisfied): its calls count as held,
+// and the others split what it leaves, in turn (water-filling), until none
+// is left below half. It stays satisfied while it holds no more than it
+// did then (sat, by tag, is what the satisfied held at the last scan:
+// the others fill the room it leaves, and it must not weigh again for
+// that), and FairLevel returns the satisfied with what they hold now. The
+// level only rises by it, and a satisfied tenant stays capped at it, so a
+// tenant that comes back finds its share: it grows, and the next scan
+// weighs it again. While the window is full, a tenant below its share is
+// one that finds no room yet (it just came), and keeps its weight: the
+// others' caps make room for it.
+func FairLevel(uses []TenantUse, limit int, spare, light float64, sat map[string]int) (level float64, satisfied map[string]int, ok bool) {
+	var lightHeld, held, weights, total float64 // held: of no tenant, or satisfied
 	active := 0
 	for _, u := range uses {
 		if u.Units == 0 {
 			continue
 		}
-		active++
-		if u.Waited > 0 {
-			weights += u.Weight
-		} else {
+		total += float64(u.Units)
+		switch {
+		case u.Tag == "":
 			held += float64(u.Units)
+			continue
+		case u.Waited > 0:
+			weights += u.Weight
+		default:
+			lightHeld += float64(u.Units)
 		}
+		active++
 	}
 	if active < 2 || weights == 0 {
-		return 0, false
+		return 0, nil, false
 	}
-	return max(0, ((1-spare)*float64(limit)-max(held, light))/weights), true
+	budget := (1 - spare) * float64(limit)
+	level = max(0, (budget-max(lightHeld, light)-held)/weights)
+	room := budget - total
+	for {
+		more := false
+		for _, u := range uses {
+			if u.Tag == "" || u.Waited == 0 || u.Units == 0 {
+				continue
+			}
+			if _, done := satisfied[u.Tag]; done {
+				continue
+			}
+			share := level * u.Weight
+			was, before := sat[u.Tag]
+			if !(before && u.Units <= was || 2*float64(u.Units) < share && room >= share/2) {
+				continue
+			}
+			if satisfied == nil {
+				satisfied = map[string]int{}
+			}
+			satisfied[u.Tag], more = u.Units, true
+			held += float64(u.Units)
+			weights -= u.Weight
+		}
+		if !more || weights <= 0 {
+			return level, satisfied, true
+		}
+		level = max(level, (budget-max(lightHeld, light)-held)/weights)
+	}
 }
 
 // TenantShares is what is known of the tenants' shares: the fair level and
@@ -97,6 +149,9 @@ type TenantShares struct {
 	Scores  map[string][]int64
 	Light   int
 	LightAt time.Time
+	// By tag, the backlogged tenants taken as satisfied at the last scan,
+	// and what each held then (see FairLevel).
+	Satisfied map[string]int
 }
 
 // LearnTenants keeps what a scan read at now (uses, and light, the most
@@ -108,8 +163,12 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold {
 		light, lightAt = last.Light, last.LightAt
 	}
-	level, ok := FairLevel(uses, limit, spare, float64(light))
-	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt}
+	var sat map[string]int
+	if !now.After(k.Tenants.Until) {
+		sat = k.Tenants.Satisfied
+	}
+	level, sat, ok := FairLevel(uses, limit, spare, float64(light), sat)
+	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, Satisfied: sat}
 	for _, u := range uses {
 		if ok && u.Waited > 0 {
 			if s.Capped == nil {

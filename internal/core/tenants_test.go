@@ -30,13 +30,54 @@ func TestFairLevel(t *testing.T) {
 		{"all backlogged", []TenantUse{use("a", 50, true), use("b", 17, true), use("c", 30, true)}, 98.0 / 3, true},
 		{"weighted", []TenantUse{{"a", 2, 60, 1}, {"b", 1, 20, 1}, {"c", 1, 20, 1}}, 24.5, true},
 		{"idle tenants do not count", []TenantUse{use("a", 90, true), use("b", 0, false)}, 0, false},
+		// The calls of no tenant are held, as a light tenant's are; they
+		// are not a tenant.
+		{"calls of no tenant", []TenantUse{use("", 18, false), use("a", 40, true), use("b", 40, true)}, 40, true},
+		{"calls of no tenant and one tenant", []TenantUse{use("", 18, false), use("a", 80, true)}, 0, false},
+		// c left: its calls, flagged as waited, leave the window one by
+		// one, and nobody takes the room they leave. Below half its
+		// share (16.3), with that much room, it counts as holding what
+		// it holds: a and b split the rest.
+		{"a backlogged tenant that left", []TenantUse{use("a", 33, true), use("b", 32, true), use("c", 10, true)}, 44, true},
+		// Above half its share, it keeps its weight.
+		{"a backlogged tenant halfway", []TenantUse{use("a", 33, true), use("b", 32, true), use("c", 17, true)}, 98.0 / 3, true},
+		// c just came: the window is full, and it finds no room yet. It
+		// keeps its weight, and the caps of a and b make room for it.
+		{"a tenant that just came", []TenantUse{use("a", 49, true), use("b", 47, true), use("c", 1, true)}, 98.0 / 3, true},
+		// In turn: c and d are below half the share (12.25); once they
+		// count as held, b is below half the higher share (48), with
+		// room for that; a alone is left.
+		{"in turn", []TenantUse{use("a", 50, true), use("b", 14, true), use("c", 1, true), use("d", 1, true)}, 82, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			level, ok := FairLevel(tc.uses, 100, 0.02, 0)
+			level, _, ok := FairLevel(tc.uses, 100, 0.02, 0, nil)
 			if ok != tc.ok || math.Abs(level-tc.level) > 0.01 {
 				t.Fatalf("FairLevel = %g, %v; want %g, %v", level, ok, tc.level, tc.ok)
 			}
 		})
+	}
+}
+
+// A tenant taken as satisfied stays so while it holds no more than it did,
+// though the others fill the room it left; once it holds more, it weighs
+// again.
+func TestFairLevelKeepsTheSatisfied(t *testing.T) {
+	left := []TenantUse{use("a", 33, true), use("b", 32, true), use("c", 10, true)}
+	level, sat, ok := FairLevel(left, 100, 0.02, 0, nil)
+	if !ok || math.Abs(level-44) > 0.01 || sat["c"] != 10 || len(sat) != 1 {
+		t.Fatalf("c left: FairLevel = %g, %v, %v; want 44, c satisfied with 10", level, sat, ok)
+	}
+	// a and b took the room: no room is left.
+	full := []TenantUse{use("a", 44, true), use("b", 44, true), use("c", 8, true)}
+	if level, sat, _ := FairLevel(full, 100, 0.02, 0, sat); math.Abs(level-45) > 0.01 || sat["c"] != 8 {
+		t.Errorf("the room taken: FairLevel = %g, %v; want 45, c satisfied with 8", level, sat)
+	}
+	if level, sat, _ := FairLevel(full, 100, 0.02, 0, nil); math.Abs(level-98.0/3) > 0.01 || len(sat) != 0 {
+		t.Errorf("the room taken, c not known as satisfied: FairLevel = %g, %v; want 32.67, none satisfied", level, sat)
+	}
+	back := []TenantUse{use("a", 44, true), use("b", 40, true), use("c", 12, true)}
+	if level, sat, _ := FairLevel(back, 100, 0.02, 0, map[string]int{"c": 8}); math.Abs(level-98.0/3) > 0.01 || len(sat) != 0 {
+		t.Errorf("c back: FairLevel = %g, %v; want 32.67, none satisfied", level, sat)
 	}
 }
 

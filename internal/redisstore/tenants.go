@@ -51,15 +51,18 @@ func TenantTag(suffix string) string { return suffix[len(suffix)-tenantTagLen:] 
 // (exclusive) by the tenant their suffix names (see TenantSuffix), and
 // returns first the most calls of the tenants none of whose calls waited
 // (the light tenants) that any window of ARGV[2] µs after ARGV[1] - ARGV[2]
-// held, then, for each tenant in the order first met, its tag, its count
-// and how many of them waited. Members without a suffix are not counted.
+// held, then how many members without a suffix (of no tenant) are scored
+// after ARGV[1], then, for each tenant in the order first met, its tag,
+// its count and how many of them waited.
 var TenantScript = redis.NewScript(`
 local from, w = tonumber(ARGV[1]), tonumber(ARGV[2])
 local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (from - w), '+inf', 'WITHSCORES')
-local n, waited, order, seen = {}, {}, {}, {}
+local n, waited, order, seen, none = {}, {}, {}, {}, 0
 for j = 1, #r, 2 do
   local m = r[j]
-  if #m > 17 and m:sub(-17, -16) == '\0t' then
+  if not (#m > 17 and m:sub(-17, -16) == '\0t') then
+    if tonumber(r[j + 1]) > from then none = none + 1 end
+  else
     local tag, s = m:sub(-14), tonumber(r[j + 1])
     if not n[tag] then
       n[tag], waited[tag] = 0, 0
@@ -78,7 +81,7 @@ for i, e in ipairs(seen) do
     peak = math.max(peak, #light - lo + 1)
   end
 end
-local out = {peak}
+local out = {peak, none}
 for _, tag in ipairs(order) do
   out[#out + 1] = tag
   out[#out + 1] = n[tag]
@@ -276,7 +279,8 @@ func (c *attemptCmds) readTenants(r *core.Reply) error {
 	return nil
 }
 
-// parseTenants reads TenantScript's answer, vals, into r.Tenants and
+// parseTenants reads TenantScript's answer, vals, into r.Tenants (the
+// calls of no tenant first, as a use tagged "", when there are any) and
 // r.LightPeak.
 func parseTenants(r *core.Reply, vals []any) error {
 	if len(vals) == 0 {
@@ -287,8 +291,16 @@ func parseTenants(r *core.Reply, vals []any) error {
 		return fmt.Errorf("redisstore: tenant scan answered %v", vals[0])
 	}
 	r.LightPeak = int(peak)
-	r.Tenants = make([]core.TenantUse, 0, len(vals)/3)
-	for i := 1; i+2 < len(vals); i += 3 {
+	r.Tenants = make([]core.TenantUse, 0, len(vals)/3+1)
+	if len(vals) < 2 {
+		return fmt.Errorf("redisstore: tenant scan answered %v", vals)
+	}
+	if none, ok := vals[1].(int64); !ok {
+		return fmt.Errorf("redisstore: tenant scan answered %v", vals[1])
+	} else if none > 0 {
+		r.Tenants = append(r.Tenants, core.TenantUse{Units: int(none)})
+	}
+	for i := 2; i+2 < len(vals); i += 3 {
 		tag, _ := vals[i].(string)
 		n, ok1 := vals[i+1].(int64)
 		waited, ok2 := vals[i+2].(int64)

@@ -15,7 +15,8 @@ import (
 
 // The scan counts each tenant's calls after its from, how many of them
 // waited, and the light tenants' most in any window; the scores read
-// each capped tenant's members; members without a mark count for no one.
+// each capped tenant's members; members without a mark count for no
+// tenant, as the calls of none (a use tagged "").
 func TestTenantScripts(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
 		ctx := context.Background()
@@ -52,8 +53,11 @@ func TestTenantScripts(t *testing.T) {
 		if u := got[TenantTag(a)]; u.Units != 2 || u.Waited != 2 || u.Weight != 2 {
 			t.Errorf("a: %+v, want 2 units, 2 waited (one before from), weight 2", u)
 		}
-		if u := got[TenantTag(b)]; u.Units != 2 || u.Waited != 0 || u.Weight != 1 || len(got) != 2 {
-			t.Errorf("b: %+v of %d tenants, want 2 units, none waited, weight 1, of 2", u, len(got))
+		if u := got[TenantTag(b)]; u.Units != 2 || u.Waited != 0 || u.Weight != 1 || len(got) != 3 {
+			t.Errorf("b: %+v of %d uses, want 2 units, none waited, weight 1, of 3", u, len(got))
+		}
+		if u := got[""]; u.Units != 1 || u.Waited != 0 {
+			t.Errorf("no one's: %+v, want 1 unit", u)
 		}
 		caps := []core.TenantCap{{Tag: TenantTag(a), From: 1000}, {Tag: TenantTag(b), From: 0}}
 		vals, err = TenantScoresScript.Run(ctx, c, []string{"k"}, 0, caps[0].Tag, caps[1].Tag).Slice()
