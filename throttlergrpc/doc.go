@@ -2,7 +2,8 @@
 // throttler.Throttler: interceptors that wait for each call's quota,
 // shared by every replica through Redis, before the call is made, and
 // that share the API's refusals (RESOURCE_EXHAUSTED, UNAVAILABLE with
-// RetryInfo) with every replica, as throttler.Transport does for HTTP.
+// RetryInfo or a pushback) with every replica, as throttler.Transport
+// does for HTTP.
 //
 // Quick start: one quota for every method of the API,
 //
@@ -19,9 +20,9 @@
 // Every call made on conn then waits, with its own context, until the
 // shared window has room; a call whose earliest slot lies past its
 // deadline fails at once with RESOURCE_EXHAUSTED. When the API refuses a
-// call with RESOURCE_EXHAUSTED and a google.rpc.RetryInfo, every replica
-// pauses until the delay is over, and WithRetries makes the call again
-// after it. A quota per method is ByMethod's; a quota per credential,
+// call with RESOURCE_EXHAUSTED and a google.rpc.RetryInfo (or a
+// grpc-retry-pushback-ms trailer), every replica pauses until the delay
+// is over, and WithRetries makes the call again after it. A quota per method is ByMethod's; a quota per credential,
 // through a throttler.Group, is GroupRoute's. A call's cost
 // (throttler.ContextWithCost), tenant (throttler.ContextWithTenant) and
 // priority (throttler.ContextWithPriority) come from its context, as for

@@ -130,6 +130,13 @@ func (f *fake) serve(t *testing.T) string {
 	return lis.Addr().String()
 }
 
+// setTrailer has f send md as the trailer of every call from now on.
+func (f *fake) setTrailer(md metadata.MD) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.trailer = md
+}
+
 // answer admits or refuses one call arriving now.
 func (f *fake) answer(ctx context.Context, method string) error {
 	now := time.Now()

@@ -43,10 +43,6 @@ func (ic *interceptor) pick(ctx context.Context, method string) (*throttler.Thro
 	return th, nil
 }
 
-// admit waits on th for the call's units (the cost its context carries,
-// else 1; and with throttler.WithInFlight a place in flight), and returns
-// the permit that ends the call, and whether the call is priced (see
-// end).
 // tries admits a call on th and makes it with call, which ends the permit
 // (or hands it on) and reports whether the API refused it; a refused call
 // is admitted and made again, up to WithRetries times, while ctx lasts. It
@@ -67,6 +63,10 @@ func (ic *interceptor) tries(ctx context.Context, th *throttler.Throttler, call 
 	}
 }
 
+// admit waits on th for the call's units (the cost its context carries,
+// else 1; and with throttler.WithInFlight a place in flight), and returns
+// the permit that ends the call, and whether the call is priced (see
+// end).
 func (ic *interceptor) admit(ctx context.Context, th *throttler.Throttler) (*throttler.Permit, bool, error) {
 	n, costed := throttler.CostFromContext(ctx)
 	if !costed {
@@ -85,7 +85,7 @@ func (ic *interceptor) admit(ctx context.Context, th *throttler.Throttler) (*thr
 // (see limits.follow). It returns the verdict. The writes use ctx without
 // its cancellation: the news is for everyone.
 func (ic *interceptor) learn(ctx context.Context, th *throttler.Throttler, err error, mds ...metadata.MD) verdict {
-	v, st := readStatus(err)
+	v, st := readStatus(err, mds...)
 	if !v.refused && ic.cfg.limitKey == "" {
 		return v
 	}

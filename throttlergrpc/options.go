@@ -32,7 +32,9 @@ func defaultConfig() config {
 
 // WithRetries sets how many times a call the API refused is made again:
 // a unary call answered RESOURCE_EXHAUSTED (with or without RetryInfo), or
-// UNAVAILABLE with RetryInfo, and a stream whose creation was refused so
+// UNAVAILABLE with RetryInfo or a positive pushback, unless a
+// grpc-retry-pushback-ms trailer said not to retry; and a stream whose
+// creation was refused so
 // (nothing of it was sent). Each attempt waits on the Throttler anew, so
 // it goes once the pause (or back-off) the refusal set for every replica
 // is over and the quota admits it. No other error is retried, nor a call
@@ -64,8 +66,8 @@ func WithMaxPause(d time.Duration) Option {
 	}
 }
 
-// WithBackoff sets how long a RESOURCE_EXHAUSTED without RetryInfo, which
-// does not say until when, pauses every replica at first: doubled each
+// WithBackoff sets how long a RESOURCE_EXHAUSTED without RetryInfo or a
+// positive pushback, which does not say until when, pauses every replica at first: doubled each
 // time the API refuses again within a back-off's length after the last
 // one ended, whichever replica reads it, at most WithMaxPause (see
 // throttler.Throttler.BackOff). d must be positive. Default 1 second.

@@ -19,19 +19,31 @@ type verdict struct {
 	// UNAVAILABLE with RetryInfo): every replica pauses, and the call may
 	// be made again (WithRetries).
 	refused bool
-	// delay is RetryInfo's retry_delay, when positive: the pause's length
-	// (at most WithMaxPause). Zero for a refusal: a back-off.
+	// delay is RetryInfo's retry_delay, when positive, else the
+	// server's grpc-retry-pushback-ms: the pause's length (at most
+	// WithMaxPause). Zero for a refusal: a back-off.
 	delay time.Duration
+	// final: the server said not to retry (a negative or malformed
+	// grpc-retry-pushback-ms): the call is not made again, whatever
+	// WithRetries allows; every replica pauses all the same.
+	final bool
 }
 
-// readStatus reads a call's error as the API's answer. Not a refusal: a
-// nil error, one of this module's (localError: a wait's
-// RESOURCE_EXHAUSTED is no word from the API), any code but
+// pushbackKey is the trailer in which a gRPC server tells its clients how
+// long to wait before they retry (gRFC A6: milliseconds, a non-negative
+// decimal integer; a negative or malformed one says not to retry).
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// readStatus reads a call's error, and the metadata it came with (mds:
+// its trailer, where a server's grpc-retry-pushback-ms is), as the API's
+// answer. Not a refusal: a nil error, one of this module's (localError: a
+// wait's RESOURCE_EXHAUSTED is no word from the API), any code but
 // RESOURCE_EXHAUSTED and UNAVAILABLE, an UNAVAILABLE without a positive
-// RetryInfo delay (a connection lost, a server restarting: the call's
-// own), and the RESOURCE_EXHAUSTED grpc-go itself gives a message over
-// the size limits or an HTTP/2 flow-control error (see notQuota).
-func readStatus(err error) (verdict, *status.Status) {
+// RetryInfo delay or pushback (a connection lost, a server restarting:
+// the call's own), and the RESOURCE_EXHAUSTED grpc-go itself gives a
+// message over the size limits or an HTTP/2 flow-control error (see
+// notQuota).
+func readStatus(err error, mds ...metadata.MD) (verdict, *status.Status) {
 	if err == nil || isLocal(err) {
 		return verdict{}, nil
 	}
@@ -47,13 +59,40 @@ func readStatus(err error) (verdict, *status.Status) {
 		}
 		v.refused = true
 		v.delay = retryDelay(st)
-	case codes.Unavailable:
-		if v.delay = retryDelay(st); v.delay > 0 {
-			v.refused = true
+		if v.delay == 0 {
+			v.delay, v.final = pushback(mds)
 		}
+	case codes.Unavailable:
+		if v.delay = retryDelay(st); v.delay == 0 {
+			v.delay, v.final = pushback(mds)
+		}
+		v.refused = v.delay > 0
+		v.final = v.final && v.refused
 	}
 	return v, st
 }
+
+// pushback is the delay a server's grpc-retry-pushback-ms in mds asks
+// for (0 when it asks for none, or names none), and whether it says not
+// to retry at all.
+func pushback(mds []metadata.MD) (delay time.Duration, final bool) {
+	for _, md := range mds {
+		v := md.Get(pushbackKey)
+		if len(v) == 0 {
+			continue
+		}
+		ms, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+		if err != nil || ms < 0 {
+			return 0, true
+		}
+		return time.Duration(min(ms, int64(maxPushback/time.Millisecond))) * time.Millisecond, false
+	}
+	return 0, false
+}
+
+// maxPushback bounds the delay read from a pushback, before WithMaxPause
+// bounds the pause: a duration that overflows is no delay at all.
+const maxPushback = 24 * time.Hour
 
 // notQuota reports whether a RESOURCE_EXHAUSTED's message is one grpc-go
 // (or the server's gRPC library) gives for a message over the size limits

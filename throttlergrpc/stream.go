@@ -28,10 +28,11 @@ import (
 // the creation's error; the first error RecvMsg returns (CloseAndRecv's
 // included, io.EOF being success), or Header's, or SendMsg's other than
 // io.EOF (grpc-go reports a stream's status through RecvMsg); a refusal
-// (RESOURCE_EXHAUSTED, or UNAVAILABLE with RetryInfo) pauses every
-// replica as it does for a unary call. With WithLimitMetadata, the
-// header is read once the first message has come, and the trailer once
-// the stream has ended.
+// (RESOURCE_EXHAUSTED, or UNAVAILABLE with RetryInfo or a pushback)
+// pauses every replica as it does for a unary call. The trailer (its
+// pushback, and with WithLimitMetadata its limit) is read once the stream
+// has ended; with WithLimitMetadata, the header once the first message
+// has come.
 //
 // Retries (WithRetries) apply to the creation only, for nothing of the
 // stream was sent then: a refusal the server sends once the stream is
@@ -77,7 +78,7 @@ func (ic *interceptor) stream(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 		}
 		v := ic.learn(ctx, th, err)
 		ic.end(ctx, p, priced, v, nil)
-		return v.refused, err
+		return v.refused && !v.final, err
 	})
 	if err != nil {
 		return nil, err
@@ -161,7 +162,7 @@ func (s *watchedStream) readHeader() {
 
 // finish reads the stream's end, err (io.EOF for success), once: what the
 // API answered, and with trailerReady (RecvMsg has returned an error, or
-// the one reply) the trailer's limit; and ends the permit.
+// the one reply) its trailer's pushback and limit; and ends the permit.
 func (s *watchedStream) finish(err error, trailerReady bool) {
 	s.once.Do(func() {
 		s.stop()
@@ -169,7 +170,7 @@ func (s *watchedStream) finish(err error, trailerReady bool) {
 			err = nil
 		}
 		var trailer metadata.MD
-		if trailerReady && s.ic.cfg.limitKey != "" {
+		if trailerReady {
 			trailer = s.ClientStream.Trailer()
 		}
 		v := s.ic.learn(s.ctx, s.th, err, trailer)

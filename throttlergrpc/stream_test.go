@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/go-throttler/throttler"
@@ -106,6 +107,25 @@ func TestStreamRefusalPauses(t *testing.T) {
 		}
 		if waited := r.lastAt(t).Sub(refused); waited < 190*time.Millisecond {
 			t.Errorf("b's call came %s after the client stream's refusal, want at least 200ms", waited)
+		}
+
+		// A pushback in the stream's trailer, without RetryInfo: the
+		// pause it asks for, not the default back-off (a second).
+		r.f.setTrailer(metadata.Pairs("grpc-retry-pushback-ms", "300"))
+		r.f.push(status.New(codes.ResourceExhausted, "quota"))
+		s, err = r.a.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := drain(s); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("the stream with a pushback: %v, want RESOURCE_EXHAUSTED", err)
+		}
+		refused = r.lastAt(t)
+		if _, err := r.b.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+		if waited := r.lastAt(t).Sub(refused); waited < 290*time.Millisecond || waited > 900*time.Millisecond {
+			t.Errorf("b's call came %s after the stream's refusal with a pushback of 300ms, want 300ms", waited)
 		}
 	})
 }

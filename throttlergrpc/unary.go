@@ -38,13 +38,17 @@ import (
 //
 //   - RESOURCE_EXHAUSTED with a google.rpc.RetryInfo detail pauses every
 //     replica until its retry_delay is over (throttler.Throttler.PauseUntil,
-//     at most WithMaxPause); without one, it backs every replica off
+//     at most WithMaxPause), or without one, for the delay a
+//     grpc-retry-pushback-ms trailer asks for (gRFC A6's server pushback,
+//     in milliseconds; a negative or malformed one says not to retry, and
+//     the call is not made again); without either, it backs every replica off
 //     (throttler.Throttler.BackOff: WithBackoff, doubling while the API
 //     keeps refusing). grpc-go's own RESOURCE_EXHAUSTED for a message over
 //     the size limits, or an HTTP/2 flow-control reset, is not a refusal
 //     for quota, and pauses no one;
-//   - UNAVAILABLE with RetryInfo pauses every replica the same way;
-//     UNAVAILABLE without it (a connection lost, a server restarting) is
+//   - UNAVAILABLE with RetryInfo, or a positive pushback, pauses every
+//     replica the same way; UNAVAILABLE without either (a connection lost,
+//     a server restarting) is
 //     the call's own, and pauses no one;
 //   - with WithLimitMetadata or WithQuotaFailureLimit, a stated limit
 //     below the Throttler's lowers it for every replica.
@@ -92,10 +96,12 @@ func (ic *interceptor) unary(ctx context.Context, method string, req, reply any,
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	return ic.tries(ctx, th, func(p *throttler.Permit, priced bool) (bool, error) {
+		// The trailer may carry a pushback (see readStatus), the header
+		// and the trailer a stated limit (WithLimitMetadata).
 		var header, trailer metadata.MD
-		callOpts := opts
+		callOpts := append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 		if ic.cfg.limitKey != "" {
-			callOpts = append(opts[:len(opts):len(opts)], grpc.Header(&header), grpc.Trailer(&trailer))
+			callOpts = append(callOpts, grpc.Header(&header))
 		}
 		err := invoker(ctx, method, req, reply, cc, callOpts...)
 		v := ic.learn(ctx, th, err, header, trailer)
@@ -104,6 +110,6 @@ func (ic *interceptor) unary(ctx context.Context, method string, req, reply any,
 			actual = func() (int, bool) { return ic.cfg.actual(ctx, method, reply) }
 		}
 		ic.end(ctx, p, priced, v, actual)
-		return v.refused, err
+		return v.refused && !v.final, err
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/go-throttler/throttler"
@@ -96,22 +97,29 @@ func (r replicas) lastAt(t *testing.T) time.Time {
 // back-off; UNAVAILABLE with RetryInfo until its delay, without it not at
 // all.
 func TestRefusalPausesEveryReplica(t *testing.T) {
+	pushback := func(ms string) metadata.MD { return metadata.Pairs("grpc-retry-pushback-ms", ms) }
 	cases := []struct {
 		name    string
 		refusal *status.Status
 		pause   time.Duration // how long b's next call must wait; 0: not at all
+		trailer metadata.MD   // the fake's trailer on every call
 	}{
-		{"RESOURCE_EXHAUSTED with RetryInfo", withDetails(codes.ResourceExhausted, "quota", retryInfo(300*time.Millisecond)), 300 * time.Millisecond},
-		{"RESOURCE_EXHAUSTED without RetryInfo", status.New(codes.ResourceExhausted, "quota"), 250 * time.Millisecond},
-		{"UNAVAILABLE with RetryInfo", withDetails(codes.Unavailable, "overloaded", retryInfo(300*time.Millisecond)), 300 * time.Millisecond},
-		{"UNAVAILABLE without RetryInfo", status.New(codes.Unavailable, "restarting"), 0},
-		{"RESOURCE_EXHAUSTED for a message too large", status.New(codes.ResourceExhausted, "grpc: received message larger than max (10 vs. 5)"), 0},
-		{"PERMISSION_DENIED with RetryInfo", withDetails(codes.PermissionDenied, "no", retryInfo(300*time.Millisecond)), 0},
+		{"RESOURCE_EXHAUSTED with a pushback", status.New(codes.ResourceExhausted, "quota"), 300 * time.Millisecond, pushback("300")},
+		{"RetryInfo over a pushback", withDetails(codes.ResourceExhausted, "quota", retryInfo(300*time.Millisecond)), 300 * time.Millisecond, pushback("20")},
+		{"UNAVAILABLE with a pushback", status.New(codes.Unavailable, "overloaded"), 300 * time.Millisecond, pushback("300")},
+		{"UNAVAILABLE with a pushback not to retry", status.New(codes.Unavailable, "overloaded"), 0, pushback("-1")},
+		{"RESOURCE_EXHAUSTED with RetryInfo", withDetails(codes.ResourceExhausted, "quota", retryInfo(300*time.Millisecond)), 300 * time.Millisecond, nil},
+		{"RESOURCE_EXHAUSTED without RetryInfo", status.New(codes.ResourceExhausted, "quota"), 250 * time.Millisecond, nil},
+		{"UNAVAILABLE with RetryInfo", withDetails(codes.Unavailable, "overloaded", retryInfo(300*time.Millisecond)), 300 * time.Millisecond, nil},
+		{"UNAVAILABLE without RetryInfo", status.New(codes.Unavailable, "restarting"), 0, nil},
+		{"RESOURCE_EXHAUSTED for a message too large", status.New(codes.ResourceExhausted, "grpc: received message larger than max (10 vs. 5)"), 0, nil},
+		{"PERMISSION_DENIED with RetryInfo", withDetails(codes.PermissionDenied, "no", retryInfo(300*time.Millisecond)), 0, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dial_ dialer, key string) {
 				r := twoReplicas(t, dial_, key, WithBackoff(250*time.Millisecond))
+				r.f.setTrailer(c.trailer)
 				r.f.push(c.refusal)
 				_, err := r.a.UnaryCall(context.Background(), &testpb.SimpleRequest{})
 				if status.Code(err) != c.refusal.Code() || isLocal(err) {
@@ -174,6 +182,7 @@ func TestRetries(t *testing.T) {
 		atLeast  time.Duration // between the first and the last call at the fake
 		atMost   time.Duration // the caller's whole call, 0: unbounded
 		wantLast bool          // the error is the last refusal's (not a wait's)
+		trailer  string        // the fake's grpc-retry-pushback-ms on every call ("": none)
 	}{
 		{name: "RetryInfo, then success", script: []*status.Status{ri(codes.ResourceExhausted, 200*time.Millisecond)},
 			retries: 2, want: codes.OK, calls: 2, atLeast: 200 * time.Millisecond},
@@ -183,6 +192,12 @@ func TestRetries(t *testing.T) {
 			retries: 1, want: codes.ResourceExhausted, calls: 2, atLeast: 50 * time.Millisecond, wantLast: true},
 		{name: "UNAVAILABLE without RetryInfo is not retried", script: []*status.Status{status.New(codes.Unavailable, "restarting")},
 			retries: 3, want: codes.Unavailable, calls: 1},
+		{name: "a pushback, then success", script: []*status.Status{status.New(codes.ResourceExhausted, "quota")}, trailer: "150",
+			retries: 1, want: codes.OK, calls: 2, atLeast: 150 * time.Millisecond},
+		{name: "a pushback not to retry", script: []*status.Status{status.New(codes.ResourceExhausted, "quota")}, trailer: "-1",
+			retries: 3, want: codes.ResourceExhausted, calls: 1, wantLast: true},
+		{name: "a malformed pushback", script: []*status.Status{status.New(codes.ResourceExhausted, "quota")}, trailer: "soon",
+			retries: 3, want: codes.ResourceExhausted, calls: 1, wantLast: true},
 		{name: "a pause past the deadline", script: []*status.Status{ri(codes.ResourceExhausted, 5*time.Second)},
 			retries: 3, timeout: 500 * time.Millisecond, want: codes.ResourceExhausted, calls: 1, atMost: 300 * time.Millisecond, wantLast: true},
 	}
@@ -190,6 +205,9 @@ func TestRetries(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dial_ dialer, key string) {
 				r := twoReplicas(t, dial_, key, WithRetries(c.retries))
+				if c.trailer != "" {
+					r.f.setTrailer(metadata.Pairs("grpc-retry-pushback-ms", c.trailer))
+				}
 				r.f.push(c.script...)
 				ctx := context.Background()
 				if c.timeout > 0 {
