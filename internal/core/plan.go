@@ -132,6 +132,7 @@ type planner struct {
 	pos       int                // units placed against the known slots
 	units     int                // units of the requests claimed or kept so far
 	full      bool               // a WaitN waits: those behind it wait too
+	short     int                // the units of the first request the known slots were too few for (0: none)
 	firstKept int                // the first request left queued (-1 = none)
 	maxNow    int                // the largest AllowN claimed
 	tenants   map[string][]int64 // by capped tenant's tag: its claims' scores so far, a unit each (nil: none)
@@ -326,6 +327,9 @@ func (p *planner) knownSlot(r Request, slots []int64, soon bool) (g int64, ok bo
 	}
 	if p.pos+r.N > len(slots) {
 		p.full = true
+		if p.pos == 0 && p.short == 0 {
+			p.short = r.N
+		}
 		return 0, false
 	}
 	return max(p.floor, slots[p.pos+r.N-1]), true
@@ -374,14 +378,19 @@ func (p *planner) finish(reqs []Request) PlanOut {
 	// its reply told: a round trip per admission for calls held to a
 	// share.)
 	probe := in.Probe && in.QuietDue
-	if out.Exact && (len(out.Claims) > 0 || (p.firstKept >= 0 && out.Sleep == 0) || probe) {
+	// A request the known slots were too few for waits to learn more,
+	// whatever else the round sleeps for (a capped tenant's slot coming
+	// within reach, see tenantWait): otherwise it, and every request
+	// behind it, would wait for the next round that claims (seed 30688:
+	// a call of 65 units behind 64 known slots, most of a window).
+	if out.Exact && (len(out.Claims) > 0 || (p.firstKept >= 0 && (out.Sleep == 0 || p.short > 0)) || probe) {
 		// A round near the limit claims at most a share; it learns a few
 		// fair shares (see LearnShares), a share at least, and more than
 		// a batch only costs Redis time (and, on a slow link, the bytes
 		// of a longer reply).
 		k := max(min(LearnShares*c.FairShare(), c.BatchUnits()), min(c.Share(in.Clock.RTT), c.BatchUnits()), p.maxNow)
 		if p.firstKept >= 0 {
-			k = max(k, reqs[p.firstKept].N)
+			k = max(k, reqs[p.firstKept].N, p.short)
 		}
 		out.Slots = min(slices.Min(in.Lims), k)
 	}

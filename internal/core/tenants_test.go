@@ -166,6 +166,34 @@ func TestPlanCappedTenant(t *testing.T) {
 	}
 }
 
+// A request the known slots are too few for waits to learn more, though
+// a capped tenant's request has the round sleep until its slot comes
+// within reach: the round learns enough slots for it at once, in either
+// order (seed 30688: a call of 65 units behind 64 known slots waited most
+// of a window, and every call behind it).
+func TestPlanLearnsSlotsBesideACappedTenant(t *testing.T) {
+	c := testConfig(100, time.Second, time.Second)
+	in := planAt(100)
+	w := c.Wins[0].W
+	in.Known = Known{Near: true, Slots: []int64{0, 0, 0}, Tenants: TenantShares{
+		Ahead: 20_000, Level: 10, Until: in.Now.Add(time.Second),
+		Capped: map[string]bool{"a": true},
+		// 10 calls that leave the window at 1.5s: a's next slot.
+		Scores: map[string][]int64{"a": slices.Repeat([]int64{1_500_000 - w}, 10)},
+	}}
+	big := Request{N: 4, Prio: Normal, Tenant: "b", SoonTried: true}
+	capped := Request{N: 1, Prio: Normal, Tenant: "a"}
+	for _, reqs := range [][]Request{{big, capped}, {capped, big}} {
+		p := Plan(c, in, reqs, PlanOut{})
+		if len(p.Claims) != 0 {
+			t.Fatalf("%+v: claims %+v, want none", reqs, p.Claims)
+		}
+		if !p.Exact || p.Slots < big.N {
+			t.Errorf("%+v: exact %v, learning %d slots (sleep %s); want at least %d, for b's call", reqs, p.Exact, p.Slots, p.Sleep, big.N)
+		}
+	}
+}
+
 // While a tenant is held to a cap, another tenant's call is claimed at
 // the soonest slot until SoonTried, whatever free slots the last reply
 // told of (they lie past the capped tenant's claims ahead), and at the
