@@ -35,6 +35,16 @@ func (w *simWorld) tenantOptions() []Option {
 	return []Option{WithTenantWeight(w.sc.TenantWeight)}
 }
 
+// tenantNames maps the tag of each of sc's tenants (see
+// redisstore.TenantTag) to its name.
+func tenantNames(sc sim.Scenario) map[string]string {
+	names := make(map[string]string, len(sc.Tenants))
+	for _, t := range sc.Tenants {
+		names[redisstore.TenantTag(redisstore.TenantSuffix(t.Name, sc.TenantWeight(t.Name)))] = t.Name
+	}
+	return names
+}
+
 // tenantNote names, for the trace, the tenant whose mark member ends in
 // (see redisstore.TenantSuffix), and whether the call waited behind
 // others of its tenant: "" for a call of no tenant.
@@ -44,11 +54,9 @@ func (w *simWorld) tenantNote(member string) string {
 		return ""
 	}
 	mark := member[len(member)-n:]
-	name := "?"
-	for _, t := range w.sc.Tenants {
-		if redisstore.TenantTag(redisstore.TenantSuffix(t.Name, w.sc.TenantWeight(t.Name))) == redisstore.TenantTag(mark) {
-			name = t.Name
-		}
+	name, ok := w.names[redisstore.TenantTag(mark)]
+	if !ok {
+		name = "?"
 	}
 	if mark == redisstore.TenantWaited(mark, true) {
 		return " for " + name + " (waited)"

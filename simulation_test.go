@@ -315,11 +315,12 @@ type simWorld struct {
 	store *sim.Store
 	net   *sim.Network
 	rec   *sim.Recorder
-	tl    sim.TenantLog // the calls of tenants (sc.Tenants)
-	api   *sim.API      // where HTTP callers' requests go (nil: no HTTP callers)
-	reps  []*simReplica // each replica's process now
-	old   []*simReplica // processes replaced by a restart (ColdStart)
-	lost  atomic.Bool   // Redis lost the window (a flush, a failover to a copy behind)
+	tl    sim.TenantLog     // the calls of tenants (sc.Tenants)
+	names map[string]string // by tag (redisstore.TenantTag), each tenant's name, for the trace
+	api   *sim.API          // where HTTP callers' requests go (nil: no HTTP callers)
+	reps  []*simReplica     // each replica's process now
+	old   []*simReplica     // processes replaced by a restart (ColdStart)
+	lost  atomic.Bool       // Redis lost the window (a flush, a failover to a copy behind)
 
 	stop   chan struct{}      // closed when the run's traffic ends
 	ctx    context.Context    // every call's parent: cancelled to unstick a hung run
@@ -398,7 +399,7 @@ func newSimWorld(t *testing.T, sc sim.Scenario) *simWorld {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &simWorld{t: t, sc: sc, store: sim.NewStore(), rec: sim.NewRecorder(),
 		stop: make(chan struct{}), ctx: ctx, cancel: cancel,
-		outstanding: map[*simCall]struct{}{}, errs: map[string]int{}}
+		outstanding: map[*simCall]struct{}{}, errs: map[string]int{}, names: tenantNames(sc)}
 	w.net = sim.NewNetwork(w.store, sc.Replicas)
 	w.net.SetLatency(sc.Latency)
 	w.net.Seed(sc.Seed)

@@ -290,11 +290,11 @@ func parseTenants(r *core.Reply, vals []any) error {
 	if !ok {
 		return fmt.Errorf("redisstore: tenant scan answered %v", vals[0])
 	}
-	r.LightPeak = int(peak)
-	r.Tenants = make([]core.TenantUse, 0, len(vals)/3+1)
 	if len(vals) < 2 {
 		return fmt.Errorf("redisstore: tenant scan answered %v", vals)
 	}
+	r.LightPeak = int(peak)
+	r.Tenants = make([]core.TenantUse, 0, len(vals)/3+1)
 	if none, ok := vals[1].(int64); !ok {
 		return fmt.Errorf("redisstore: tenant scan answered %v", vals[1])
 	} else if none > 0 {
