@@ -18,7 +18,8 @@ type rider interface {
 	// tells the plan (in) what it needs to know of it.
 	ask(t *Throttler, a *core.Attempt, in *core.PlanIn)
 	// claim adds to round rd's attempt what follows from its plan, once
-	// the plan has taken its batch of waiters from the queue.
+	// the plan has taken its batch of waiters from the queue, and may
+	// shorten the round's sleep (rd.sleep) when it claims nothing.
 	claim(t *Throttler, rd *round)
 	// read reads the rider's part of round rd's reply as it arrives,
 	// into what the round resolves it with (rr).
@@ -61,6 +62,7 @@ type replyRead struct {
 	lost     bool   // Redis lost the window: the counts decide nothing
 	wide     int64  // the largest margin in force, as the reply read it (µs)
 	refused  []bool // per claim (nil: none): a rider refuses it (see core.ResolveIn)
+	replan   bool   // a rider read what lets queued calls go sooner: the next round goes at once
 }
 
 // noRider adds nothing where a rider has nothing to add.

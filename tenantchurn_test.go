@@ -33,15 +33,23 @@ func tenantState(th *Throttler, have func(name string) bool) []string {
 			}
 		}
 	}
-	v := reflect.ValueOf(th.known.Tenants)
+	return append(out, mapsByTag(reflect.ValueOf(th.known.Tenants), "known.Tenants", tags)...)
+}
+
+// mapsByTag names every key of tags found in a map keyed by string in
+// struct v, or in a struct within it, which path names.
+func mapsByTag(v reflect.Value, path string, tags map[string]string) []string {
+	var out []string
 	for i := range v.NumField() {
-		f := v.Field(i)
-		if f.Kind() != reflect.Map || f.Type().Key().Kind() != reflect.String {
-			continue
-		}
-		for _, k := range f.MapKeys() {
-			if name, ok := tags[k.String()]; ok {
-				out = append(out, fmt.Sprintf("known.Tenants.%s: %s", v.Type().Field(i).Name, name))
+		f, name := v.Field(i), path+"."+v.Type().Field(i).Name
+		switch {
+		case f.Kind() == reflect.Struct:
+			out = append(out, mapsByTag(f, name, tags)...)
+		case f.Kind() == reflect.Map && f.Type().Key().Kind() == reflect.String:
+			for _, k := range f.MapKeys() {
+				if tenant, ok := tags[k.String()]; ok {
+					out = append(out, fmt.Sprintf("%s: %s", name, tenant))
+				}
 			}
 		}
 	}

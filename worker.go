@@ -132,6 +132,10 @@ func (t *Throttler) nextRoundLocked(rd *round) time.Duration {
 	case t.owed.healing():
 		// Redis lost the window: tell the others at once.
 		return 0
+	case len(rd.batch) == 0 && rd.replan:
+		// A rider read what lets queued calls go sooner than planned
+		// (a tenant's cap rose): plan again at once.
+		return 0
 	case len(rd.batch) == 0:
 		// Only upkeep (give-backs, a probe, a clock sample): keep the
 		// sleep planned, counted from when it was planned, for the
@@ -206,10 +210,6 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	}
 	a.Checks = append(a.Checks, p.Checks...)
 	a.Exact, a.Learn.Slots, a.Soonest, a.Room, a.Learn.PrioMask = p.Exact, p.Slots, p.Soonest, p.Room, p.PrioMask
-	for _, r := range roundRiders {
-		r.claim(t, rd)
-	}
-	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
 	rd.sleep, rd.planned = p.Sleep, now
 	if p.Jitter {
 		rd.sleep += t.rules.TurnJitter(t.worker.rng, t.known.Lost)
@@ -217,6 +217,10 @@ func (t *Throttler) planLocked(now time.Time) *round {
 			rd.sleep = min(rd.sleep, t.rules.Quiet())
 		}
 	}
+	for _, r := range roundRiders {
+		r.claim(t, rd)
+	}
+	a.Learn.LowCaps = t.rules.LowCaps(a.Learn.PrioMask, a.Learn.Slots, a.Lims, a.Learn.LowCaps)
 	return rd
 }
 
@@ -307,6 +311,7 @@ func (t *Throttler) decideLocked(rd *round) {
 	for _, rider := range roundRiders {
 		rider.read(t, rd, &rr)
 	}
+	rd.replan = rr.replan
 	arrived := rr.arrived
 	rd.leaving = rd.leaving[:0]
 	for _, w := range rd.batch {
@@ -503,4 +508,5 @@ type round struct {
 	leaving  []bool        // per claim: its caller left while it was in flight
 	lims     []int         // the limits in force as the reply arrived
 	planned  time.Time     // when the round was planned (local)
+	replan   bool          // a rider read what lets queued calls go sooner than planned
 }

@@ -55,6 +55,14 @@ type TenantUse struct {
 	Waited int
 }
 
+// FairMemory is what FairLevel keeps from one scan to the next, by tag:
+// the backlogged tenants taken as satisfied, and what each held then
+// (Sat); and those a scan saw short of their share while the window had
+// room for the rest of it, and what each held then (Short).
+type FairMemory struct {
+	Sat, Short map[string]int
+}
+
 // FairLevel returns the fair level, in units per unit of weight, that
 // the tenants of uses that are backlogged (Waited > 0) share: a share
 // spare (in [0, 1)) of limit is left free, the tenants that are not
@@ -67,20 +75,32 @@ type TenantUse struct {
 // A backlogged tenant's calls are flagged as having waited when they were
 // made, and stay in the window a whole window after its last: one that
 // left, or whose calls came to an end, still counts as backlogged while
-// they leave. So a backlogged tenant that holds less than half its share,
-// while the window has room for that half that nobody takes, is taken as
-// asking for no more than it holds (satisfied): its calls count as held,
-// and the others split what it leaves, in turn (water-filling), until none
-// is left below half. It stays satisfied while it holds no more than it
-// did then (sat, by tag, is what the satisfied held at the last scan:
+// they leave. So a backlogged tenant that asks for less than it may hold
+// is taken as asking for no more than it holds (satisfied): its calls
+// count as held, and the others split what it leaves, in turn
+// (water-filling), until none is left that asks for less. It asks for
+// less when two scans in a row of this process (the last one in
+// last.Short) see it short of its share (its cap: a whole number of
+// units), holding no more at the second, while the window has room
+// nobody takes of at least half what it lacks (or a quarter of its share,
+// when it lacks more than half): a tenant that asks for its share takes
+// the room between two scans. One scan is not enough: it may catch the
+// moment the tenant's calls of a window ago left and its next have not
+// come yet. (Half a share, judged in one scan, was the rule before: seed
+// 30220's tenant that left held 263 units of its 492 and kept its weight
+// while the rest stayed free; and with scans every tenth of the window, a
+// process that scanned as a window's burst left took a tenant at 4 units
+// of its 28 as satisfied, and the others took its room for good.)
+//
+// It stays satisfied while it holds no more than it did then (last.Sat:
 // the others fill the room it leaves, and it must not weigh again for
-// that), and FairLevel returns the satisfied with what they hold now. The
-// level only rises by it, and a satisfied tenant stays capped at it, so a
-// tenant that comes back finds its share: it grows, and the next scan
-// weighs it again. While the window is full, a tenant below its share is
-// one that finds no room yet (it just came), and keeps its weight: the
-// others' caps make room for it.
-func FairLevel(uses []TenantUse, limit int, spare, light float64, sat map[string]int) (level float64, satisfied map[string]int, ok bool) {
+// that); FairLevel returns the satisfied, and the short, with what they
+// hold now. The level only rises by it, and a satisfied tenant stays
+// capped at it, so a tenant that comes back finds its share: it grows,
+// and the next scan weighs it again. While the window is full, a tenant
+// below its share is one that finds no room yet (it just came), and keeps
+// its weight: the others' caps make room for it.
+func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemory) (level float64, mem FairMemory, ok bool) {
 	var lightHeld, held, weights, total float64 // held: of no tenant, or satisfied
 	active := 0
 	for _, u := range uses {
@@ -100,7 +120,7 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, sat map[string
 		active++
 	}
 	if active < 2 || weights == 0 {
-		return 0, nil, false
+		return 0, FairMemory{}, false
 	}
 	budget := (1 - spare) * float64(limit)
 	level = max(0, (budget-max(lightHeld, light)-held)/weights)
@@ -111,26 +131,48 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, sat map[string
 			if u.Tag == "" || u.Waited == 0 || u.Units == 0 {
 				continue
 			}
-			if _, done := satisfied[u.Tag]; done {
+			if _, done := mem.Sat[u.Tag]; done {
 				continue
 			}
-			share := level * u.Weight
-			was, before := sat[u.Tag]
-			if !(before && u.Units <= was || 2*float64(u.Units) < share && room >= share/2) {
+			if !mem.asksLess(u, level*u.Weight, room, last) {
 				continue
 			}
-			if satisfied == nil {
-				satisfied = map[string]int{}
-			}
-			satisfied[u.Tag], more = u.Units, true
+			mem.Sat = note(mem.Sat, u.Tag, u.Units)
+			more = true
 			held += float64(u.Units)
 			weights -= u.Weight
 		}
 		if !more || weights <= 0 {
-			return level, satisfied, true
+			return level, mem, true
 		}
 		level = max(level, (budget-max(lightHeld, light)-held)/weights)
 	}
+}
+
+// asksLess reports whether backlogged u, whose share is share, asks for
+// less than it may hold while the window has room nobody takes (see
+// FairLevel), noting it in m.Short when it is short of its share with
+// room.
+func (m *FairMemory) asksLess(u TenantUse, share, room float64, last FairMemory) bool {
+	if was, ok := last.Sat[u.Tag]; ok && u.Units <= was {
+		return true
+	}
+	deficit := share - float64(u.Units)
+	if u.Units >= int(share) || room < min(deficit, share/2)/2 {
+		return false // at its cap (see Cap), or little room
+	}
+	m.Short = note(m.Short, u.Tag, u.Units)
+	was, ok := last.Short[u.Tag]
+	return ok && u.Units <= was
+}
+
+// note sets m[tag] to units, making m if it is nil, and returns m.
+func note(m map[string]int, tag string, units int) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[tag] = units
+	return m
 }
 
 // TenantShares is what is known of the tenants' shares: the fair level and
@@ -149,9 +191,8 @@ type TenantShares struct {
 	Scores  map[string][]int64
 	Light   int
 	LightAt time.Time
-	// By tag, the backlogged tenants taken as satisfied at the last scan,
-	// and what each held then (see FairLevel).
-	Satisfied map[string]int
+	// What the last scan's FairLevel keeps for the next.
+	Fair FairMemory
 }
 
 // LearnTenants keeps what a scan read at now (uses, and light, the most
@@ -163,12 +204,12 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold {
 		light, lightAt = last.Light, last.LightAt
 	}
-	var sat map[string]int
+	var last FairMemory
 	if !now.After(k.Tenants.Until) {
-		sat = k.Tenants.Satisfied
+		last = k.Tenants.Fair
 	}
-	level, sat, ok := FairLevel(uses, limit, spare, float64(light), sat)
-	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, Satisfied: sat}
+	level, mem, ok := FairLevel(uses, limit, spare, float64(light), last)
+	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, Fair: mem}
 	for _, u := range uses {
 		if ok && u.Waited > 0 {
 			if s.Capped == nil {
@@ -205,6 +246,21 @@ func (s TenantShares) Cap(tag string, now time.Time) (int, bool) {
 		w = 1
 	}
 	return max(1, int(s.Level*w)), true
+}
+
+// Looser reports whether s lets a tenant capped in was hold more at now:
+// its cap rose, or it is held to none.
+func (s TenantShares) Looser(was TenantShares, now time.Time) bool {
+	for tag := range was.Capped {
+		before, held := was.Cap(tag, now)
+		if !held {
+			continue // was expired: it held nobody
+		}
+		if cap, capped := s.Cap(tag, now); !capped || cap > before {
+			return true
+		}
+	}
+	return false
 }
 
 // TagWeight is the weight a tenant's tag carries: its last 6 characters,
