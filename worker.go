@@ -134,7 +134,9 @@ func (t *Throttler) nextRoundLocked(rd *round) time.Duration {
 		return 0
 	case len(rd.batch) == 0 && rd.replan:
 		// A rider read what lets queued calls go sooner than planned
-		// (a tenant's cap rose): plan again at once.
+		// (a tenant's cap rose, or a scan saw a tenant short of its share,
+		// which the next scan may confirm: see tenants.go): plan again at
+		// once.
 		return 0
 	case len(rd.batch) == 0:
 		// Only upkeep (give-backs, a probe, a clock sample): keep the
