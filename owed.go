@@ -257,17 +257,25 @@ func (o *owed) trimReplay(serverNow, w int64) {
 	o.unscored = slices.DeleteFunc(o.unscored, func(rt time.Time) bool { return time.Since(rt) > since })
 }
 
+// notInStore is the score unhold takes for members that left the store
+// with the round trip that wrote them (see core.CapRead).
+const notInStore = -1
+
 // unhold gives back what w's reservation holds: its members leave Redis
 // with the next round trip, and its slot in the local share (local, nil
 // without one) is freed. at is the score a round trip that succeeded wrote
 // them at, or 0 when they may not have been written (see
-// core.Attempt.GiveBack). The caller then replaces w's reservation.
+// core.Attempt.GiveBack), or notInStore when the round trip that wrote
+// them also removed them. The caller then replaces w's reservation.
 func (o *owed) unhold(w *waiter, local *core.LocalWindow, at int64) {
-	if at > 0 {
+	switch {
+	case at == notInStore:
+		// The store removed them already: nothing to give back.
+	case at > 0:
 		for _, m := range w.res.members {
 			o.returned = append(o.returned, core.Entry{Score: at, Member: m})
 		}
-	} else {
+	default:
 		o.giveBack = append(o.giveBack, w.res.members...)
 	}
 	w.freeShareLocked(local)

@@ -62,6 +62,7 @@ type replyRead struct {
 	lost     bool   // Redis lost the window: the counts decide nothing
 	wide     int64  // the largest margin in force, as the reply read it (µs)
 	refused  []bool // per claim (nil: none): a rider refuses it (see core.ResolveIn)
+	gone     []bool // per claim (nil: none): its members left the store with the round trip
 	replan   bool   // a rider read what lets queued calls go sooner: the next round goes at once
 }
 

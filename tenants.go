@@ -55,21 +55,31 @@ func spareOf(limit int) float64 {
 // soonTries is how many times a call of a tenant not held to a cap is
 // claimed at the soonest slot while another is capped, before it takes
 // the free slots the last reply told of, past the capped tenant's claims
-// ahead (see core's planner.soon). A claim of the capped tenant's over its
-// cap stays in the window until the round trip after the one that made it
-// gives it back (the cap is checked in the process, on the members the
-// round trip read), and a light call's claim counted with it may be
-// refused where a round trip later it fits. With one try, light calls
-// waited the capped tenant's reach (20ms) now and then in windows that
-// never held more than 95 of 100 calls; with three, at most 7.7ms in 4
-// runs (cd bench && go run ./cmd/harness -scenarios tenants-flood -runs 4
-// -calls). While the windows stay full, each light call costs up to
-// soonTries round trips.
+// ahead (see core's planner.soon). A light call's claim counted beside a
+// claim of the capped tenant's over its cap (between its insert and the
+// script that removes it) may be refused where a round trip later it
+// fits. When such claims stayed in the window until the next round trip
+// gave them back, light calls waited the capped tenant's reach (20ms) now
+// and then with one try, in windows that never held more than 95 of 100
+// calls; with three, at most 7.7ms in 4 runs (cd bench && go run
+// ./cmd/harness -scenarios tenants-flood -runs 4 -calls). While the
+// windows stay full, each light call costs up to soonTries round trips.
 const soonTries = 3
 
-// capAhead is how far ahead a capped tenant reserves, as a share of the
-// interval (see core.TenantShares.Ahead).
-const capAhead = 0.02
+// capAhead is how far ahead a capped tenant reserves, and capYield how
+// long the room another process's member of a capped tenant frees stays
+// that process's, as shares of the interval (see core.TenantReach).
+const (
+	capAhead = 0.02
+	capYield = 0.05
+)
+
+// capReach is how a capped tenant's claims are placed (see
+// core.TenantReach).
+func (c *config) capReach() core.TenantReach {
+	in := float64(c.rules.Wins[0].Interval.Microseconds())
+	return core.TenantReach{Ahead: int64(capAhead * in), Yield: int64(capYield * in)}
+}
 
 // rankOf is where a call of priority prio, on ctx, queues (front: ahead of
 // every wait: see wantFront), its tenant weighed by o.
@@ -158,22 +168,22 @@ func (tenantRider) claim(t *Throttler, rd *round) {
 			a.Tenants.Caps = append(a.Tenants.Caps, core.TenantCap{Tag: tag, Cap: limit, From: from})
 			j = len(a.Tenants.Caps) - 1
 		}
-		c := &a.Tenants.Caps[j]
-		c.Claims, c.From = append(c.Claims, i), min(c.From, from)
+		c, cl := &a.Tenants.Caps[j], rd.Plan.Claims[i]
+		c.Claims, c.From = append(c.Claims, core.CapClaim{Claim: i, First: cl.First, N: cl.N}), min(c.From, from)
+		a.Tenants.Own = t.ids.id()
 	}
 }
 
-// read keeps what a scan told, for two windows, and refuses the
-// claims of a capped tenant that its cap does not hold, in their order; the
-// tenant's next claims are placed against its members as read, less those
-// refused.
+// read keeps what a scan told, for two windows, and refuses the claims
+// of a capped tenant that the store found its cap does not hold (and
+// removed from the window: see core.CapRead); the tenant's next claims are
+// placed against its members as read, less those refused.
 func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 	r, w := rd.Reply, t.rules.Wins[0].W
 	if r.Tenants != nil {
 		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
-		ahead := int64(capAhead * float64(t.rules.Wins[0].Interval.Microseconds()))
 		was, now := t.known.Tenants, t.now()
-		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), ahead, now, 2*time.Duration(w)*time.Microsecond)
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond)
 		// A cap that rose lets the capped tenant's queued calls go now,
 		// not when the slot the old cap left comes within reach; a tenant
 		// short of its share has the round plan its wake for the next
@@ -181,37 +191,25 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 		rr.replan = rr.replan || t.known.Tenants.Looser(was, now) || len(t.known.Tenants.Fair.Short) > 0
 	}
 	for i, c := range rd.Attempt.Tenants.Caps {
-		if i >= len(r.CapsScores) {
+		if i >= len(r.Caps) {
 			break
 		}
-		kept := r.CapsScores[i]
-		for _, ci := range c.Claims {
-			cl := rd.Plan.Claims[ci]
-			if core.CapHolds(kept, cl.Score, w, max(c.Cap, cl.N)) {
-				continue
-			}
+		cr := r.Caps[i]
+		for _, pos := range cr.Refused {
+			ci := c.Claims[pos].Claim
 			if rr.refused == nil {
 				rr.refused = make([]bool, len(rd.Plan.Claims))
 			}
 			rr.refused[ci] = true
-			kept = withoutScore(kept, cl.Score, cl.N)
+			if cr.Removed {
+				if rr.gone == nil {
+					rr.gone = make([]bool, len(rd.Plan.Claims))
+				}
+				rr.gone[ci] = true
+			}
 		}
-		t.known.TenantScores(c.Tag, kept)
+		t.known.TenantScores(c.Tag, cr.Members)
 	}
-}
-
-// withoutScore returns scores (ascending) less n of those equal to g, in
-// a new slice.
-func withoutScore(scores []int64, g int64, n int) []int64 {
-	out := make([]int64, 0, len(scores))
-	for _, s := range scores {
-		if s == g && n > 0 {
-			n--
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
 }
 
 // flagWaited flags each queued call of a tenant as waited when another

@@ -313,7 +313,7 @@ func (t *Throttler) decideLocked(rd *round) {
 	for _, rider := range roundRiders {
 		rider.read(t, rd, &rr)
 	}
-	rd.replan = rr.replan
+	rd.replan, rd.gone = rr.replan, rr.gone
 	arrived := rr.arrived
 	rd.leaving = rd.leaving[:0]
 	for _, w := range rd.batch {
@@ -338,7 +338,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		if res.OK[i] {
 			t.known.Free(c.Score, w.n, w.rank.prio.level())
 		}
-		t.owed.unhold(w, t.fallback.local, c.Score)
+		t.owed.unhold(w, t.fallback.local, rd.writtenAt(i))
 		roundRiders.drop(t, w)
 		w.settleLocked(reservation{state: stFailed})
 	case w.caller == leaving:
@@ -370,13 +370,23 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		if res.OK[i] {
 			t.known.Free(c.Score, w.n, w.rank.prio.level())
 		}
-		w.requeueLocked(&t.owed, t.fallback.local, c.Score)
+		w.requeueLocked(&t.owed, t.fallback.local, rd.writtenAt(i))
 		if !roundRiders.lack(w) {
 			return false, true
 		}
 		return false, roundRiders.aside(t, w, a)
 	}
 	return false, false
+}
+
+// writtenAt is where round rd's claim i left its members in the store
+// (see owed.unhold): at its score, or nowhere when the round trip also
+// removed them.
+func (rd *round) writtenAt(i int) int64 {
+	if rd.gone != nil && rd.gone[i] {
+		return notInStore
+	}
+	return rd.Plan.Claims[i].Score
 }
 
 // workerState is the queue and the worker that serves it, under the
@@ -511,4 +521,5 @@ type round struct {
 	lims     []int         // the limits in force as the reply arrived
 	planned  time.Time     // when the round was planned (local)
 	replan   bool          // a rider read what lets queued calls go sooner than planned
+	gone     []bool        // per claim (nil: none): its members left the store with the round trip
 }

@@ -215,11 +215,11 @@ type RiderReply struct {
 	// claims.
 	Placed []int64
 	// Per tenant in the window, its calls, when the attempt asked
-	// (Tenants.Scan); per capped tenant of Tenants.Caps, its members'
-	// scores after its From, ascending.
-	Tenants    []TenantUse
-	LightPeak  int // the most calls of tenants none of whose calls waited in a window (see TenantAsk)
-	CapsScores [][]int64
+	// (Tenants.Scan); per capped tenant of Tenants.Caps, its claims
+	// refused and its members.
+	Tenants   []TenantUse
+	LightPeak int // the most calls of tenants none of whose calls waited in a window (see TenantAsk)
+	Caps      []CapRead
 }
 
 // UsageRead is what a store's Usage read: the server's clock, the pause

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"time"
@@ -19,7 +20,8 @@ import (
 
 // TenantAsk is what a round trip asks of the tenants' calls: a scan of the
 // first key's members scored after From (server µs), when Scan is set;
-// and, per capped tenant with claims in it (Caps), its members' scores.
+// and, per capped tenant with claims in it (Caps), its members' scores,
+// those whose names begin with Own (this process's) apart.
 type TenantAsk struct {
 	// Peaks, set while a tenant is held to a cap, has an exact round count
 	// each claim against the fullest window that holds it (see Reply.Peaks):
@@ -31,16 +33,35 @@ type TenantAsk struct {
 	From  int64
 	W     int64 // the window (µs) the light tenants' most is read in, over the last two
 	Caps  []TenantCap
+	Own   string
 }
 
 // TenantCap is a capped tenant's claims in a round trip: the tenant's
-// tag, its cap, its claims (indexes into the round's Claims), and from
-// when (server µs, exclusive) its members' scores are read.
+// tag, its cap, its claims, and from when (server µs, exclusive) its
+// members' scores are read. The store checks each claim, in order,
+// against the cap, and removes those it does not hold (see CapRead).
 type TenantCap struct {
 	Tag    string
 	Cap    int
-	Claims []int
+	Claims []CapClaim
 	From   int64
+}
+
+// CapClaim is a claim of a capped tenant: its index in the round's
+// Claims, and where its members lie in the attempt's Adds.
+type CapClaim struct {
+	Claim, First, N int
+}
+
+// CapRead is what a round trip read of a capped tenant (see
+// TenantAsk.Caps): the claims of its TenantCap that its cap does not hold
+// (by their position in its Claims, ascending), whose members the store
+// removed from the first key, and from every key when Removed; and its
+// members after the cap's From, without them.
+type CapRead struct {
+	Refused []int
+	Removed bool
+	Members TenantMembers
 }
 
 // TenantUse is one tenant's calls in the window, as a scan read them: its
@@ -57,17 +78,26 @@ type TenantUse struct {
 
 // FairMemory is what FairLevel keeps from one scan to the next, by tag:
 // the backlogged tenants taken as satisfied, and what each held then
-// (Sat); and those a scan saw short of their share while the window had
-// room for the rest of it, and what each held then (Short).
+// (Sat); those a scan saw short of their share while the window had room
+// for the rest of it, and what each held then (Short); and the heavy
+// tenants, and what each held then (Heavy). A heavy tenant held more than
+// the level while none of its calls waited behind others of its own: one
+// call at a time on each replica, each made as the last returns, takes
+// what the others leave and more, and never waits behind its own (seed
+// 36420: one caller on each of 5 replicas held 255 units of 328 while a
+// flood of 15 callers, held to the level the rest left it, had 49). It
+// counts as backlogged from then on, while its calls come.
 type FairMemory struct {
-	Sat, Short map[string]int
+	Sat, Short, Heavy map[string]int
 }
 
 // FairLevel returns the fair level, in units per unit of weight, that
-// the tenants of uses that are backlogged (Waited > 0) share: a share
-// spare (in [0, 1)) of limit is left free, the tenants that are not
-// backlogged keep what they hold (at least light in all: see
-// TenantShares.Light), and the backlogged split the rest by weight. ok is
+// the tenants of uses that are backlogged (Waited > 0, or heavy: see
+// FairMemory) share: a share spare (in [0, 1)) of limit is left free,
+// the tenants that are not backlogged keep what they hold (at least light
+// in all: see TenantShares.Light, not counted while a tenant is heavy, for
+// it counted the heavy), and the backlogged split the rest by weight. A
+// tenant that is not backlogged but holds more than the level is heavy. ok is
 // false when fewer than two tenants hold calls or none is backlogged: one
 // tenant alone may fill the whole limit, and tenants that all get what
 // they ask need no cap.
@@ -101,34 +131,37 @@ type FairMemory struct {
 // below its share is one that finds no room yet (it just came), and keeps
 // its weight: the others' caps make room for it.
 func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemory) (level float64, mem FairMemory, ok bool) {
-	var lightHeld, held, weights, total float64 // held: of no tenant, or satisfied
-	active := 0
 	for _, u := range uses {
-		if u.Units == 0 {
-			continue
+		if _, was := last.Heavy[u.Tag]; was && u.Waited == 0 && u.Units > 0 {
+			mem.Heavy = note(mem.Heavy, u.Tag, u.Units)
 		}
-		total += float64(u.Units)
-		switch {
-		case u.Tag == "":
-			held += float64(u.Units)
-			continue
-		case u.Waited > 0:
-			weights += u.Weight
-		default:
-			lightHeld += float64(u.Units)
-		}
-		active++
-	}
-	if active < 2 || weights == 0 {
-		return 0, FairMemory{}, false
 	}
 	budget := (1 - spare) * float64(limit)
-	level = max(0, (budget-max(lightHeld, light)-held)/weights)
-	room := budget - total
+	var s fairSums
+	for {
+		s = sumUses(uses, mem.Heavy)
+		if s.active < 2 || s.weights == 0 {
+			return 0, FairMemory{}, false
+		}
+		if len(mem.Heavy) > 0 {
+			light = 0 // the light peak read counted the heavy (see Heavy)
+		}
+		level = max(0, (budget-max(s.light, light)-s.held)/s.weights)
+		more := false
+		for _, u := range uses {
+			if _, heavy := mem.Heavy[u.Tag]; u.Tag != "" && u.Waited == 0 && !heavy && float64(u.Units) > level*u.Weight {
+				mem.Heavy, more = note(mem.Heavy, u.Tag, u.Units), true
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	room := budget - s.total
 	for {
 		more := false
 		for _, u := range uses {
-			if u.Tag == "" || u.Waited == 0 || u.Units == 0 {
+			if u.Tag == "" || !s.backlogged(u) || u.Units == 0 {
 				continue
 			}
 			if _, done := mem.Sat[u.Tag]; done {
@@ -139,14 +172,53 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 			}
 			mem.Sat = note(mem.Sat, u.Tag, u.Units)
 			more = true
-			held += float64(u.Units)
-			weights -= u.Weight
+			s.held += float64(u.Units)
+			s.weights -= u.Weight
 		}
-		if !more || weights <= 0 {
+		if !more || s.weights <= 0 {
 			return level, mem, true
 		}
-		level = max(level, (budget-max(lightHeld, light)-held)/weights)
+		level = max(level, (budget-max(s.light, light)-s.held)/s.weights)
 	}
+}
+
+// fairSums are FairLevel's sums over the tenants' uses: the units of the
+// tenants that are not backlogged (light), of no tenant (held, to which
+// the satisfied add), of all; the backlogged tenants' weights; and how
+// many tenants hold units (active).
+type fairSums struct {
+	light, held, total, weights float64
+	active                      int
+	heavy                       map[string]int
+}
+
+// sumUses sums uses (see fairSums), the tenants of heavy backlogged.
+func sumUses(uses []TenantUse, heavy map[string]int) fairSums {
+	s := fairSums{heavy: heavy}
+	for _, u := range uses {
+		if u.Units == 0 {
+			continue
+		}
+		s.total += float64(u.Units)
+		switch {
+		case u.Tag == "":
+			s.held += float64(u.Units)
+			continue
+		case s.backlogged(u):
+			s.weights += u.Weight
+		default:
+			s.light += float64(u.Units)
+		}
+		s.active++
+	}
+	return s
+}
+
+// backlogged reports whether u's tenant is backlogged: some of its calls
+// waited behind others of its own, or it is heavy (see FairMemory).
+func (s fairSums) backlogged(u TenantUse) bool {
+	_, heavy := s.heavy[u.Tag]
+	return u.Waited > 0 || heavy
 }
 
 // asksLess reports whether backlogged u, whose share is share, asks for
@@ -184,22 +256,29 @@ func note(m map[string]int, tag string, units int) map[string]int {
 // LightAt): a light tenant's calls come unevenly, and the window must
 // hold the most of them it may see, not their mean.
 type TenantShares struct {
-	Ahead   int64 // how far ahead (µs) a capped tenant reserves
+	TenantReach
 	Level   float64
 	Until   time.Time
 	Capped  map[string]bool
-	Scores  map[string][]int64
+	Scores  map[string]TenantMembers
 	Light   int
 	LightAt time.Time
 	// What the last scan's FairLevel keeps for the next.
 	Fair FairMemory
 }
 
+// TenantReach is how a capped tenant's claims are placed: how far ahead
+// (µs) it reserves, and how long (µs) the room another process's member
+// frees stays that process's (see CapSlot).
+type TenantReach struct {
+	Ahead, Yield int64
+}
+
 // LearnTenants keeps what a scan read at now (uses, and light, the most
 // calls of the tenants that are not backlogged in a window) under limit,
 // leaving the share spare to the tenants within their shares, for hold:
 // the shares and the light tenants' most alike.
-func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, ahead int64, now time.Time, hold time.Duration) {
+func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration) {
 	lightAt := now
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold {
 		light, lightAt = last.Light, last.LightAt
@@ -209,9 +288,9 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 		last = k.Tenants.Fair
 	}
 	level, mem, ok := FairLevel(uses, limit, spare, float64(light), last)
-	s := TenantShares{Ahead: ahead, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, Fair: mem}
+	s := TenantShares{TenantReach: reach, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, Fair: mem}
 	for _, u := range uses {
-		if ok && u.Waited > 0 {
+		if _, heavy := mem.Heavy[u.Tag]; ok && (u.Waited > 0 || heavy) {
 			if s.Capped == nil {
 				s.Capped = map[string]bool{}
 			}
@@ -226,13 +305,13 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 	k.Tenants = s
 }
 
-// TenantScores keeps scores (ascending) as the members of the tenant of
-// tag, which a round trip that checked its claims read.
-func (k *Known) TenantScores(tag string, scores []int64) {
+// TenantScores keeps m as the members of the tenant of tag, which a
+// round trip that checked its claims read.
+func (k *Known) TenantScores(tag string, m TenantMembers) {
 	if k.Tenants.Scores == nil {
-		k.Tenants.Scores = map[string][]int64{}
+		k.Tenants.Scores = map[string]TenantMembers{}
 	}
-	k.Tenants.Scores[tag] = scores
+	k.Tenants.Scores[tag] = m
 }
 
 // Cap returns the cap of the tenant of tag at now: the most units it may
@@ -279,44 +358,93 @@ func TagWeight(tag string) (float64, bool) {
 
 // CapHolds reports whether a claim at g of a tenant whose members' scores
 // are scores (ascending, the claim's own among them) keeps the tenant
-// within cap in every window (t-w, t] that holds g (see Peak).
+// within cap in every window (t-w, t] that holds g (see Peak): the check
+// the redisstore package's scripts make in Redis, which its tests hold
+// them to.
 func CapHolds(scores []int64, g, w int64, cap int) bool {
 	return Peak(scores, g, w) <= int64(cap)
 }
 
+// TenantMembers is a capped tenant's members in the window, as a round
+// trip read them: the scores (server µs, ascending) of this process's
+// own, and those of the others'; and how many processes hold them, this
+// one included.
+type TenantMembers struct {
+	Own, Others []int64
+	Procs       int
+}
+
+// All returns every score of m, ascending, in a new slice.
+func (m TenantMembers) All() []int64 {
+	out := append(slices.Clone(m.Own), m.Others...)
+	slices.Sort(out)
+	return out
+}
+
+// yield is how long the room another process's member frees stays that
+// process's, for this one, which holds the members of m scored after
+// from and claims n more under cap: yield, or none while this process
+// would hold less than its part of the cap with them (an equal part for
+// each process that holds members). So a process that holds little is not
+// kept out of the room its tenant's others free, which would have it wait
+// as long as they keep claiming.
+func (m TenantMembers) yield(yield, from int64, cap, n int) int64 {
+	i, _ := slices.BinarySearch(m.Own, from+1)
+	if m.Procs > 1 && len(m.Own)-i+n < cap/m.Procs {
+		return 0
+	}
+	return yield
+}
+
 // CapSlot returns the first score at or after floor at which n more units
-// of a tenant whose members' scores are scores (ascending) keep it within
-// cap in every window (t-w, t] that holds them, with n at most cap. A
-// window over the cap that ends at t stops holding the score past t; the
-// one that ends at the score itself, once its first member leaves it.
-func CapSlot(scores []int64, floor, w int64, cap, n int) int64 {
-	in := func(t int64) int { // the members in (t-w, t]
-		lo, _ := slices.BinarySearch(scores, t-w+1)
-		hi, _ := slices.BinarySearch(scores, t+1)
-		return hi - lo
-	}
+// of a tenant whose members are m keep it within cap in every window
+// (t-w, t] that holds them, with n at most cap, the room another
+// process's member frees going to this process only yield µs after it
+// leaves the window: the process that held it takes it again first, so
+// that the processes of one capped tenant do not all claim the same room
+// (in tenants-skewed, half the claims of the tenant on 3 replicas were
+// refused when they did). A window over the cap that ends at t stops
+// holding the score past t; the one that ends at the score itself, once
+// its first member leaves it.
+func CapSlot(m TenantMembers, floor, w, yield int64, cap, n int) int64 {
 	g := max(floor, 0)
-	for {
-		over := int64(-1) // the end of the last window over the cap that holds g
-		if in(g)+n > cap {
-			over = g
+	if n > cap {
+		return g
+	}
+	// Each member counts in the windows that end in [s, s+life): life is
+	// w for this process's own, w+yield for the others'.
+	type edge struct {
+		at int64
+		d  int
+	}
+	edges := make([]edge, 0, 2*(len(m.Own)+len(m.Others)))
+	for _, s := range m.Own {
+		edges = append(edges, edge{s, 1}, edge{s + w, -1})
+	}
+	for _, s := range m.Others {
+		edges = append(edges, edge{s, 1}, edge{s + w + yield, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(a.at, b.at) })
+	// Sweep the windows' ends: a window over cap-n, [from, at), holds
+	// no claim in (from-w, at); the claim moves past it when it holds g.
+	held, over, from := 0, false, int64(0)
+	for i, e := range edges {
+		held += e.d
+		if i+1 < len(edges) && edges[i+1].at == e.at {
+			continue // the count between two ends, once all at e.at moved
 		}
-		i, _ := slices.BinarySearch(scores, g+1)
-		for ; i < len(scores) && scores[i] < g+w; i++ {
-			if (i+1 == len(scores) || scores[i+1] > scores[i]) && in(scores[i])+n > cap {
-				over = scores[i]
+		switch full := held > cap-n; {
+		case full && !over:
+			over, from = true, e.at
+		case !full && over:
+			over = false
+			if from >= g+w {
+				return g
 			}
-		}
-		switch {
-		case over < 0 || n > cap:
-			return g
-		case over == g:
-			lo, _ := slices.BinarySearch(scores, g-w+1)
-			g = scores[lo] + w
-		default:
-			g = over + 1
+			g = max(g, e.at)
 		}
 	}
+	return g
 }
 
 // tenantSlot returns the slot r may claim instead of g, the first slot
@@ -335,14 +463,16 @@ func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait b
 	if !capped {
 		return g, false
 	}
-	scores, read := s.Scores[r.Tenant]
+	m, read := s.Scores[r.Tenant]
 	claimed := p.tenants[r.Tenant]
 	if !read && len(claimed) > 0 {
 		// Its members are not known yet: the round trip of its first claim
 		// reads them.
 		return g, true
 	}
-	if floor := CapSlot(withScores(scores, claimed), g, p.c.Wins[0].W, max(cap, r.N), r.N); floor > g {
+	m.Own = withScores(m.Own, claimed)
+	w := p.c.Wins[0].W
+	if floor := CapSlot(m, g, w, m.yield(s.Yield, g-w, cap, r.N), max(cap, r.N), r.N); floor > g {
 		g = floor
 		if i, _ := slices.BinarySearch(slots, floor); p.known && i < len(slots) {
 			g = slots[i]
@@ -361,7 +491,7 @@ func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait b
 // claims ahead, and the fullest window that holds the soonest slot, which
 // the round counts exactly (see TenantAsk.Peaks), may have room for it.
 // Until SoonTried: a call refused there a few times (a capped tenant's
-// claims over its cap count until they are given back) takes the known
+// claims over its cap count until the store removes them) takes the known
 // slots, without a round trip per try while the windows stay full.
 func (p *planner) soon(r Request) bool {
 	s := &p.in.Known.Tenants

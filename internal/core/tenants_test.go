@@ -63,6 +63,40 @@ func TestFairLevel(t *testing.T) {
 	}
 }
 
+// A tenant none of whose calls waited behind its own, but that holds more
+// than the level the others are held to, counts as backlogged (heavy), at
+// that scan and the next while its calls come; a light tenant below the
+// level does not.
+func TestFairLevelHeavy(t *testing.T) {
+	// 100 units: flood, backlogged, holds 20; t0 (one caller per
+	// replica) 70; light 5. Without the rule: t0 and light keep theirs,
+	// and flood gets 98-75 = 23.
+	uses := []TenantUse{use("flood", 20, true), use("t0", 70, false), use("light", 5, false)}
+	level, mem, ok := FairLevel(uses, 100, 0.02, 0, FairMemory{})
+	if want := (98.0 - 5) / 2; !ok || math.Abs(level-want) > 0.01 {
+		t.Fatalf("FairLevel = %g (ok %v), want %g: flood and t0 share what light leaves", level, ok, want)
+	}
+	if _, heavy := mem.Heavy["t0"]; !heavy || len(mem.Heavy) != 1 {
+		t.Fatalf("heavy %v, want t0 alone", mem.Heavy)
+	}
+	var k Known
+	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second)
+	if !k.Tenants.Capped["t0"] || !k.Tenants.Capped["flood"] || k.Tenants.Capped["light"] {
+		t.Fatalf("capped %v, want flood and t0", k.Tenants.Capped)
+	}
+	// Capped, t0 holds its share: heavy still, and still capped.
+	uses[0].Units, uses[1].Units = 46, 46
+	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second)
+	if !k.Tenants.Capped["t0"] || math.Abs(k.Tenants.Level-46.5) > 0.01 {
+		t.Fatalf("the next scan: capped %v at %g, want t0 still, at 46.5", k.Tenants.Capped, k.Tenants.Level)
+	}
+	// Its calls stopped: it holds nothing, and is heavy no more.
+	uses[1].Units = 0
+	if _, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 {
+		t.Fatalf("t0 gone: heavy %v, want none", mem.Heavy)
+	}
+}
+
 // A tenant taken as satisfied stays so while it holds no more than it did,
 // though the others fill the room it left; once it holds more, it weighs
 // again.
@@ -137,7 +171,7 @@ func TestCapSlot(t *testing.T) {
 		// members leave the window that ends at the score.
 		{[]int64{120, 130, 140}, 50, 3, 220},
 	} {
-		got := CapSlot(tc.scores, tc.floor, w, tc.cap, 1)
+		got := CapSlot(TenantMembers{Own: tc.scores}, tc.floor, w, 0, tc.cap, 1)
 		if got != tc.want {
 			t.Errorf("CapSlot(%v, floor %d, cap %d) = %d, want %d", tc.scores, tc.floor, tc.cap, got, tc.want)
 		}
@@ -152,6 +186,35 @@ func TestCapSlot(t *testing.T) {
 	}
 }
 
+// The room another process's member frees goes to this process only
+// yield after the member leaves: its own process claims it first.
+func TestCapSlotYieldsToTheOwner(t *testing.T) {
+	const w, yield = 100, 30
+	for _, tc := range []struct {
+		m      TenantMembers
+		floor  int64
+		cap, n int
+		want   int64
+		what   string
+	}{
+		{TenantMembers{Own: []int64{10}}, 50, 1, 1, 110, "its own member: the room is its own at once"},
+		{TenantMembers{Others: []int64{10}}, 50, 1, 1, 140, "another's: the room is this one's yield later"},
+		{TenantMembers{Own: []int64{10}, Others: []int64{20}}, 50, 2, 1, 110, "its own leaves first"},
+		{TenantMembers{Own: []int64{20}, Others: []int64{10}}, 50, 2, 1, 120, "its own leaves before another's room is its"},
+		{TenantMembers{Others: []int64{10, 20}}, 50, 2, 2, 150, "two units: both others' rooms"},
+		{TenantMembers{Others: []int64{10}}, 200, 1, 1, 200, "long gone"},
+		{TenantMembers{Others: []int64{120}}, 50, 1, 1, 250, "a window ahead: past it and its yield"},
+	} {
+		if got := CapSlot(tc.m, tc.floor, w, yield, tc.cap, tc.n); got != tc.want {
+			t.Errorf("%s: CapSlot(%+v, floor %d, cap %d, n %d) = %d, want %d", tc.what, tc.m, tc.floor, tc.cap, tc.n, got, tc.want)
+		}
+		// Without the yield, every member is as its own.
+		if got, want := CapSlot(tc.m, tc.floor, w, 0, tc.cap, tc.n), CapSlot(TenantMembers{Own: tc.m.All()}, tc.floor, w, 0, tc.cap, tc.n); got != want {
+			t.Errorf("%s, no yield: %d, want %d as if all were its own", tc.what, got, want)
+		}
+	}
+}
+
 // A capped tenant's request waits for the slot its cap leaves and claims
 // little ahead, without holding back another tenant's request behind it;
 // within reach, a round claims for it as many slots as its cap leaves.
@@ -160,10 +223,10 @@ func TestPlanCappedTenant(t *testing.T) {
 	in := planAt(100)
 	w := c.Wins[0].W
 	in.Known = Known{Tenants: TenantShares{
-		Ahead: 20_000, Level: 10, Until: in.Now.Add(time.Second),
+		TenantReach: TenantReach{Ahead: 20_000}, Level: 10, Until: in.Now.Add(time.Second),
 		Capped: map[string]bool{"a": true},
 		// 10 calls that leave the window at 1.5s.
-		Scores: map[string][]int64{"a": slices.Repeat([]int64{1_500_000 - w}, 10)},
+		Scores: map[string]TenantMembers{"a": {Own: slices.Repeat([]int64{1_500_000 - w}, 10)}},
 	}}
 	reqs := []Request{{N: 1, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "b"}}
 	p := Plan(c, in, reqs, PlanOut{})
@@ -176,7 +239,7 @@ func TestPlanCappedTenant(t *testing.T) {
 	}
 	// 8 calls that leave at 1.01s, within reach: 2 more fit now, 8 more at
 	// 1.01s, and the 11th only once those 2 leave.
-	in.Known.Tenants.Scores["a"] = slices.Repeat([]int64{1_010_000 - w}, 8)
+	in.Known.Tenants.Scores["a"] = TenantMembers{Own: slices.Repeat([]int64{1_010_000 - w}, 8)}
 	reqs = slices.Repeat([]Request{{N: 1, Prio: Normal, Tenant: "a"}}, 11)
 	p = Plan(c, in, reqs, PlanOut{})
 	for i, d := range p.Each {
@@ -209,10 +272,10 @@ func TestPlanLearnsSlotsBesideACappedTenant(t *testing.T) {
 	in := planAt(100)
 	w := c.Wins[0].W
 	in.Known = Known{Near: true, Slots: []int64{0, 0, 0}, Tenants: TenantShares{
-		Ahead: 20_000, Level: 10, Until: in.Now.Add(time.Second),
+		TenantReach: TenantReach{Ahead: 20_000}, Level: 10, Until: in.Now.Add(time.Second),
 		Capped: map[string]bool{"a": true},
 		// 10 calls that leave the window at 1.5s: a's next slot.
-		Scores: map[string][]int64{"a": slices.Repeat([]int64{1_500_000 - w}, 10)},
+		Scores: map[string]TenantMembers{"a": {Own: slices.Repeat([]int64{1_500_000 - w}, 10)}},
 	}}
 	big := Request{N: 4, Prio: Normal, Tenant: "b", SoonTried: true}
 	capped := Request{N: 1, Prio: Normal, Tenant: "a"}
@@ -235,7 +298,7 @@ func TestPlanSoonBesideACappedTenant(t *testing.T) {
 	c := testConfig(100, time.Second, time.Second)
 	in := planAt(100)
 	in.Known = Known{Near: true, Slots: []int64{1_020_000, 1_020_000}, Tenants: TenantShares{
-		Ahead: 20_000, Level: 90, Until: in.Now.Add(time.Second),
+		TenantReach: TenantReach{Ahead: 20_000}, Level: 90, Until: in.Now.Add(time.Second),
 		Capped: map[string]bool{"a": true},
 	}}
 	for _, tc := range []struct {

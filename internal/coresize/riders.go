@@ -39,7 +39,7 @@ var riders = []rider{
 		[]string{"news.go", "internal/redisstore/announce.go"}},
 	{"placement by the store", []string{"Riders.Placement", "RiderReply.Placed"},
 		[]string{"place.go", "internal/core/place.go", "internal/redisstore/place.go"}},
-	{"tenants' shares", []string{"Riders.Tenants", "RiderReply.Tenants", "RiderReply.LightPeak", "RiderReply.CapsScores"},
+	{"tenants' shares", []string{"Riders.Tenants", "RiderReply.Tenants", "RiderReply.LightPeak", "RiderReply.Caps"},
 		[]string{"tenants.go", "internal/core/tenants.go", "internal/redisstore/tenants.go"}},
 	{"what is owed to Redis (a concern type)", []string{"owed.*"}, []string{"owed.go"}},
 }

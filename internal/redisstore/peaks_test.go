@@ -108,8 +108,8 @@ func checkPeaks(t *testing.T, c *redis.Client, key string, tenants bool) {
 				}
 			}
 			slices.Sort(want)
-			if !slices.Equal(r.CapsScores[i], want) {
-				t.Fatalf("iter %d: tenant %d's scores after %d read %v, want %v", iter, i, cp.From, r.CapsScores[i], want)
+			if got := r.Caps[i].Members.All(); !slices.Equal(got, want) {
+				t.Fatalf("iter %d: tenant %d's scores after %d read %v, want %v", iter, i, cp.From, got, want)
 			}
 		}
 		for i, g := range a.Checks {

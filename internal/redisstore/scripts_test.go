@@ -56,6 +56,8 @@ func scriptVars(t *testing.T) map[string]string {
 	}
 	vars := map[string]string{}
 	fset := token.NewFileSet()
+	var parsed []*ast.File
+	consts := map[string]ast.Expr{} // package-level constants, by name
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -64,6 +66,19 @@ func scriptVars(t *testing.T) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		parsed = append(parsed, f)
+		for _, d := range f.Decls {
+			if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.CONST {
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, v := range vs.Values {
+						consts[vs.Names[i].Name] = v
+					}
+				}
+			}
+		}
+	}
+	for _, f := range parsed {
 		held := map[ast.Node]bool{} // the calls that are a variable's value
 		for _, d := range f.Decls {
 			gd, ok := d.(*ast.GenDecl)
@@ -75,7 +90,7 @@ func scriptVars(t *testing.T) map[string]string {
 				for i, v := range vs.Values {
 					if newScript(v) && i < len(vs.Names) {
 						held[v] = true
-						vars[vs.Names[i].Name] = scriptText(t, fset, v.(*ast.CallExpr))
+						vars[vs.Names[i].Name] = scriptText(t, fset, v.(*ast.CallExpr), consts)
 					}
 				}
 			}
@@ -100,18 +115,41 @@ func newScript(e ast.Expr) bool {
 	return ok && (sel.Sel.Name == "NewScript" || sel.Sel.Name == "NewScriptServerSHA")
 }
 
-// scriptText returns the literal text a NewScript call is given.
-func scriptText(t *testing.T, fset *token.FileSet, call *ast.CallExpr) string {
+// scriptText returns the text a NewScript call is given: string literals
+// and package-level constants (consts) made of them, joined with +.
+func scriptText(t *testing.T, fset *token.FileSet, call *ast.CallExpr, consts map[string]ast.Expr) string {
 	t.Helper()
 	if len(call.Args) == 1 {
-		if lit, ok := call.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			if s, err := strconv.Unquote(lit.Value); err == nil {
-				return s
-			}
+		if s, ok := literalText(call.Args[0], consts); ok {
+			return s
 		}
 	}
-	t.Errorf("%s: the script's text is not one string literal: this test cannot compare it with Scripts'", fset.Position(call.Pos()))
+	t.Errorf("%s: the script's text is not made of string literals: this test cannot compare it with Scripts'", fset.Position(call.Pos()))
 	return ""
+}
+
+// literalText returns the string e stands for, when it is a string
+// literal, a constant of consts that is one, or a sum of them.
+func literalText(e ast.Expr, consts map[string]ast.Expr) (string, bool) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		if e.Kind != token.STRING {
+			return "", false
+		}
+		s, err := strconv.Unquote(e.Value)
+		return s, err == nil
+	case *ast.Ident:
+		if v, ok := consts[e.Name]; ok {
+			return literalText(v, consts)
+		}
+	case *ast.BinaryExpr:
+		if e.Op == token.ADD {
+			x, ok1 := literalText(e.X, consts)
+			y, ok2 := literalText(e.Y, consts)
+			return x + y, ok1 && ok2
+		}
+	}
+	return "", false
 }
 
 // elsewhere returns the module's Go files, but for tests, redisstore and

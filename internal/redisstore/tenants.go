@@ -90,27 +90,112 @@ end
 return out
 `)
 
-// TenantScoresScript returns, for each tag of ARGV[2:], the scores of the
-// members of KEYS[1] whose suffix names it, scored after ARGV[1]
-// (exclusive), ascending.
-var TenantScoresScript = redis.NewScript(`
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES')
-local out, at = {}, {}
-for i = 2, #ARGV do
-  out[i - 1] = {}
-  at[ARGV[i]] = i - 1
+// capsLua defines readCaps, which the scripts that read the capped
+// tenants' members share. readCaps(r, at, key) reads the members of the
+// capped tenants in r (a ZRANGEBYSCORE WITHSCORES answer on key) and
+// checks each tenant's claims, in order, against its cap, from ARGV[at]
+// on (see capsArgs): the window w (µs), whether to remove the claims
+// refused ('1'), the asking process's prefix (its members' names begin
+// with it), the number of tenants, then per tenant its tag, its cap and
+// its number of claims, and per claim its units n and its n members. A
+// claim whose tenant would hold more than its cap (or n, when n is more)
+// in some window of w µs that holds it, beside the tenant's other members
+// and the claims before it that were kept, is refused: it counts for
+// nothing after, and its members leave key at once when asked (a
+// compacted key's give-back does more than remove a member, and the
+// process gives them back). (Every window
+// then holds at most the cap: the last claim kept in it was checked with
+// all the others.) A claim whose members are not in r (the store placed
+// it elsewhere, or not at all) is not checked. It returns, per tenant,
+// how many processes other than the asking one hold its members in r, how
+// many of its claims were refused, their positions, then its members'
+// scores, ascending, the asking process's own negated.
+const capsLua = `
+local function peakIn(l, g, w)
+  local best, lo, hi = 0, 1, 1
+  local function at(t)
+    while hi <= #l and math.abs(l[hi]) <= t do hi = hi + 1 end
+    while lo < hi and math.abs(l[lo]) <= t - w do lo = lo + 1 end
+    if hi - lo > best then best = hi - lo end
+  end
+  at(g)
+  for _, v in ipairs(l) do
+    local s = math.abs(v)
+    if s > g and s < g + w then at(s) end
+  end
+  return best
 end
-for j = 1, #r, 2 do
-  local m = r[j]
-  if #m > 17 and m:sub(-17, -16) == '\0t' then
-    local k = at[m:sub(-14)]
-    if k then
-      local o = out[k]
-      o[#o + 1] = tonumber(r[j + 1])
+local function readCaps(r, at, key)
+  local w, drop, own, nt = tonumber(ARGV[at]), ARGV[at + 1] == '1', ARGV[at + 2], tonumber(ARGV[at + 3])
+  local byTag, ts, claimOf, i = {}, {}, {}, at + 4
+  for k = 1, nt do
+    local t = {cap = tonumber(ARGV[i + 1]), claims = {}, procs = {}, others = 0, list = {}}
+    byTag[ARGV[i]], ts[k] = t, t
+    local nc = tonumber(ARGV[i + 2])
+    i = i + 3
+    for c = 1, nc do
+      local cl = {n = tonumber(ARGV[i]), members = {}}
+      for j = 1, cl.n do
+        cl.members[j] = ARGV[i + j]
+        claimOf[ARGV[i + j]] = cl
+      end
+      t.claims[c] = cl
+      i = i + 1 + cl.n
     end
   end
+  for j = 1, #r, 2 do
+    local m = r[j]
+    if #m > 17 and m:sub(-17, -16) == '\0t' then
+      local t = byTag[m:sub(-14)]
+      if t then
+        local s, p = tonumber(r[j + 1]), m:sub(1, #own)
+        local cl = claimOf[m]
+        if cl then
+          cl.score = s
+        elseif #own > 0 and p == own then
+          t.list[#t.list + 1] = -s
+        else
+          if #own > 0 and not t.procs[p] then
+            t.procs[p], t.others = true, t.others + 1
+          end
+          t.list[#t.list + 1] = s
+        end
+      end
+    end
+  end
+  local out = {}
+  for k, t in ipairs(ts) do
+    local refused = {}
+    for c, cl in ipairs(t.claims) do
+      if cl.score then
+        local at = #t.list + 1
+        while at > 1 and math.abs(t.list[at - 1]) > cl.score do at = at - 1 end
+        for _ = 1, cl.n do table.insert(t.list, at, -cl.score) end
+        if peakIn(t.list, cl.score, w) > math.max(t.cap, cl.n) then
+          refused[#refused + 1] = c
+          for _ = 1, cl.n do table.remove(t.list, at) end
+          for j = 1, drop and #cl.members or 0, 100 do
+            redis.call('ZREM', key, unpack(cl.members, j, math.min(j + 99, #cl.members)))
+          end
+        end
+      end
+    end
+    local o = {t.others, #refused}
+    for _, c in ipairs(refused) do o[#o + 1] = c end
+    for _, v in ipairs(t.list) do o[#o + 1] = v end
+    out[k] = o
+  end
+  return out
 end
-return out
+`
+
+// TenantScoresScript reads the capped tenants' members in KEYS[1] scored
+// after ARGV[1] (exclusive), checks their claims against their caps, and
+// returns readCaps's answer per tenant (see capsLua), what it reads from
+// ARGV[2] on.
+var TenantScoresScript = redis.NewScript(capsLua + `
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES')
+return readCaps(r, 2, KEYS[1])
 `)
 
 // TenantPeakScript is PeakScript and TenantScoresScript in one, for the
@@ -118,34 +203,27 @@ return out
 // while it claims for a capped tenant (see core.TenantAsk): it reads the
 // members scored after ARGV[4] (exclusive) once, where the two scripts
 // would read them twice and PeakScript count each score's windows with
-// commands of their own. ARGV[1] is w (µs), ARGV[2] the limit in force,
-// ARGV[3] the number of scores c, ARGV[5] the number of tags n, then the
-// n tags, the c scores, and the attempt's own members, each with its
-// score. ARGV[4] lies at or before every score less w, and before the
-// capped tenants' members the round needs. It returns PeakScript's answer
-// for the c scores, then, for each tag, the scores of its members after
-// ARGV[4], ascending (TenantScoresScript's answer).
-var TenantPeakScript = redis.NewScript(`
-local w, limit, c, nt = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+// commands of their own; and it checks the capped tenants' claims. The
+// counts hold the claims it refuses, as those of PeakScript before it
+// would: the attempt's own claims are all in its counts, which
+// core.Resolve takes them out of (peaks hold none of them). ARGV[1] is w (µs),
+// ARGV[2] the limit in force, ARGV[3] the number of scores c, ARGV[5] the
+// number of arguments L from ARGV[6] on that readCaps reads (see capsLua),
+// then the c scores, and the attempt's own members, each with its score.
+// ARGV[4] lies at or before every score less w, and before the capped
+// tenants' members the round needs. It returns PeakScript's answer for
+// the c scores, then readCaps's answer per tenant.
+var TenantPeakScript = redis.NewScript(capsLua + `
+local w, limit, c, nc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[4], '+inf', 'WITHSCORES')
-local at, lists, ours = {}, {}, {}
-for i = 1, nt do
-  at[ARGV[5 + i]] = i
-  lists[i] = {}
-end
-for i = 6 + nt + c, #ARGV, 2 do ours[ARGV[i]] = true end
+local lists = readCaps(r, 6, KEYS[1])
+local ours = {}
+for i = 6 + nc + c, #ARGV, 2 do ours[ARGV[i]] = true end
 local all, others = {}, {}
 for j = 1, #r, 2 do
   local m, s = r[j], tonumber(r[j + 1])
   all[#all + 1] = s
   if not ours[m] then others[#others + 1] = s end
-  if #m > 17 and m:sub(-17, -16) == '\0t' then
-    local k = at[m:sub(-14)]
-    if k then
-      local l = lists[k]
-      l[#l + 1] = s
-    end
-  end
 end
 -- how many of the ascending scores l are below x (or at most x, with eq)
 local function rank(l, x, eq)
@@ -172,10 +250,10 @@ local function peakAt(g)
 end
 local out = {}
 for j = 1, c do
-  local count, peak = peakAt(tonumber(ARGV[5 + nt + j]))
+  local count, peak = peakAt(tonumber(ARGV[5 + nc + j]))
   out[#out + 1], out[#out + 2] = count, peak
 end
-for i = 1, nt do out[#out + 1] = lists[i] end
+for _, l in ipairs(lists) do out[#out + 1] = l end
 return out
 `)
 
@@ -191,11 +269,13 @@ func (c *attemptCmds) capsRead() bool { return len(c.a.Tenants.Caps) > 0 }
 
 // tenantPeakCmd queues TenantPeakScript on key, the first, whose window
 // (widened by the attempt's margin) is w and whose limit in force is
-// limit: PeakScript's counts and peaks for the attempt's scores, and the
-// capped tenants' members.
+// limit: the capped tenants' claims checked against their caps, then
+// PeakScript's counts and peaks for the attempt's scores, and the capped
+// tenants' members.
 func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limit int) *redis.Cmd {
 	a := c.a
-	from, args := capsArgs(a.Tenants.Caps, 5, len(a.Checks)+2*len(a.Adds))
+	from, args := capsArgs(a, c.s.wins[0].W, c.capsDrop(), 5, len(a.Checks)+2*len(a.Adds))
+	nc := len(args) - 5
 	for _, g := range a.Checks {
 		from = min(from, g-w)
 		args = append(args, itoa(g))
@@ -203,7 +283,7 @@ func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limi
 	for _, e := range a.Adds {
 		args = append(args, e.Member, itoa(e.Score))
 	}
-	args[0], args[1], args[2], args[3], args[4] = w, limit, len(a.Checks), itoa(from), len(a.Tenants.Caps)
+	args[0], args[1], args[2], args[3], args[4] = w, limit, len(a.Checks), itoa(from), nc
 	c.tenants.peaks = TenantPeakScript.Eval(c.ctx, p, []string{key}, args...)
 	return c.tenants.peaks
 }
@@ -219,20 +299,33 @@ func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
 	// Unless the first key's peaks read them (see tenantPeakCmd: its
 	// window's reads are queued before this).
 	if c.capsRead() && c.tenants.peaks == nil {
-		from, args := capsArgs(ask.Caps, 1, 0)
+		from, args := capsArgs(c.a, c.s.wins[0].W, c.capsDrop(), 1, 0)
 		args[0] = from
 		c.tenants.scores = TenantScoresScript.Eval(c.ctx, p, key, args...)
 	}
 }
 
-// capsArgs returns the earliest From of caps, and a script's arguments:
-// head slots to fill, then each cap's tag, with room for more after.
-func capsArgs(caps []core.TenantCap, head, more int) (from int64, args []any) {
-	from = caps[0].From
-	args = make([]any, head, head+len(caps)+more)
-	for _, cp := range caps {
+// capsArgs returns the earliest From of attempt a's capped tenants, and a
+// script's arguments: head slots to fill, then what readCaps reads (see
+// capsLua) for the first window w (µs), dropping the claims refused or
+// not, with room for more after.
+func capsArgs(a *core.Attempt, w int64, drop bool, head, more int) (from int64, args []any) {
+	ask, flag := a.Tenants, 0
+	if drop {
+		flag = 1
+	}
+	from = ask.Caps[0].From
+	args = make([]any, head, head+4+4*len(ask.Caps)+more)
+	args = append(args, w, flag, ask.Own, len(ask.Caps))
+	for _, cp := range ask.Caps {
 		from = min(from, cp.From)
-		args = append(args, cp.Tag)
+		args = append(args, cp.Tag, cp.Cap, len(cp.Claims))
+		for _, cl := range cp.Claims {
+			args = append(args, cl.N)
+			for _, e := range a.Adds[cl.First : cl.First+cl.N] {
+				args = append(args, e.Member)
+			}
+		}
 	}
 	return from, args
 }
@@ -268,15 +361,24 @@ func (c *attemptCmds) readTenants(r *core.Reply) error {
 		if err != nil {
 			return err
 		}
-		return parseTenantScores(r, vals, c.a.Tenants.Caps)
+		return parseTenantScores(r, vals, c.a.Tenants.Caps, c.capsDrop() && len(c.s.wins) == 1)
 	case c.tenants.peaks != nil:
 		vals, err := c.tenants.peaks.Slice()
 		if err != nil {
 			return err
 		}
-		return parseTenantScores(r, vals[min(len(vals), 2*len(c.a.Checks)):], c.a.Tenants.Caps)
+		return parseTenantScores(r, vals[min(len(vals), 2*len(c.a.Checks)):], c.a.Tenants.Caps, c.capsDrop() && len(c.s.wins) == 1)
 	}
 	return nil
+}
+
+// capsDrop reports whether the script that checks the capped tenants'
+// claims removes those it refuses from the first key: when it is a log (a
+// compacted key's give-back does more than remove a member: it would
+// count a member it finds gone as one its bucket holds).
+func (c *attemptCmds) capsDrop() bool {
+	_, log := c.win[0].form.(logKey)
+	return log
 }
 
 // parseTenants reads TenantScript's answer, vals, into r.Tenants (the
@@ -313,22 +415,45 @@ func parseTenants(r *core.Reply, vals []any) error {
 	return nil
 }
 
-// parseTenantScores reads TenantScoresScript's answer, vals, for caps,
-// into r.CapsScores: each cap's scores after its own From.
-func parseTenantScores(r *core.Reply, vals []any, caps []core.TenantCap) error {
+// parseTenantScores reads the capped tenants' answers of readCaps (see
+// capsLua), vals, for caps, into r.Caps: each cap's claims refused, and
+// its members after its own From, the asking process's (negated in the
+// answer) apart, and how many processes hold them. removed says whether
+// the members of the claims refused left every key that holds them with
+// the script: they left the first key (see capsDrop), the only one.
+func parseTenantScores(r *core.Reply, vals []any, caps []core.TenantCap, removed bool) error {
 	if len(vals) != len(caps) {
 		return fmt.Errorf("redisstore: tenant scores answered %d lists for %d tenants", len(vals), len(caps))
 	}
-	r.CapsScores = make([][]int64, len(caps))
+	r.Caps = make([]core.CapRead, len(caps))
 	for i, v := range vals {
 		list, _ := v.([]any)
-		for _, x := range list {
-			s, ok := x.(int64)
+		nums := make([]int64, len(list))
+		for j, x := range list {
+			n, ok := x.(int64)
 			if !ok {
 				return fmt.Errorf("redisstore: tenant scores answered %v", x)
 			}
-			if s > caps[i].From {
-				r.CapsScores[i] = append(r.CapsScores[i], s)
+			nums[j] = n
+		}
+		if len(nums) < 2 || nums[1] < 0 || len(nums) < 2+int(nums[1]) {
+			return fmt.Errorf("redisstore: tenant scores answered %v", nums)
+		}
+		cr := &r.Caps[i]
+		cr.Members.Procs = 1 + int(nums[0])
+		for _, pos := range nums[2 : 2+nums[1]] {
+			if pos < 1 || int(pos) > len(caps[i].Claims) {
+				return fmt.Errorf("redisstore: tenant scores refused claim %d of %d", pos, len(caps[i].Claims))
+			}
+			cr.Refused = append(cr.Refused, int(pos)-1)
+		}
+		cr.Removed = removed && len(cr.Refused) > 0
+		for _, s := range nums[2+nums[1]:] {
+			switch {
+			case s > caps[i].From:
+				cr.Members.Others = append(cr.Members.Others, s)
+			case -s > caps[i].From:
+				cr.Members.Own = append(cr.Members.Own, -s)
 			}
 		}
 	}

@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +29,7 @@ func TestTenantScripts(t *testing.T) {
 			{Score: 900, Member: "p\x02" + b},       // before from: b's, in the light peak's reach
 			{Score: 1000, Member: "p\x03" + b},      // b's
 			{Score: 1050, Member: "p\x04" + b},      // b's
-			{Score: 1100, Member: "p\x05" + aw},     // a's
+			{Score: 1100, Member: "q\x05" + aw},     // a's, of another process
 			{Score: 1200, Member: "p\x06" + a},      // a's, not waited
 			{Score: 1300, Member: "untenanted\x07"}, // no one's
 		}
@@ -59,16 +61,19 @@ func TestTenantScripts(t *testing.T) {
 		if u := got[""]; u.Units != 1 || u.Waited != 0 {
 			t.Errorf("no one's: %+v, want 1 unit", u)
 		}
-		caps := []core.TenantCap{{Tag: TenantTag(a), From: 1000}, {Tag: TenantTag(b), From: 0}}
-		vals, err = TenantScoresScript.Run(ctx, c, []string{"k"}, 0, caps[0].Tag, caps[1].Tag).Slice()
+		caps := []core.TenantCap{{Tag: TenantTag(a), Cap: 5, From: 1000}, {Tag: TenantTag(b), Cap: 5, From: 0}}
+		vals, err = TenantScoresScript.Run(ctx, c, []string{"k"}, 0, 500, 1, "p", 2, caps[0].Tag, 5, 0, caps[1].Tag, 5, 0).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := parseTenantScores(&r, vals, caps); err != nil {
+		if err := parseTenantScores(&r, vals, caps, true); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(r.CapsScores[0], []int64{1100, 1200}) || !slices.Equal(r.CapsScores[1], []int64{900, 1000, 1050}) {
-			t.Errorf("scores %v, want a's after 1000 and all of b's", r.CapsScores)
+		if m := r.Caps[0].Members; !slices.Equal(m.Own, []int64{1200}) || !slices.Equal(m.Others, []int64{1100}) || m.Procs != 2 {
+			t.Errorf("a's members %+v, want those after 1000: 1200 its own (prefix p), 1100 another's (q), of 2 processes", m)
+		}
+		if m := r.Caps[1].Members; !slices.Equal(m.Own, []int64{900, 1000, 1050}) || len(m.Others) != 0 || m.Procs != 1 {
+			t.Errorf("b's members %+v, want all of them, its own, of 1 process", m)
 		}
 	})
 }
@@ -107,6 +112,167 @@ func TestTenantPeaksUnderOneLimit(t *testing.T) {
 			}
 			if err := c.ZRem(ctx, key, a.Adds[0].Member).Err(); err != nil {
 				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// The store checks a capped tenant's claims against its cap in order,
+// with the first key's other members and the claims before them that it
+// kept, and removes those the cap does not hold at once: they count for
+// nothing after for the claims behind them. The round's counts hold them
+// still, as they hold every claim of the round (core.Resolve takes the
+// round's own out of them).
+func TestTenantCapsRefusedInTheStore(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		const w = 100
+		a := TenantSuffix("tenant-a", 1)
+		win := core.Window{Key: redistest.Key(t, "tenant-caps"), Limit: 100, Interval: w * time.Microsecond, W: w}
+		var tails [2][]string // by peaks: the tenant's members in the tails read
+		for pi, peaks := range []bool{false, true} {
+			key := win.Key
+			c.Del(ctx, key)
+			for i, s := range []int64{900, 950, 990} {
+				if err := c.ZAdd(ctx, key, redis.Z{Score: float64(s), Member: fmt.Sprint("q", i, a)}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Claims in order: 1000 fits (950, 990, 1000 in (900, 1000]);
+			// a second at 1000 does not; 2 units at 1060 do not, beside
+			// 990 and 1000; 1095 does, once those 2 are gone.
+			scores, units := []int64{1000, 1000, 1060, 1095}, []int{1, 1, 2, 1}
+			// A limit of 8 has the tails (the last 8 members and the
+			// attempt's 6) hold them all.
+			at := &core.Attempt{Exact: true, Lims: []int{8}, Learn: core.Learning{Slots: 8}}
+			cp := core.TenantCap{Tag: TenantTag(a), Cap: 3, From: 850}
+			for i, g := range scores {
+				cp.Claims = append(cp.Claims, core.CapClaim{Claim: i, First: len(at.Adds), N: units[i]})
+				for j := range units[i] {
+					at.Adds = append(at.Adds, core.Entry{Score: g, Member: fmt.Sprint("p", i, j, a)})
+				}
+				if !slices.Contains(at.Checks, g) {
+					at.Checks = append(at.Checks, g)
+				}
+			}
+			at.Tenants = core.TenantAsk{Peaks: peaks, Caps: []core.TenantCap{cp}, Own: "p"}
+			r, err := NewStore(c, []core.Window{win}, 0, nil, "self").Reserve(ctx, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Caps) != 1 {
+				t.Fatalf("peaks %v: %d caps read, want 1", peaks, len(r.Caps))
+			}
+			cr := r.Caps[0]
+			if !slices.Equal(cr.Refused, []int{1, 2}) || !cr.Removed {
+				t.Errorf("peaks %v: refused %v (removed %v), want the 2nd and 3rd claims, removed", peaks, cr.Refused, cr.Removed)
+			}
+			if m := cr.Members; !slices.Equal(m.Own, []int64{1000, 1095}) || !slices.Equal(m.Others, []int64{900, 950, 990}) || m.Procs != 2 {
+				t.Errorf("peaks %v: members %+v, want its own 1000 and 1095, the others' 900, 950, 990, of 2 processes", peaks, m)
+			}
+			left, err := c.ZRange(ctx, key, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"p10", "p20", "p21"} {
+				if slices.Contains(left, m+a) {
+					t.Errorf("peaks %v: refused member %s still in the key", peaks, m)
+				}
+			}
+			if n := len(slices.DeleteFunc(left, func(m string) bool { return !strings.HasSuffix(m, a) })); n != 5 {
+				t.Errorf("peaks %v: %d of the tenant's members left, want 5: the others' 3 and the 2 claims kept", peaks, n)
+			}
+			for _, e := range r.Tails[0] {
+				if strings.HasSuffix(e.Member, a) {
+					tails[pi] = append(tails[pi], e.Member)
+				}
+			}
+			// (960, 1160) holds 990, 1000, 1095 and the 3 refused at 1000 and 1060.
+			if i := slices.Index(at.Checks, 1060); r.Counts[0][i] != 6 {
+				t.Errorf("peaks %v: count at 1060 is %d, want 6, with the round's claims refused", peaks, r.Counts[0][i])
+			}
+		}
+		// The tails hold the claims refused, as the counts do, whether the
+		// script that refused them ran before the tails were read or after.
+		if len(tails[0]) != 8 || !slices.Equal(tails[0], tails[1]) {
+			t.Errorf("the tenant's members in the tails: %v without peaks, %v with; want the same 8", tails[0], tails[1])
+		}
+	})
+}
+
+// The script's check of a capped tenant's claims agrees with
+// core.CapHolds, claim by claim in order, on random members and claims:
+// the same claims refused, and the same members left.
+func TestTenantCapsAgreeWithCapHolds(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(7, 43))
+		const w = 100
+		a := TenantSuffix("tenant-a", 1)
+		key := redistest.Key(t, "tenant-caps-model")
+		for iter := range 200 {
+			c.Del(ctx, key)
+			var list []int64 // the tenant's members as the model holds them
+			for i := range rng.IntN(12) {
+				s := 900 + int64(rng.IntN(250))
+				owner := []string{"p", "q", "r"}[rng.IntN(3)]
+				if err := c.ZAdd(ctx, key, redis.Z{Score: float64(s), Member: fmt.Sprint(owner, "m", i, a)}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				list = append(list, s)
+			}
+			drop := iter % 2 // the claims refused leave the key, or stay for the process to give back
+			cp, args := 1+rng.IntN(5), []any{800, w, drop, "p", 1, TenantTag(a)}
+			type claim struct {
+				g int64
+				n int
+			}
+			var claims []claim
+			var claimArgs []any
+			for i := range 1 + rng.IntN(6) {
+				cl := claim{1000 + int64(rng.IntN(150)), 1 + rng.IntN(3)}
+				claims = append(claims, cl)
+				claimArgs = append(claimArgs, cl.n)
+				for j := range cl.n {
+					m := fmt.Sprint("p", "c", i, "-", j, a)
+					if err := c.ZAdd(ctx, key, redis.Z{Score: float64(cl.g), Member: m}).Err(); err != nil {
+						t.Fatal(err)
+					}
+					claimArgs = append(claimArgs, m)
+				}
+			}
+			args = append(args, cp, len(claims))
+			args = append(args, claimArgs...)
+			vals, err := TenantScoresScript.Run(ctx, c, []string{key}, args...).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r core.Reply
+			caps := []core.TenantCap{{Tag: TenantTag(a), Cap: cp, From: 800, Claims: make([]core.CapClaim, len(claims))}}
+			if err := parseTenantScores(&r, vals, caps, true); err != nil {
+				t.Fatal(err)
+			}
+			var refused []int
+			for i, cl := range claims {
+				with := slices.Sorted(slices.Values(append(slices.Clone(list), slices.Repeat([]int64{cl.g}, cl.n)...)))
+				if core.CapHolds(with, cl.g, w, max(cp, cl.n)) {
+					list = with
+				} else {
+					refused = append(refused, i)
+				}
+			}
+			slices.Sort(list)
+			if got := r.Caps[0]; !slices.Equal(got.Refused, refused) || !slices.Equal(got.Members.All(), list) {
+				t.Fatalf("iter %d, cap %d, claims %v: refused %v, members %v; the model refuses %v, leaves %v", iter, cp, claims, got.Refused, got.Members.All(), refused, list)
+			}
+			want := len(list)
+			if drop == 0 {
+				for _, i := range refused {
+					want += claims[i].n
+				}
+			}
+			if n, err := c.ZCard(ctx, key).Result(); err != nil || int(n) != want {
+				t.Fatalf("iter %d (drop %d): %d members in the key (%v), want %d", iter, drop, n, err, want)
 			}
 		}
 	})

@@ -79,6 +79,13 @@ func (logKey) added(core.Window, int) {}
 func (logKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 	s, a, x, wc := c.s, c.a, c.s.wins[wi], &c.win[wi]
 	w := a.Reach(x)
+	// TenantPeakScript removes the capped tenants' claims it refuses: the
+	// tails are read before it, so that they hold them, as the counts do
+	// (core.Resolve drops every claim not admitted from the tails).
+	tailsFirst := wi == 0 && !c.placing && c.readsPeaks() && c.capsRead()
+	if tailsFirst {
+		logKey{}.queueTails(c, p, wi)
+	}
 	switch {
 	case c.placing:
 		// Counted by PlaceScript.
@@ -87,13 +94,8 @@ func (logKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 	default:
 		wc.counts = c.queueCounts(p, x.Key, w)
 	}
-	if a.Learn.Slots > 0 {
-		wc.tails = c.tail(p, x.Key, a.Lims[wi])
-		for l, caps := range a.Learn.LowCaps {
-			if len(caps) > 0 {
-				wc.lowTails[l] = c.tail(p, x.Key, caps[wi])
-			}
-		}
+	if !tailsFirst {
+		logKey{}.queueTails(c, p, wi)
 	}
 	if wi > 0 && wi != s.probeIn {
 		// After the counts: a compaction that moved calls before they
@@ -103,6 +105,21 @@ func (logKey) queueReads(c *attemptCmds, p redis.Pipeliner, wi int) {
 }
 
 func (logKey) queueLast(*attemptCmds, redis.Pipeliner, int) {}
+
+// queueTails queues the reads of window wi's tails, when the attempt
+// learns slots.
+func (logKey) queueTails(c *attemptCmds, p redis.Pipeliner, wi int) {
+	a, x, wc := c.a, c.s.wins[wi], &c.win[wi]
+	if a.Learn.Slots == 0 {
+		return
+	}
+	wc.tails = c.tail(p, x.Key, a.Lims[wi])
+	for l, caps := range a.Learn.LowCaps {
+		if len(caps) > 0 {
+			wc.lowTails[l] = c.tail(p, x.Key, caps[wi])
+		}
+	}
+}
 
 // read reads the counts (and peaks) and the tails.
 func (logKey) read(c *attemptCmds, r *core.Reply, wi int) error {
