@@ -86,7 +86,9 @@ type TenantUse struct {
 // what the others leave and more, and never waits behind its own (seed
 // 36420: one caller on each of 5 replicas held 255 units of 328 while a
 // flood of 15 callers, held to the level the rest left it, had 49). It
-// counts as backlogged from then on, while its calls come.
+// counts as backlogged from then on, while its calls come and it holds at
+// least half its share: below that, it is light again, and its calls go
+// as a light tenant's (at the soonest slot, while another is capped).
 type FairMemory struct {
 	Sat, Short, Heavy map[string]int
 }
@@ -149,8 +151,14 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 		level = max(0, (budget-max(s.light, light)-s.held)/s.weights)
 		more := false
 		for _, u := range uses {
-			if _, heavy := mem.Heavy[u.Tag]; u.Tag != "" && u.Waited == 0 && !heavy && float64(u.Units) > level*u.Weight {
+			_, heavy := mem.Heavy[u.Tag]
+			switch share := level * u.Weight; {
+			case u.Tag != "" && u.Waited == 0 && !heavy && float64(u.Units) > share:
 				mem.Heavy, more = note(mem.Heavy, u.Tag, u.Units), true
+			case heavy && 2*float64(u.Units) < share:
+				// Light again: it holds less than half its share.
+				delete(mem.Heavy, u.Tag)
+				more = true
 			}
 		}
 		if !more {

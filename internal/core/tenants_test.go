@@ -90,8 +90,13 @@ func TestFairLevelHeavy(t *testing.T) {
 	if !k.Tenants.Capped["t0"] || math.Abs(k.Tenants.Level-46.5) > 0.01 {
 		t.Fatalf("the next scan: capped %v at %g, want t0 still, at 46.5", k.Tenants.Capped, k.Tenants.Level)
 	}
+	// It holds less than half its share: light again, and not capped.
+	uses[0].Units, uses[1].Units = 60, 20
+	if level, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 || math.Abs(level-73) > 0.01 {
+		t.Fatalf("t0 at 20 of a share of 46.5: heavy %v, level %g; want none heavy, flood alone at 98-20-5 = 73", mem.Heavy, level)
+	}
 	// Its calls stopped: it holds nothing, and is heavy no more.
-	uses[1].Units = 0
+	uses[0].Units, uses[1].Units = 46, 0
 	if _, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 {
 		t.Fatalf("t0 gone: heavy %v, want none", mem.Heavy)
 	}
