@@ -19,9 +19,10 @@ import (
 // tenant's calls wait and a scan saw a tenant short of its share, a round
 // trip goes for the next scan alone, and one that raises a cap has the
 // next round planned at once), and the fair level follows
-// (core.FairLevel): the tenants whose calls waited behind their own
-// (backlogged) share by weight what the others leave of the limit, less a
-// spare share. A backlogged tenant is held to a cap, the level times its
+// (core.FairLevel): the tenants whose calls waited behind their own, and
+// those that hold more than their share though none of their calls waited
+// (heavy: one caller per replica), are backlogged, and share by weight
+// what the others leave of the limit, less a spare share. A backlogged tenant is held to a cap, the level times its
 // weight, in every window that holds each of its claims: the round trip
 // that claims also reads its members (redisstore.TenantScoresScript), a
 // claim over the cap is refused, and the tenant's next claims are placed

@@ -56,8 +56,9 @@ type CapClaim struct {
 // CapRead is what a round trip read of a capped tenant (see
 // TenantAsk.Caps): the claims of its TenantCap that its cap does not hold
 // (by their position in its Claims, ascending), whose members the store
-// removed from the first key, and from every key when Removed; and its
-// members after the cap's From, without them.
+// removed when Removed (it does so only when they are in no other key),
+// else left for the process to give back; and its members after the
+// cap's From, without them.
 type CapRead struct {
 	Refused []int
 	Removed bool
@@ -97,9 +98,10 @@ type FairMemory struct {
 // the tenants of uses that are backlogged (Waited > 0, or heavy: see
 // FairMemory) share: a share spare (in [0, 1)) of limit is left free,
 // the tenants that are not backlogged keep what they hold (at least light
-// in all: see TenantShares.Light, not counted while a tenant is heavy, for
-// it counted the heavy), and the backlogged split the rest by weight. A
-// tenant that is not backlogged but holds more than the level is heavy. ok is
+// in all: see TenantShares.Light, not counted while a tenant is heavy,
+// for it counted the heavy), and the backlogged split the rest by weight. A tenant
+// that is not backlogged but holds more than its share (the level times
+// its weight) is heavy. ok is
 // false when fewer than two tenants hold calls or none is backlogged: one
 // tenant alone may fill the whole limit, and tenants that all get what
 // they ask need no cap.
@@ -140,25 +142,35 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 	}
 	budget := (1 - spare) * float64(limit)
 	var s fairSums
+	peak := light
+	moved := map[string]bool{} // each tenant turns heavy or light once a call: the loop ends
 	for {
 		s = sumUses(uses, mem.Heavy)
 		if s.active < 2 || s.weights == 0 {
 			return 0, FairMemory{}, false
 		}
+		// The light peak read counted the heavy (see Heavy), and counts
+		// only while none is; the tenants the peak stood for are in
+		// s.light, by what they hold now. (Less what the heavy hold now,
+		// the peak, the most in two windows, left seed 36420 at 0.46 of
+		// the limit.)
+		peak = light
 		if len(mem.Heavy) > 0 {
-			light = 0 // the light peak read counted the heavy (see Heavy)
+			peak = 0
 		}
-		level = max(0, (budget-max(s.light, light)-s.held)/s.weights)
+		level = max(0, (budget-max(s.light, peak)-s.held)/s.weights)
 		more := false
 		for _, u := range uses {
 			_, heavy := mem.Heavy[u.Tag]
 			switch share := level * u.Weight; {
+			case moved[u.Tag]:
 			case u.Tag != "" && u.Waited == 0 && !heavy && float64(u.Units) > share:
-				mem.Heavy, more = note(mem.Heavy, u.Tag, u.Units), true
+				mem.Heavy = note(mem.Heavy, u.Tag, u.Units)
+				moved[u.Tag], more = true, true
 			case heavy && 2*float64(u.Units) < share:
 				// Light again: it holds less than half its share.
 				delete(mem.Heavy, u.Tag)
-				more = true
+				moved[u.Tag], more = true, true
 			}
 		}
 		if !more {
@@ -186,7 +198,7 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 		if !more || s.weights <= 0 {
 			return level, mem, true
 		}
-		level = max(level, (budget-max(s.light, light)-s.held)/s.weights)
+		level = max(level, (budget-max(s.light, peak)-s.held)/s.weights)
 	}
 }
 
@@ -257,9 +269,10 @@ func note(m map[string]int, tag string, units int) map[string]int {
 
 // TenantShares is what is known of the tenants' shares: the fair level and
 // the tenants held to a cap, as the last scan told them, until Until
-// (local); by capped tenant, its members' scores (server µs, ascending)
-// as the last round trip that checked its claims read them (Scores: what
-// its next claims are placed against, see CapSlot); and the most the
+// (local); by capped tenant, its members (this process's and the
+// others', see TenantMembers) as the last round trip that checked its
+// claims read them (Scores: what its next claims are placed against, see
+// CapSlot); and the most the
 // tenants that are not backlogged held at a scan lately (Light, since
 // LightAt): a light tenant's calls come unevenly, and the window must
 // hold the most of them it may see, not their mean.

@@ -95,6 +95,14 @@ func TestFairLevelHeavy(t *testing.T) {
 	if level, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 || math.Abs(level-73) > 0.01 {
 		t.Fatalf("t0 at 20 of a share of 46.5: heavy %v, level %g; want none heavy, flood alone at 98-20-5 = 73", mem.Heavy, level)
 	}
+	// Each tenant turns heavy (or light) at most once a scan, so the
+	// level settles: x (weight 0.5) holds 3, over its share at the level
+	// of 3 that a light peak of 95 leaves, and turns heavy; the peak then
+	// goes uncounted (it counted x), and y and x share 98 by weight. x,
+	// far below its share now, stays heavy until the next scan.
+	if level, mem, _ := FairLevel([]TenantUse{use("y", 1, true), {Tag: "x", Weight: 0.5, Units: 3}}, 100, 0.02, 95, FairMemory{}); len(mem.Heavy) != 1 || math.Abs(level-98/1.5) > 0.01 {
+		t.Fatalf("x at 3 beside a light peak of 95: heavy %v, level %g; want x heavy, level 98/1.5", mem.Heavy, level)
+	}
 	// Its calls stopped: it holds nothing, and is heavy no more.
 	uses[0].Units, uses[1].Units = 46, 0
 	if _, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 {

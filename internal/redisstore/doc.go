@@ -46,9 +46,13 @@
 //	                                      is held to a cap)
 //	EVAL <TenantPeakScript> key <w> ...  (instead, on the first key, when
 //	                                      such an attempt claims for a
-//	                                      capped tenant: the peaks and the
-//	                                      capped tenants' members, in one
-//	                                      read)
+//	                                      capped tenant: the capped
+//	                                      tenants' claims checked against
+//	                                      their caps, the refused removed
+//	                                      under one limit, then the peaks
+//	                                      and their members, in one read;
+//	                                      the first key's ZRANGE below then
+//	                                      goes before it)
 //	EVAL <PlaceScript> <keys> ...        (instead of the claims' ZADD, the
 //	                                      ZCOUNTs and the peaks, once for
 //	                                      every key after their writes, in
@@ -83,10 +87,13 @@
 //	                                      wait near the limit or under a
 //	                                      cap: their calls by tenant, and
 //	                                      the light tenants' most)
-//	EVAL <TenantScoresScript> key <from> <tag>...  (with claims of
-//	                                      tenants held to a cap: their
-//	                                      members' scores; not when
-//	                                      TenantPeakScript reads them)
+//	EVAL <TenantScoresScript> key <from> <w> <drop> <own> <caps>...
+//	                                     (with claims of tenants held to a
+//	                                      cap: the claims checked against
+//	                                      their caps, the refused removed
+//	                                      under one limit, and the tenants'
+//	                                      members; not when
+//	                                      TenantPeakScript does it)
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> <tally> [<probes>] [<stamp>]
 //	                                     (the stamp when the first window
 //	                                      counts from a copy)

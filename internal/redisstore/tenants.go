@@ -361,24 +361,28 @@ func (c *attemptCmds) readTenants(r *core.Reply) error {
 		if err != nil {
 			return err
 		}
-		return parseTenantScores(r, vals, c.a.Tenants.Caps, c.capsDrop() && len(c.s.wins) == 1)
+		return parseTenantScores(r, vals, c.a.Tenants.Caps, c.capsDrop())
 	case c.tenants.peaks != nil:
 		vals, err := c.tenants.peaks.Slice()
 		if err != nil {
 			return err
 		}
-		return parseTenantScores(r, vals[min(len(vals), 2*len(c.a.Checks)):], c.a.Tenants.Caps, c.capsDrop() && len(c.s.wins) == 1)
+		return parseTenantScores(r, vals[min(len(vals), 2*len(c.a.Checks)):], c.a.Tenants.Caps, c.capsDrop())
 	}
 	return nil
 }
 
 // capsDrop reports whether the script that checks the capped tenants'
-// claims removes those it refuses from the first key: when it is a log (a
-// compacted key's give-back does more than remove a member: it would
-// count a member it finds gone as one its bucket holds).
+// claims removes those it refuses: when the first key is a log and the
+// only one. A compacted key's give-back does more than remove a member:
+// it counts a member it finds gone as one its bucket holds, so a claim
+// removed by the script must never come to it. Under several limits the
+// process gives the claims back in every key, and a key read as a log now
+// may be read compacted by the time it does (another process's
+// compaction): the script leaves them.
 func (c *attemptCmds) capsDrop() bool {
 	_, log := c.win[0].form.(logKey)
-	return log
+	return log && len(c.s.wins) == 1
 }
 
 // parseTenants reads TenantScript's answer, vals, into r.Tenants (the
@@ -419,8 +423,7 @@ func parseTenants(r *core.Reply, vals []any) error {
 // capsLua), vals, for caps, into r.Caps: each cap's claims refused, and
 // its members after its own From, the asking process's (negated in the
 // answer) apart, and how many processes hold them. removed says whether
-// the members of the claims refused left every key that holds them with
-// the script: they left the first key (see capsDrop), the only one.
+// the script removed the members of the claims refused (see capsDrop).
 func parseTenantScores(r *core.Reply, vals []any, caps []core.TenantCap, removed bool) error {
 	if len(vals) != len(caps) {
 		return fmt.Errorf("redisstore: tenant scores answered %d lists for %d tenants", len(vals), len(caps))
