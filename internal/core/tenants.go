@@ -159,21 +159,7 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 			peak = 0
 		}
 		level = max(0, (budget-max(s.light, peak)-s.held)/s.weights)
-		more := false
-		for _, u := range uses {
-			_, heavy := mem.Heavy[u.Tag]
-			switch share := level * u.Weight; {
-			case moved[u.Tag]:
-			case u.Tag != "" && u.Waited == 0 && !heavy && float64(u.Units) > share:
-				mem.Heavy = note(mem.Heavy, u.Tag, u.Units)
-				moved[u.Tag], more = true, true
-			case heavy && 2*float64(u.Units) < share:
-				// Light again: it holds less than half its share.
-				delete(mem.Heavy, u.Tag)
-				moved[u.Tag], more = true, true
-			}
-		}
-		if !more {
+		if !mem.turnHeavy(uses, level, moved) {
 			break
 		}
 	}
@@ -200,6 +186,28 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 		}
 		level = max(level, (budget-max(s.light, peak)-s.held)/s.weights)
 	}
+}
+
+// turnHeavy turns heavy each tenant of uses that is not backlogged but
+// holds more than its share at level, and light again each heavy one that
+// holds less than half its share, but for those moved already (each turns
+// once a scan, so FairLevel's loop ends), and reports whether any turned.
+func (m *FairMemory) turnHeavy(uses []TenantUse, level float64, moved map[string]bool) bool {
+	more := false
+	for _, u := range uses {
+		_, heavy := m.Heavy[u.Tag]
+		switch share := level * u.Weight; {
+		case moved[u.Tag]:
+		case u.Tag != "" && u.Waited == 0 && !heavy && float64(u.Units) > share:
+			m.Heavy = note(m.Heavy, u.Tag, u.Units)
+			moved[u.Tag], more = true, true
+		case heavy && 2*float64(u.Units) < share:
+			// Light again: it holds less than half its share.
+			delete(m.Heavy, u.Tag)
+			moved[u.Tag], more = true, true
+		}
+	}
+	return more
 }
 
 // fairSums are FairLevel's sums over the tenants' uses: the units of the
