@@ -99,6 +99,32 @@ func unitsFrom(rec *recorder, skip time.Duration, names ...string) map[string]in
 
 // assertShares fails the test unless each tenant of want has a share of
 // got's units within lo and hi.
+// assertBinds fails the test unless rec's admissions, from skip after
+// the first to the last, used at least half of the quota q: shares are
+// enforced only while the quota binds (a flood that cannot keep up with
+// it takes what its goroutines can), so a test of shares checks first
+// that it did. The most a flood can use is about Interval/(Interval+
+// buffer), 0.83 with the default buffer at 250ms.
+func assertBinds(t *testing.T, rec *recorder, skip time.Duration, q KeyQuota) {
+	t.Helper()
+	s := rec.scores()
+	if len(s) == 0 {
+		t.Fatal("nothing admitted")
+	}
+	lo, hi := slices.Min(s)+skip.Microseconds(), slices.Max(s)
+	n := 0
+	for _, x := range s {
+		if x >= lo {
+			n++
+		}
+	}
+	used := float64(n) / (float64(max(hi-lo, 1)) / float64(q.Interval.Microseconds()) * float64(q.Limit))
+	t.Logf("%.2f of the quota used", used)
+	if used < 0.5 {
+		t.Fatalf("the quota did not bind (%.2f of it used): the floods did not keep up with it, so no share applied", used)
+	}
+}
+
 func assertShares(t *testing.T, got map[string]int, lo, hi float64, want ...string) {
 	t.Helper()
 	total := 0
@@ -127,6 +153,7 @@ func TestTenantSharesCountUnits(t *testing.T) {
 		runUntil(t, &rec, 12*limit, floods...)
 		got := unitsFrom(&rec, 3*interval, "a", "b")
 		t.Logf("units past the first 3 windows: %v", got)
+		assertBinds(t, &rec, 3*interval, KeyQuota{Limit: limit, Interval: interval})
 		assertShares(t, got, 0.35, 0.65, "a", "b")
 		assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
 	})
@@ -204,10 +231,13 @@ func TestTenantPriorityFirstAcrossTenants(t *testing.T) {
 // credential, each of its two tenants gets about half the units (without
 // the shares across replicas, the one on both replicas would get two
 // thirds); b's half of credential 1 takes nothing of its half of
-// credential 2. Each credential's window holds.
+// credential 2. Each credential's window holds. The quota is small enough
+// (20 per 250ms) that the floods bind it even on miniredis under the race
+// detector: at 50 they used a third to a half of it there, and with no
+// quota binding each tenant took what its goroutines could.
 func TestTenantSharesWithinEachGroupCredential(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
-		q := KeyQuota{Limit: 50, Interval: 250 * time.Millisecond}
+		q := KeyQuota{Limit: 20, Interval: 250 * time.Millisecond}
 		var rec1, rec2 recorder
 		var cred1, cred2 []*Throttler
 		for range 2 {
@@ -228,6 +258,8 @@ func TestTenantSharesWithinEachGroupCredential(t *testing.T) {
 		}
 		got1, got2 := unitsFrom(&rec1, 3*q.Interval, "a", "b"), unitsFrom(&rec2, 3*q.Interval, "b", "c")
 		t.Logf("credential 1: %v; credential 2: %v", got1, got2)
+		assertBinds(t, &rec1, 3*q.Interval, q)
+		assertBinds(t, &rec2, 3*q.Interval, q)
 		assertShares(t, got1, 0.35, 0.65, "a", "b")
 		assertShares(t, got2, 0.35, 0.65, "b", "c")
 		if got1[""]+got2[""] > 0 {
@@ -249,7 +281,7 @@ func TestTenantSharesWithinEachGroupCredential(t *testing.T) {
 func TestTenantsWithPlacesInFlight(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		var rec recorder
-		const limit, places = 50, 4
+		const limit, places = 20, 4
 		interval := 250 * time.Millisecond
 		var ths []*Throttler
 		for range 2 {
@@ -276,6 +308,7 @@ func TestTenantsWithPlacesInFlight(t *testing.T) {
 		if most > places {
 			t.Errorf("%d calls ran at once, cap %d", most, places)
 		}
+		assertBinds(t, &rec, 3*interval, KeyQuota{Limit: limit, Interval: interval})
 		assertShares(t, got, 0.3, 0.7, "a", "b")
 		assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
 	})
@@ -283,7 +316,7 @@ func TestTenantsWithPlacesInFlight(t *testing.T) {
 
 // With several limits, the shares are those of the first limit's key,
 // and every limit holds: a floods from both replicas and b from one,
-// under 50 per 250ms and a second limit, binding or not; each tenant gets
+// under 20 per 250ms and a second limit, binding or not; each tenant gets
 // about half the units, and no window of either limit holds more than
 // it.
 func TestTenantSharesWithSeveralLimits(t *testing.T) {
@@ -291,11 +324,11 @@ func TestTenantSharesWithSeveralLimits(t *testing.T) {
 		name  string
 		limit int
 		w     time.Duration
-	}{{"loose", 500, 2 * time.Second}, {"binding", 300, 2 * time.Second}} {
+	}{{"loose", 200, 2 * time.Second}, {"binding", 120, 2 * time.Second}} {
 		t.Run(second.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dial dialer, key string) {
 				var rec recorder
-				const limit = 50
+				const limit = 20
 				interval := 250 * time.Millisecond
 				var ths []*Throttler
 				for range 2 {
@@ -305,6 +338,7 @@ func TestTenantSharesWithSeveralLimits(t *testing.T) {
 				runUntil(t, &rec, max(12*limit, 2*second.limit), flooder{ths[0], "a", 4, one}, flooder{ths[1], "a", 4, one}, flooder{ths[0], "b", 4, one})
 				got := unitsFrom(&rec, 3*interval, "a", "b")
 				t.Logf("units past the first 3 windows: %v", got)
+				assertBinds(t, &rec, 3*interval, KeyQuota{Limit: limit, Interval: interval})
 				assertShares(t, got, 0.35, 0.65, "a", "b")
 				assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
 				assertWindow(t, rec.scores(), second.w+ths[0].opt.buffer, second.limit)
