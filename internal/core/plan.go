@@ -127,15 +127,15 @@ type planner struct {
 	in  PlanIn
 	out PlanOut
 
-	room      int                // units the batch may still take
-	known     bool               // slots come from the last reply
-	pos       int                // units placed against the known slots
-	units     int                // units of the requests claimed or kept so far
-	full      bool               // a WaitN waits: those behind it wait too
-	short     int                // the units of the first request the known slots were too few for (0: none)
-	firstKept int                // the first request left queued (-1 = none)
-	maxNow    int                // the largest AllowN claimed
-	tenants   map[string][]int64 // by capped tenant's tag: its claims' scores so far, a unit each (nil: none)
+	room      int                     // units the batch may still take
+	known     bool                    // slots come from the last reply
+	pos       int                     // units placed against the known slots
+	units     int                     // units of the requests claimed or kept so far
+	full      bool                    // a WaitN waits: those behind it wait too
+	short     int                     // the units of the first request the known slots were too few for (0: none)
+	firstKept int                     // the first request left queued (-1 = none)
+	maxNow    int                     // the largest AllowN claimed
+	tenants   map[string]*tenantRound // by capped tenant's tag (nil: none)
 
 	soonest, horizon, floor int64 // server µs
 }

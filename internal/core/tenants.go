@@ -482,7 +482,11 @@ func CapSlot(m TenantMembers, floor, w, yield int64, cap, n int) int64 {
 // against its members as the last check of its claims read them and its
 // claims in this round, Redis telling whether it fits; or wait, when r
 // stays queued (see tenantWait), which holds back the calls of its own
-// tenant only.
+// tenant only. Once a request of a tenant stays queued, the tenant's
+// requests behind it of as many units or more stay queued too, without
+// working their slots out: they queue behind it (and a flood's 30 calls
+// queued behind a light call made its round trip wait 0.3ms for them:
+// BenchmarkPlanCappedQueue).
 func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait bool) {
 	if r.Tenant == "" || r.Now {
 		return g, false
@@ -492,14 +496,19 @@ func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait b
 	if !capped {
 		return g, false
 	}
+	tr := p.tenants[r.Tenant]
+	if tr != nil && tr.waitN > 0 && r.N >= tr.waitN {
+		return g, true
+	}
 	m, read := s.Scores[r.Tenant]
-	claimed := p.tenants[r.Tenant]
-	if !read && len(claimed) > 0 {
+	if !read && tr != nil && len(tr.claims) > 0 {
 		// Its members are not known yet: the round trip of its first claim
 		// reads them.
 		return g, true
 	}
-	m.Own = withScores(m.Own, claimed)
+	if tr != nil {
+		m.Own = withScores(m.Own, tr.claims)
+	}
 	w := p.c.Wins[0].W
 	if floor := CapSlot(m, g, w, m.yield(s.Yield, g-w, cap, r.N), max(cap, r.N), r.N); floor > g {
 		g = floor
@@ -509,9 +518,39 @@ func (p *planner) tenantSlot(r Request, g int64, slots []int64) (_ int64, wait b
 	}
 	if horizon, _ := p.tenantHorizon(r); g > horizon {
 		p.tenantWait(r, g)
+		p.tenantRound(r.Tenant).waited(r.N)
 		return g, true
 	}
 	return g, false
+}
+
+// tenantRound is what a round's planning keeps of a capped tenant: its
+// claims' scores so far, a unit each, and the fewest units of a request
+// of its that stays queued (0: none; see tenantSlot).
+type tenantRound struct {
+	claims []int64
+	waitN  int
+}
+
+// waited notes that a request of n units stays queued.
+func (tr *tenantRound) waited(n int) {
+	if tr.waitN == 0 || n < tr.waitN {
+		tr.waitN = n
+	}
+}
+
+// tenantRound returns what this round's planning keeps of tenant, making
+// it.
+func (p *planner) tenantRound(tenant string) *tenantRound {
+	if p.tenants == nil {
+		p.tenants = map[string]*tenantRound{}
+	}
+	tr := p.tenants[tenant]
+	if tr == nil {
+		tr = &tenantRound{}
+		p.tenants[tenant] = tr
+	}
+	return tr
 }
 
 // soon reports whether r, of a tenant not held to a cap (or of none), is
@@ -576,10 +615,8 @@ func (p *planner) claimedFor(r Request, g int64) {
 	if r.Tenant == "" || !p.in.Known.Tenants.Capped[r.Tenant] {
 		return
 	}
-	if p.tenants == nil {
-		p.tenants = map[string][]int64{}
-	}
+	tr := p.tenantRound(r.Tenant)
 	for range r.N {
-		p.tenants[r.Tenant] = append(p.tenants[r.Tenant], g)
+		tr.claims = append(tr.claims, g)
 	}
 }

@@ -231,16 +231,24 @@ func TestCapSlotYieldsToTheOwner(t *testing.T) {
 // A capped tenant's request waits for the slot its cap leaves and claims
 // little ahead, without holding back another tenant's request behind it;
 // within reach, a round claims for it as many slots as its cap leaves.
-func TestPlanCappedTenant(t *testing.T) {
+// cappedPlan is a PlanIn (see planAt) under 100 per second, tenant a
+// capped at 10 with n calls of its own that leave the window at leave
+// (server µs), and its rules.
+func cappedPlan(n int, leave int64) (*Rules, PlanIn) {
 	c := testConfig(100, time.Second, time.Second)
 	in := planAt(100)
-	w := c.Wins[0].W
 	in.Known = Known{Tenants: TenantShares{
 		TenantReach: TenantReach{Ahead: 20_000}, Level: 10, Until: in.Now.Add(time.Second),
 		Capped: map[string]bool{"a": true},
-		// 10 calls that leave the window at 1.5s.
-		Scores: map[string]TenantMembers{"a": {Own: slices.Repeat([]int64{1_500_000 - w}, 10)}},
+		Scores: map[string]TenantMembers{"a": {Own: slices.Repeat([]int64{leave - c.Wins[0].W}, n)}},
 	}}
+	return c, in
+}
+
+func TestPlanCappedTenant(t *testing.T) {
+	// 10 calls that leave the window at 1.5s.
+	c, in := cappedPlan(10, 1_500_000)
+	w := c.Wins[0].W
 	reqs := []Request{{N: 1, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "b"}}
 	p := Plan(c, in, reqs, PlanOut{})
 	if p.Each[0].Action != Keep || p.Each[1].Action != Take || p.Each[1].Score != 1_001_000 {
@@ -272,6 +280,25 @@ func TestPlanCappedTenant(t *testing.T) {
 	p = Plan(c, in, reqs[:2], PlanOut{})
 	if p.Each[0].Action != Take || p.Each[1].Action != Keep {
 		t.Fatalf("a's requests, members unknown: %+v; want one claimed, one kept", p.Each)
+	}
+}
+
+// Once a capped tenant's request stays queued, its requests behind it of
+// as many units or more stay queued too; a smaller one that fits is
+// still claimed.
+func TestPlanCappedTenantQueuesBehindItsOwn(t *testing.T) {
+	// 9 calls that leave the window at 1.5s: room for 1 until then.
+	c, in := cappedPlan(9, 1_500_000)
+	reqs := []Request{{N: 2, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "a"}, {N: 3, Prio: Normal, Tenant: "a"}, {N: 1, Prio: Normal, Tenant: "b"}}
+	p := Plan(c, in, reqs, PlanOut{})
+	want := []Action{Keep, Take, Keep, Take}
+	for i, d := range p.Each {
+		if d.Action != want[i] {
+			t.Fatalf("request %d (%+v): %+v; want %v (all: %+v)", i, reqs[i], d, want[i], p.Each)
+		}
+	}
+	if p.Each[1].Score != 1_001_000 {
+		t.Fatalf("a's request of 1: %+v, want it claimed now", p.Each[1])
 	}
 }
 
