@@ -45,6 +45,7 @@ func TestInvariantCompacted(t *testing.T) {
 				)
 				var rec recorder
 				ths := make([]*Throttler, replicas)
+				ledgers := make([]*ledgerStore, replicas)
 				for i := range ths {
 					from, keep := 1, core.CompactKeep
 					if mode == "mixed" && i == 0 {
@@ -54,6 +55,7 @@ func TestInvariantCompacted(t *testing.T) {
 						keep = 3 // all but the newest 3 calls compact, young or not
 					}
 					ths[i] = rec.watch(mustNew(t, dial(), key, limit, interval, withCompaction(from, 8), func(o *options) error { o.compact.keep = keep; return nil }))
+					ledgers[i] = withLedger(ths[i], 0)
 				}
 				var wg sync.WaitGroup
 				for r := range replicas {
@@ -81,6 +83,9 @@ func TestInvariantCompacted(t *testing.T) {
 					waitIdle(t, th)
 				}
 				scores := rec.scores()
+				for _, l := range ledgers {
+					l.assertOnce(t)
+				}
 				rec.assertWindow(t, interval+50*time.Millisecond, limit)
 				c := dial()
 				h, err := c.HGetAll(context.Background(), redisstore.CompactKey(key)).Result()

@@ -149,7 +149,23 @@ func signal(c chan struct{}) {
 // state: what it holds goes back (see owed.unhold), and what it still has
 // in Redis from an earlier attempt stays known (see queuedAfter). The
 // caller puts w back in the queue (see workerState.pushFront).
+//
+// What it holds goes back plainly, whatever at says (unless the store
+// removed it already): its caller may give up before the next round trip
+// and remove it itself (it is w's stale members then), and a give-back as
+// written for sure (core.Attempt.GiveBack) that finds a member gone from
+// a compacted window's set takes it for one a compaction moved, out of a
+// bucket where it is another call's count: windows of 20 held 21 and 22
+// units (TestInvariantCompacted's newest mode, TestRefusedClaimGivenBackOnce).
+// Given back plainly, a member a compaction moved in the meantime stays
+// counted in its bucket until the bucket leaves the window, which only
+// refuses more; a refused claim is given back with the next round trip,
+// and compactions move calls older than a quarter of the window, or
+// behind the newest core.CompactKeep.
 func (w *waiter) requeueLocked(o *owed, local *core.LocalWindow, at int64) {
+	if at > 0 {
+		at = 0
+	}
 	o.unhold(w, local, at)
 	w.moveLocked(queuedAfter(w.res), w.caller)
 }

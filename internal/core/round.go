@@ -36,7 +36,9 @@ type Removals struct {
 	Remove []string // members to remove: calls that did not go, and what a failed round trip may have written
 	// Members to remove that a round trip that succeeded wrote, at their
 	// scores: in a compacted window, one a compaction already moved leaves
-	// its bucket (see the redisstore package's GiveBackScript).
+	// its bucket (see the redisstore package's GiveBackScript). Nothing
+	// else may remove them first: one found gone from the set counts as
+	// moved, and its bucket would lose another call's count.
 	GiveBack []Entry
 }
 

@@ -1,0 +1,125 @@
+package throttler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-throttler/throttler/internal/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// ledgerStore wraps the store a Throttler talks to and notes, per member,
+// how it left Redis: removed plainly (Remove at 0, Attempt.Remove) or given
+// back as written for sure (Remove at a score, Attempt.GiveBack). A
+// give-back for sure of a member already removed is a bug: on a compacted
+// key, the give-back finds it gone from the set and takes it out of its
+// bucket, where another call is then no longer counted
+// (redisstore.GiveBackScript).
+type ledgerStore struct {
+	store
+	// late delays a round trip that gives back calls written for sure,
+	// as one is now and then: whatever else removes them goes first.
+	late    time.Duration
+	mu      sync.Mutex
+	removed map[string]bool // left plainly or given back
+	twice   []string
+}
+
+func (s *ledgerStore) note(members []string, forSure bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range members {
+		if forSure && s.removed[m] {
+			s.twice = append(s.twice, fmt.Sprintf("%x", m))
+		}
+		s.removed[m] = true
+	}
+}
+
+func (s *ledgerStore) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
+	if len(a.GiveBack) > 0 && s.late > 0 {
+		time.Sleep(s.late)
+	}
+	s.note(a.Remove, false)
+	back := make([]string, len(a.GiveBack))
+	for i, e := range a.GiveBack {
+		back[i] = e.Member
+	}
+	s.note(back, true)
+	return s.store.Reserve(ctx, a)
+}
+
+func (s *ledgerStore) Remove(ctx context.Context, members []string, at int64) error {
+	s.note(members, at > 0)
+	return s.store.Remove(ctx, members, at)
+}
+
+// withLedger puts a ledgerStore between th and Redis, its give-backs of
+// calls written for sure late by late.
+func withLedger(th *Throttler, late time.Duration) *ledgerStore {
+	s := &ledgerStore{store: th.st, late: late, removed: map[string]bool{}}
+	th.st = s
+	return s
+}
+
+// assertOnce fails t when a call was given back as written for sure
+// after it was removed.
+func (s *ledgerStore) assertOnce(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.twice) > 0 {
+		t.Errorf("members given back for sure after they were removed: %v", s.twice)
+	}
+}
+
+// A claim refused (another process filled the window unseen) and then
+// given up by its caller leaves Redis once: the caller does not remove the
+// members its next round trip gives back as written for sure. Removed
+// twice, the give-back took, on a compacted key, a call of another
+// process out of its bucket: TestInvariantCompacted's newest mode saw 21
+// and 22 units in windows of 20, once in about 20 runs.
+func TestRefusedClaimGivenBackOnce(t *testing.T) {
+	for _, give := range []string{"deadline", "cancel"} {
+		t.Run(give, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, dial dialer, key string) {
+				c := dial()
+				th := mustNew(t, c, key, 3, time.Hour, WithLogger(quiet))
+				ledger := withLedger(th, 300*time.Millisecond)
+				now, err := c.Time(context.Background()).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The window is full, and th does not know it.
+				for i := range 3 {
+					if err := c.ZAdd(context.Background(), key, redis.Z{Score: float64(now.UnixMicro()), Member: fmt.Sprint("other", i)}).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				if give == "cancel" {
+					// No deadline to plan against: the call waits queued
+					// for its slot an hour away, and its caller gives up.
+					ctx, cancel = context.WithCancel(context.Background())
+					time.AfterFunc(100*time.Millisecond, cancel)
+				}
+				defer cancel()
+				if err := th.WaitN(ctx, 2); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+					t.Fatalf("WaitN in a full window: %v, want its context's end", err)
+				}
+				waitIdle(t, th)
+				ledger.mu.Lock()
+				gone := len(ledger.removed)
+				ledger.mu.Unlock()
+				if gone == 0 {
+					t.Fatal("the refused claim was never given back: the test no longer makes one")
+				}
+				ledger.assertOnce(t)
+			})
+		})
+	}
+}
