@@ -15,8 +15,13 @@ import "github.com/go-throttler/throttler/internal/core"
 // A tenant whose finish tag the virtual time has passed is forgotten:
 // stamped afresh, it would start at the virtual time all the same, so a
 // priority's table holds only tenants with calls queued or served ahead
-// of the others. The tables are cleared whenever the queue empties (and
-// when a call joins an empty queue).
+// of the others. The tables are cleared whenever no call waits, queued or
+// in the round trip under way (see workerState.idle), and when a call joins
+// then: a call that a round trip takes and the store refuses comes back
+// with its tag, and must stay ahead of its tenant's calls that joined
+// meanwhile (seed 40248: a call of 4 units, sent back each window while
+// its tenant's calls that joined while the window's round trips were out
+// went ahead of it, waited 5 windows).
 //
 // Its fields are under the Throttler's mutex, and change only through its
 // methods.
@@ -33,10 +38,10 @@ type fairTags struct {
 }
 
 // stamp returns the start tag of a call of n units of tenant's, of
-// priority p, joining the queue, which held queued calls before it (else
-// the order starts afresh).
-func (f *fairOrder) stamp(p core.Level, tenant string, n int, queued int) float64 {
-	if queued == 0 {
+// priority p, joining the queue; fresh when no call waited before it (the
+// order starts afresh).
+func (f *fairOrder) stamp(p core.Level, tenant string, n int, fresh bool) float64 {
+	if fresh {
 		f.reset()
 	}
 	l := &f.level[p]
@@ -51,7 +56,7 @@ func (f *fairOrder) stamp(p core.Level, tenant string, n int, queued int) float6
 	return start
 }
 
-// reset starts the order afresh, the queue empty: no tenant is kept.
+// reset starts the order afresh, no call waiting: no tenant is kept.
 func (f *fairOrder) reset() {
 	for i := range f.level {
 		l := &f.level[i]

@@ -17,6 +17,7 @@ const retryRedisAfter = time.Second
 // clock sample) failed; rd is the round whose round trip failed (nil
 // when no reservation was sent). It returns how long the worker sleeps.
 func (f *fallback) failLocked(t *Throttler, rd *round, err error) time.Duration {
+	defer t.worker.landed() // after the batch's waiters went back to the queue, if they do
 	var batch []*waiter
 	var a *core.Attempt
 	if rd != nil {
@@ -88,7 +89,7 @@ func (f *fallback) fallBackLocked(t *Throttler, batch []*waiter, err error) (d t
 			w.settleLocked(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 			continue
 		}
-		w.requeueLocked(&t.owed, f.local, 0)
+		w.requeueLocked(&t.owed, f.local, false)
 		requeue = append(requeue, w)
 	}
 	t.worker.pushFront(requeue)

@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sync"
@@ -93,17 +94,17 @@ func TestFairOrderShares(t *testing.T) {
 func TestFairOrderForgetsServedTenants(t *testing.T) {
 	var f fairOrder
 	n := core.Level(1)
-	f.stamp(n, "x", 1, 0)
+	f.stamp(n, "x", 1, true)
 	for i := range 1000 {
 		// One call at a time, each served before the next tenant's joins:
 		// each tenant's finish tag is passed at once.
-		tag := f.stamp(n, string(rune('a'+i%26))+string(rune(i)), 1, 1)
+		tag := f.stamp(n, string(rune('a'+i%26))+string(rune(i)), 1, false)
 		f.served(n, tag+1)
 	}
 	if l := f.level[n]; len(l.finish) > 40 {
 		t.Fatalf("the order keeps %d tenants after 1,000 served one call each", len(l.finish))
 	}
-	f.stamp(n, "y", 1, 0)
+	f.stamp(n, "y", 1, true)
 	if l := f.level[n]; len(l.finish) != 1 || l.virtual != 0 {
 		t.Fatalf("an empty queue left %d tenants at virtual time %g", len(l.finish), l.virtual)
 	}
@@ -233,6 +234,51 @@ func TestFairOrderEmptyQueueKeepsNoTenant(t *testing.T) {
 			if len(l.finish) != 0 {
 				t.Errorf("%s: priority %d keeps tenants %v", leave, p, l.finish)
 			}
+		}
+	}
+}
+
+// A tenant's calls stay in the order they joined, across round trips that
+// take the whole queue and send some calls back: a call that joins while a
+// round trip is out queues behind the calls of its tenant that the round
+// trip sends back. (The fair order started afresh whenever a round trip
+// took the whole queue; the calls sent back kept their tags, and a later
+// call of their tenant, stamped afresh, went ahead of them. Seed 40248: a
+// call of 4 units waited 5 windows so.)
+func TestFairOrderKeepsTenantOrderAcrossRoundTrips(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var q workerState
+	joined := map[*waiter]int{}
+	for i := range 5000 {
+		switch op := rng.IntN(4); {
+		case op < 2:
+			w := &waiter{n: 1 + rng.IntN(4), rank: rank{prio: PriorityNormal, tenant: []string{"a", "b"}[rng.IntN(2)]}}
+			joined[w] = i
+			q.insert(w)
+		case op == 2 && q.out == 0:
+			// A round trip takes the whole queue.
+			batch := slices.Clone(q.queue)
+			for _, w := range batch {
+				q.fair.served(w.rank.prio.level(), w.rank.tag)
+			}
+			q.out = len(batch)
+			q.keep(q.queue[:0])
+			// Calls join while it is out; then it sends some back.
+			for range rng.IntN(3) {
+				w := &waiter{n: 1, rank: rank{prio: PriorityNormal, tenant: []string{"a", "b"}[rng.IntN(2)]}}
+				joined[w] = i
+				q.insert(w)
+			}
+			back := slices.DeleteFunc(batch, func(*waiter) bool { return rng.IntN(2) == 0 })
+			q.pushFront(back)
+			q.landed()
+		}
+		last := map[string]int{}
+		for _, w := range q.queue {
+			if j, ok := last[w.rank.tenant]; ok && joined[w] < j {
+				t.Fatalf("step %d: tenant %s's call that joined at step %d queues behind one that joined at step %d", i, w.rank.tenant, joined[w], j)
+			}
+			last[w.rank.tenant] = joined[w]
 		}
 	}
 }

@@ -150,10 +150,10 @@ func signal(c chan struct{}) {
 // in Redis from an earlier attempt stays known (see queuedAfter). The
 // caller puts w back in the queue (see workerState.pushFront).
 //
-// What it holds goes back plainly, whatever at says (unless the store
-// removed it already): its caller may give up before the next round trip
-// and remove it itself (it is w's stale members then), and a give-back as
-// written for sure (core.Attempt.GiveBack) that finds a member gone from
+// What it holds goes back plainly, not as written for sure, unless the
+// store removed it already (removed: see notInStore). Its caller may give
+// up before the next round trip and remove it itself (it is w's stale
+// members then), and a give-back as written for sure (core.Attempt.GiveBack) that finds a member gone from
 // a compacted window's set takes it for one a compaction moved, out of a
 // bucket where it is another call's count: windows of 20 held 21 and 22
 // units (TestInvariantCompacted's newest mode, TestRefusedClaimGivenBackOnce).
@@ -162,9 +162,10 @@ func signal(c chan struct{}) {
 // refuses more; a refused claim is given back with the next round trip,
 // and compactions move calls older than a quarter of the window, or
 // behind the newest core.CompactKeep.
-func (w *waiter) requeueLocked(o *owed, local *core.LocalWindow, at int64) {
-	if at > 0 {
-		at = 0
+func (w *waiter) requeueLocked(o *owed, local *core.LocalWindow, removed bool) {
+	at := int64(0)
+	if removed {
+		at = notInStore
 	}
 	o.unhold(w, local, at)
 	w.moveLocked(queuedAfter(w.res), w.caller)

@@ -259,6 +259,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			t.worker.fair.served(w.rank.prio.level(), w.rank.tag)
 		}
 	}
+	t.worker.out = len(rd.batch)
 	t.worker.keep(rest)
 }
 
@@ -286,6 +287,7 @@ func (t *Throttler) resolveLocked(rd *round) {
 		}
 	}
 	t.worker.pushFront(requeue)
+	t.worker.landed()
 	// Claims placed by the store lose no turn to stale slots: there is
 	// nothing to announce (see core.Known.Announce).
 	t.known.Turn(rd.admitted > 0, len(requeue) > 0, !rd.Reply.PlacedByStore())
@@ -370,7 +372,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		if res.OK[i] {
 			t.known.Free(c.Score, w.n, w.rank.prio.level())
 		}
-		w.requeueLocked(&t.owed, t.fallback.local, rd.writtenAt(i))
+		w.requeueLocked(&t.owed, t.fallback.local, rd.writtenAt(i) == notInStore)
 		if !roundRiders.lack(w) {
 			return false, true
 		}
@@ -393,6 +395,7 @@ func (rd *round) writtenAt(i int) int64 {
 // Throttler's mutex.
 type workerState struct {
 	queue   []*waiter // not yet reserved: AllowN first, then by priority, FIFO within one
+	out     int       // waiters in the round trip under way (its batch), which may come back to the queue
 	waiting int       // waits (any face) between enter and leave (see WithMaxQueue)
 	running bool      // a worker goroutine serves the queue
 	kick    chan struct{}
@@ -411,7 +414,7 @@ type workerState struct {
 // round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
 	if !w.now && !w.rank.front {
-		w.rank.tag = q.fair.stamp(w.rank.prio.level(), w.rank.tenant, w.n, len(q.queue))
+		w.rank.tag = q.fair.stamp(w.rank.prio.level(), w.rank.tenant, w.n, q.idle())
 	}
 	i := len(q.queue)
 	for i > 0 && w.before(q.queue[i-1]) {
@@ -467,18 +470,32 @@ func (q *workerState) stopIdle(o *owed, n *newsState) bool {
 // remove takes w out of the queue.
 func (q *workerState) remove(w *waiter) {
 	q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == w })
-	if len(q.queue) == 0 {
+	if q.idle() {
 		q.fair.reset()
 	}
 }
 
 // keep leaves rest in the queue, in its order: the waiters the queue held
-// that rest, which shares the queue's array, does not hold have left it.
-// An empty queue keeps no tenant in its fair order (remove's too).
+// that rest, which shares the queue's array, does not hold have left it,
+// out of them for the round trip under way (see sent). With no call
+// waiting, the fair order keeps no tenant (remove's and landed's too).
 func (q *workerState) keep(rest []*waiter) {
 	clear(q.queue[len(rest):])
 	q.queue = rest
-	if len(rest) == 0 {
+	if q.idle() {
+		q.fair.reset()
+	}
+}
+
+// idle reports whether no call waits: none queued, none in the round trip
+// under way. Only then does the fair order start afresh (see fairOrder).
+func (q *workerState) idle() bool { return len(q.queue) == 0 && q.out == 0 }
+
+// landed notes that the round trip under way is over, its batch's waiters
+// admitted, failed, or back in the queue.
+func (q *workerState) landed() {
+	q.out = 0
+	if q.idle() {
 		q.fair.reset()
 	}
 }

@@ -100,7 +100,11 @@ return out
 // its number of claims, and per claim its units n and its n members. A
 // claim whose tenant would hold more than its cap (or n, when n is more)
 // in some window of w µs that holds it, beside the tenant's other members
-// and the claims before it that were kept, is refused: it counts for
+// and the claims before it that were kept, is refused, and so is every
+// claim of that tenant after a refused one, for a tenant's calls go in
+// the order they came (a smaller call that fits where a larger one
+// before it did not would take the room the larger waits for, window
+// after window: seed 40248). A refused claim counts for
 // nothing after, and its members leave key at once when asked (a
 // compacted key's give-back does more than remove a member, and the
 // process gives them back). (Every window
@@ -171,7 +175,7 @@ local function readCaps(r, at, key)
         local at = #t.list + 1
         while at > 1 and math.abs(t.list[at - 1]) > cl.score do at = at - 1 end
         for _ = 1, cl.n do table.insert(t.list, at, -cl.score) end
-        if peakIn(t.list, cl.score, w) > math.max(t.cap, cl.n) then
+        if #refused > 0 or peakIn(t.list, cl.score, w) > math.max(t.cap, cl.n) then
           refused[#refused + 1] = c
           for _ = 1, cl.n do table.remove(t.list, at) end
           for j = 1, drop and #cl.members or 0, 100 do

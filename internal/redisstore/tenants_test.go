@@ -119,8 +119,9 @@ func TestTenantPeaksUnderOneLimit(t *testing.T) {
 
 // The store checks a capped tenant's claims against its cap in order,
 // with the first key's other members and the claims before them that it
-// kept, and removes those the cap does not hold at once: they count for
-// nothing after for the claims behind them. The round's counts hold them
+// kept, and removes those the cap does not hold at once, and every claim
+// of the tenant behind a refused one, which would otherwise go ahead of
+// it: they count for nothing after for the claims behind them. The round's counts hold them
 // still, as they hold every claim of the round (core.Resolve takes the
 // round's own out of them).
 func TestTenantCapsRefusedInTheStore(t *testing.T) {
@@ -140,7 +141,8 @@ func TestTenantCapsRefusedInTheStore(t *testing.T) {
 			}
 			// Claims in order: 1000 fits (950, 990, 1000 in (900, 1000]);
 			// a second at 1000 does not; 2 units at 1060 do not, beside
-			// 990 and 1000; 1095 does, once those 2 are gone.
+			// 990 and 1000; 1095 would, with those 2 gone, but a claim
+			// behind a refused one of its tenant is refused too.
 			scores, units := []int64{1000, 1000, 1060, 1095}, []int{1, 1, 2, 1}
 			// A limit of 8 has the tails (the last 8 members and the
 			// attempt's 6) hold them all.
@@ -164,23 +166,23 @@ func TestTenantCapsRefusedInTheStore(t *testing.T) {
 				t.Fatalf("peaks %v: %d caps read, want 1", peaks, len(r.Caps))
 			}
 			cr := r.Caps[0]
-			if !slices.Equal(cr.Refused, []int{1, 2}) || !cr.Removed {
-				t.Errorf("peaks %v: refused %v (removed %v), want the 2nd and 3rd claims, removed", peaks, cr.Refused, cr.Removed)
+			if !slices.Equal(cr.Refused, []int{1, 2, 3}) || !cr.Removed {
+				t.Errorf("peaks %v: refused %v (removed %v), want the 2nd, 3rd and 4th claims, removed", peaks, cr.Refused, cr.Removed)
 			}
-			if m := cr.Members; !slices.Equal(m.Own, []int64{1000, 1095}) || !slices.Equal(m.Others, []int64{900, 950, 990}) || m.Procs != 2 {
-				t.Errorf("peaks %v: members %+v, want its own 1000 and 1095, the others' 900, 950, 990, of 2 processes", peaks, m)
+			if m := cr.Members; !slices.Equal(m.Own, []int64{1000}) || !slices.Equal(m.Others, []int64{900, 950, 990}) || m.Procs != 2 {
+				t.Errorf("peaks %v: members %+v, want its own 1000, the others' 900, 950, 990, of 2 processes", peaks, m)
 			}
 			left, err := c.ZRange(ctx, key, 0, -1).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range []string{"p10", "p20", "p21"} {
+			for _, m := range []string{"p10", "p20", "p21", "p30"} {
 				if slices.Contains(left, m+a) {
 					t.Errorf("peaks %v: refused member %s still in the key", peaks, m)
 				}
 			}
-			if n := len(slices.DeleteFunc(left, func(m string) bool { return !strings.HasSuffix(m, a) })); n != 5 {
-				t.Errorf("peaks %v: %d of the tenant's members left, want 5: the others' 3 and the 2 claims kept", peaks, n)
+			if n := len(slices.DeleteFunc(left, func(m string) bool { return !strings.HasSuffix(m, a) })); n != 4 {
+				t.Errorf("peaks %v: %d of the tenant's members left, want 4: the others' 3 and the claim kept", peaks, n)
 			}
 			for _, e := range r.Tails[0] {
 				if strings.HasSuffix(e.Member, a) {
@@ -201,8 +203,9 @@ func TestTenantCapsRefusedInTheStore(t *testing.T) {
 }
 
 // The script's check of a capped tenant's claims agrees with
-// core.CapHolds, claim by claim in order, on random members and claims:
-// the same claims refused, and the same members left.
+// core.CapHolds, claim by claim in order, on random members and claims,
+// every claim behind a refused one refused: the same claims refused, and
+// the same members left.
 func TestTenantCapsAgreeWithCapHolds(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
 		ctx := context.Background()
@@ -255,7 +258,7 @@ func TestTenantCapsAgreeWithCapHolds(t *testing.T) {
 			var refused []int
 			for i, cl := range claims {
 				with := slices.Sorted(slices.Values(append(slices.Clone(list), slices.Repeat([]int64{cl.g}, cl.n)...)))
-				if core.CapHolds(with, cl.g, w, max(cp, cl.n)) {
+				if len(refused) == 0 && core.CapHolds(with, cl.g, w, max(cp, cl.n)) {
 					list = with
 				} else {
 					refused = append(refused, i)
