@@ -184,6 +184,7 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 	if r.Tenants != nil {
 		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
 		was, now := t.known.Tenants, t.now()
+		markQueued(r.Tenants, t.worker.queue)
 		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond)
 		// A cap that rose lets the capped tenant's queued calls go now,
 		// not when the slot the old cap left comes within reach; a tenant
@@ -240,4 +241,19 @@ func (w *waiter) tenantTag() string {
 		return ""
 	}
 	return redisstore.TenantTag(w.rank.mark)
+}
+
+// markQueued notes, in uses, the tenants that have calls in queue (see
+// core.TenantUse.Queued).
+func markQueued(uses []core.TenantUse, queue []*waiter) {
+	if len(uses) == 0 || len(queue) == 0 {
+		return
+	}
+	queued := make(map[string]bool, len(uses))
+	for _, w := range queue {
+		queued[w.tenantTag()] = true
+	}
+	for i := range uses {
+		uses[i].Queued = uses[i].Tag != "" && queued[uses[i].Tag]
+	}
 }

@@ -69,12 +69,14 @@ type CapRead struct {
 // tag in member names, its weight, the units it holds, and how many of
 // them waited behind others of its own (see the throttler's tenants.go).
 // A use with the tag "" stands for the calls of no tenant: they count as
-// held, as a light tenant's do.
+// held, as a light tenant's do. Queued tells, of the process that scans,
+// whether it has calls of the tenant queued.
 type TenantUse struct {
 	Tag    string
 	Weight float64
 	Units  int
 	Waited int
+	Queued bool
 }
 
 // FairMemory is what FairLevel keeps from one scan to the next, by tag:
@@ -117,8 +119,9 @@ type FairMemory struct {
 // last.Short) see it short of its share (its cap: a whole number of
 // units), holding no more at the second, while the window has room
 // nobody takes of at least half what it lacks (or a quarter of its share,
-// when it lacks more than half): a tenant that asks for its share takes
-// the room between two scans. One scan is not enough: it may catch the
+// when it lacks more than half), and none of its calls is queued in this
+// process (TenantUse.Queued): a tenant that asks for its share takes the
+// room between two scans. One scan is not enough: it may catch the
 // moment the tenant's calls of a window ago left and its next have not
 // come yet. (Half a share, judged in one scan, was the rule before: seed
 // 30220's tenant that left held 263 units of its 492 and kept its weight
@@ -258,8 +261,13 @@ func (m *FairMemory) asksLess(u TenantUse, share, room float64, last FairMemory)
 		return true
 	}
 	deficit := share - float64(u.Units)
-	if u.Units >= int(share) || room < min(deficit, share/2)/2 {
-		return false // at its cap (see Cap), or little room
+	if u.Units >= int(share) || room < min(deficit, share/2)/2 || u.Queued {
+		// At its cap (see Cap), or little room; or calls of it wait here,
+		// so it asks for more than it holds, whatever it holds: a call
+		// of 5 units under a cap of 94 with 92 held waits, and two scans
+		// that took it for one asking less kept the cap where it was
+		// after the other tenant had left (seed 34192).
+		return false
 	}
 	m.Short = note(m.Short, u.Tag, u.Units)
 	was, ok := last.Short[u.Tag]
