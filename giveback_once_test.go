@@ -100,12 +100,19 @@ func TestRefusedClaimGivenBackOnce(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				// With a deadline, the caller gives up once the refusal
+				// tells it the next slot (an hour away) lies past it.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if give == "cancel" {
 					// No deadline to plan against: the call waits queued
-					// for its slot an hour away, and its caller gives up.
+					// for its slot an hour away, and its caller gives up
+					// as soon as the claim is refused.
 					ctx, cancel = context.WithCancel(context.Background())
-					time.AfterFunc(100*time.Millisecond, cancel)
+					th.hooks.onResolved = func(requeued int) {
+						if requeued > 0 {
+							cancel()
+						}
+					}
 				}
 				defer cancel()
 				if err := th.WaitN(ctx, 2); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {

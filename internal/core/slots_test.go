@@ -323,3 +323,24 @@ func countsAfterInsert(set []int64, claims []Claim, checks []int64, w int64) []i
 	}
 	return counts
 }
+
+// FullestWindow finds the first window that holds the most, and where it
+// ends.
+func TestFullestWindow(t *testing.T) {
+	for _, c := range []struct {
+		scores []int64
+		most   int
+		end    int64
+		name   string
+	}{
+		{nil, 0, 0, "none"},
+		{[]int64{30, 10, 20}, 3, 30, "all in one window, unsorted"},
+		{[]int64{0, 5, 100, 101, 102, 250}, 4, 102, "5 to 102"},
+		{[]int64{0, 10, 100, 110}, 2, 10, "two alike: the first"},
+		{[]int64{0, 100}, 1, 0, "a window is half-open: (0, 100] does not hold 0"},
+	} {
+		if most, end := FullestWindow(c.scores, 100); most != c.most || end != c.end {
+			t.Errorf("%s: FullestWindow(%v, 100) = %d, %d; want %d, %d", c.name, c.scores, most, end, c.most, c.end)
+		}
+	}
+}

@@ -135,14 +135,24 @@ func Sane(tail []Entry, limit int64) []Entry {
 // MaxInWindow returns the largest number of scores in any half-open window
 // (t-w, t].
 func MaxInWindow(scores []int64, w int64) int {
+	most, _ := FullestWindow(scores, w)
+	return most
+}
+
+// FullestWindow returns what MaxInWindow does, and the end t of the
+// first window (t-w, t] that holds that many of scores (0 when scores is
+// empty).
+func FullestWindow(scores []int64, w int64) (most int, end int64) {
 	s := append([]int64(nil), scores...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	best, i := 0, 0
+	i := 0
 	for j := range s {
 		for s[i] <= s[j]-w {
 			i++
 		}
-		best = max(best, j-i+1)
+		if j-i+1 > most {
+			most, end = j-i+1, s[j]
+		}
 	}
-	return best
+	return most, end
 }
