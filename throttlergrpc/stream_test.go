@@ -172,14 +172,6 @@ func TestStreamEnds(t *testing.T) {
 		}
 		inFlight("a client stream answered", 0)
 
-		ctx, cancel := context.WithCancel(context.Background())
-		if _, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		inFlight("a stream open, not read", 1)
-		cancel()
-		inFlight("a stream cancelled", 0)
-
 		used := func() int { return usedUnits(t, th) }
 		before := used()
 		f.push(withDetails(codes.ResourceExhausted, "quota", retryInfo(time.Millisecond)))
@@ -194,5 +186,16 @@ func TestStreamEnds(t *testing.T) {
 			t.Errorf("a refused stream of cost 4 left %d units in the window, want %d (settled at 0)", got, before)
 		}
 		inFlight("a stream refused", 0)
+
+		// Last: a stream cancelled before it is read may reach the server
+		// any time later, or never, and would take a refusal pushed for
+		// the next call.
+		ctx, cancel := context.WithCancel(context.Background())
+		if _, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		inFlight("a stream open, not read", 1)
+		cancel()
+		inFlight("a stream cancelled", 0)
 	})
 }
