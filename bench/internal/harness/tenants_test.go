@@ -136,13 +136,17 @@ func TestTenantOutputs(t *testing.T) {
 }
 
 // TestSmokeTenants runs tenants-flood, shrunk to 2 processes, tenant A's
-// 5 goroutines on each and B's calls at 4/s on each, on 20 per 1s for
+// 5 goroutines on each and B's calls at 2/s on each, on 20 per 1s for
 // 2.5s: every call of B's is admitted, the limit holds at the API, and
-// the tenants' figures are filled in from the replicas and the API.
+// the tenants' figures are filled in from the replicas and the API. (At
+// 4/s on each, B asked for 40% of the limit, was no light tenant, waited
+// up to 1.7s, and its last calls were still queued as the run ended: 4
+// runs of 8 failed so on e6290ab, 1 of 6 on 0ba88b4. At 2/s, 20% of the
+// limit as tenants-flood's B and C are 6%, 10 runs of 10 passed.)
 func TestSmokeTenants(t *testing.T) {
 	rep, row := smoke(t, tenantsFlood, nil, func(sc *Scenario) {
 		sc.Procs, sc.Limit, sc.Duration, sc.Warmup, sc.Period = 2, 20, 2500*time.Millisecond, 500*time.Millisecond, time.Second
-		sc.Tenants = []TenantLoad{{Name: "A", Goroutines: 5}, {Name: "B", Rate: 4}}
+		sc.Tenants = []TenantLoad{{Name: "A", Goroutines: 5}, {Name: "B", Rate: 2}}
 	})
 	f := row.Tenants
 	if f == nil || len(f.Tenants) != 2 {
@@ -165,7 +169,7 @@ func TestSmokeTenants(t *testing.T) {
 	case len(row.Stats) != 2 || len(row.Stats[0]) == 0:
 		t.Errorf("library Stats of %d replicas", len(row.Stats))
 	}
-	if md := rep.Markdown(); !strings.Contains(md, "| tenants-flood | throttler | B | 1 | 2 | 4/s open loop |") {
+	if md := rep.Markdown(); !strings.Contains(md, "| tenants-flood | throttler | B | 1 | 2 | 2/s open loop |") {
 		t.Errorf("no tenants table in:\n%s", md)
 	}
 }
