@@ -153,10 +153,11 @@ func signal(c chan struct{}) {
 // What it holds goes back plainly, not as written for sure, unless the
 // store removed it already (removed: see notInStore). Its caller may give
 // up before the next round trip and remove it itself (it is w's stale
-// members then), and a give-back as written for sure (core.Attempt.GiveBack) that finds a member gone from
-// a compacted window's set takes it for one a compaction moved, out of a
-// bucket where it is another call's count: windows of 20 held 21 and 22
-// units (TestInvariantCompacted's newest mode, TestRefusedClaimGivenBackOnce).
+// members then), and a give-back as written for sure
+// (core.Attempt.GiveBack) that finds a member gone from a compacted
+// window's set takes it for one a compaction moved, out of a bucket where
+// it is another call's count: windows of 20 held 21 and 22 units
+// (TestInvariantCompacted's newest mode, TestRefusedClaimGivenBackOnce).
 // Given back plainly, a member a compaction moved in the meantime stays
 // counted in its bucket until the bucket leaves the window, which only
 // refuses more; a refused claim is given back with the next round trip,

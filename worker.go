@@ -477,8 +477,9 @@ func (q *workerState) remove(w *waiter) {
 
 // keep leaves rest in the queue, in its order: the waiters the queue held
 // that rest, which shares the queue's array, does not hold have left it,
-// out of them for the round trip under way (see sent). With no call
-// waiting, the fair order keeps no tenant (remove's and landed's too).
+// some of them for the round trip under way (out, until landed). With no
+// call waiting, the fair order keeps no tenant (remove's and landed's
+// too).
 func (q *workerState) keep(rest []*waiter) {
 	clear(q.queue[len(rest):])
 	q.queue = rest
