@@ -202,6 +202,69 @@ func TestTenantCapsRefusedInTheStore(t *testing.T) {
 	})
 }
 
+// The claims a round refuses leave the key in one ZREM per 1,000
+// members, whatever the number of tenants and claims refused: a round
+// under a flood refuses many, and each command counts at the server.
+// Tenant a's second claim is refused (its cap is 1) and its third, of
+// 1,500 units, behind it; tenant b's second claim is refused too.
+func TestTenantRefusalsRemovedTogether(t *testing.T) {
+	c := redistest.Start(t).NewClient()
+	ctx := context.Background()
+	const w = 100
+	win := core.Window{Key: redistest.Key(t, "tenant-refusals"), Limit: 5000, Interval: w * time.Microsecond, W: w}
+	at := &core.Attempt{Exact: true, Lims: []int{5000}}
+	var refused []string
+	for ti, units := range [][]int{{1, 1, 1500}, {1, 1}} {
+		suffix := TenantSuffix(fmt.Sprint("tenant-", ti), 1)
+		cp := core.TenantCap{Tag: TenantTag(suffix), Cap: 1, From: 900}
+		for ci, n := range units {
+			cp.Claims = append(cp.Claims, core.CapClaim{Claim: ci, First: len(at.Adds), N: n})
+			for j := range n {
+				m := fmt.Sprint("p", ti, "-", ci, "-", j, suffix)
+				at.Adds = append(at.Adds, core.Entry{Score: 1000, Member: m})
+				if ci > 0 {
+					refused = append(refused, m)
+				}
+			}
+		}
+		at.Tenants.Caps = append(at.Tenants.Caps, cp)
+	}
+	at.Checks = []int64{1000}
+	at.Tenants.Own = "p"
+	zrems := func() int {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_zrem:calls="); ok {
+				var n int
+				fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
+				return n
+			}
+		}
+		return 0
+	}
+	before := zrems()
+	r, err := NewStore(c, []core.Window{win}, 0, nil, "self").Reserve(ctx, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := zrems() - before; n != 2 {
+		t.Errorf("the round sent %d ZREMs, want 2 for %d members refused", n, len(refused))
+	}
+	if len(r.Caps) != 2 || !slices.Equal(r.Caps[0].Refused, []int{1, 2}) || !slices.Equal(r.Caps[1].Refused, []int{1}) {
+		t.Fatalf("refused %+v, want tenant 0's claims 2 and 3, tenant 1's claim 2", r.Caps)
+	}
+	left, err := c.ZCard(ctx, win.Key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(at.Adds) - len(refused) + 1); left != want { // + the marker
+		t.Errorf("%d members left, want %d: the claims kept and the marker", left, want)
+	}
+}
+
 // The script's check of a capped tenant's claims agrees with
 // core.CapHolds, claim by claim in order, on random members and claims,
 // every claim behind a refused one refused: the same claims refused, and
