@@ -259,8 +259,7 @@ func (t *Throttler) applyPlanLocked(rd *round) {
 			t.worker.fair.served(w.rank.prio.level(), w.rank.tag)
 		}
 	}
-	t.worker.out = len(rd.batch)
-	t.worker.keep(rest)
+	t.worker.sent(rest, len(rd.batch))
 }
 
 // resolveLocked applies a reply (see core.Resolve): claims that fit are
@@ -470,32 +469,39 @@ func (q *workerState) stopIdle(o *owed, n *newsState) bool {
 // remove takes w out of the queue.
 func (q *workerState) remove(w *waiter) {
 	q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == w })
-	if q.idle() {
-		q.fair.reset()
-	}
+	q.quiet()
 }
 
 // keep leaves rest in the queue, in its order: the waiters the queue held
-// that rest, which shares the queue's array, does not hold have left it,
-// some of them for the round trip under way (out, until landed). With no
-// call waiting, the fair order keeps no tenant (remove's and landed's
-// too).
+// that rest, which shares the queue's array, does not hold have left it.
 func (q *workerState) keep(rest []*waiter) {
 	clear(q.queue[len(rest):])
 	q.queue = rest
-	if q.idle() {
-		q.fair.reset()
-	}
+	q.quiet()
+}
+
+// sent is keep after a round's plan: out of the waiters that left the
+// queue went with the round trip under way, and still wait until landed.
+func (q *workerState) sent(rest []*waiter, out int) {
+	q.out = out
+	q.keep(rest)
+}
+
+// landed notes that the round trip under way is over, its batch's waiters
+// admitted, failed, or back in the queue.
+func (q *workerState) landed() {
+	q.out = 0
+	q.quiet()
 }
 
 // idle reports whether no call waits: none queued, none in the round trip
 // under way. Only then does the fair order start afresh (see fairOrder).
 func (q *workerState) idle() bool { return len(q.queue) == 0 && q.out == 0 }
 
-// landed notes that the round trip under way is over, its batch's waiters
-// admitted, failed, or back in the queue.
-func (q *workerState) landed() {
-	q.out = 0
+// quiet starts the fair order afresh when no call waits, so that it keeps
+// no tenant then: remove, keep and landed, which let the last call go,
+// call it.
+func (q *workerState) quiet() {
 	if q.idle() {
 		q.fair.reset()
 	}
