@@ -50,9 +50,10 @@
 //	                                      tenants' claims checked against
 //	                                      their caps, the refused removed
 //	                                      under one limit, then the peaks
-//	                                      and their members, in one read;
-//	                                      the first key's ZRANGE below then
-//	                                      goes before it)
+//	                                      and their members, and
+//	                                      TenantScript's scan when due,
+//	                                      in one read; the first key's
+//	                                      ZRANGE below then goes before it)
 //	EVAL <PlaceScript> <keys> ...        (instead of the claims' ZADD, the
 //	                                      ZCOUNTs and the peaks, once for
 //	                                      every key after their writes, in
@@ -82,11 +83,6 @@
 //	PUBLISH <news channel> t <name> <g>...  (exact attempts that announce
 //	                                      the slots they claim: see
 //	                                      core.Known.Announce)
-//	EVAL <TenantScript> key <from> <w>   (every 100ms, or tenth of the
-//	                                      window, while calls of tenants
-//	                                      wait near the limit or under a
-//	                                      cap: their calls by tenant, and
-//	                                      the light tenants' most)
 //	EVAL <TenantScoresScript> key <from> <w> <drop> <own> <caps>...
 //	                                     (with claims of tenants held to a
 //	                                      cap: the claims checked against
@@ -94,6 +90,13 @@
 //	                                      under one limit, and the tenants'
 //	                                      members; not when
 //	                                      TenantPeakScript does it)
+//	EVAL <TenantScript> key <from> <w>   (every 100ms, or tenth of the
+//	                                      window, while calls of tenants
+//	                                      wait near the limit or under a
+//	                                      cap: their calls by tenant, and
+//	                                      the light tenants' most; after
+//	                                      the refused claims left; not
+//	                                      when TenantPeakScript scans)
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> <tally> [<probes>] [<stamp>]
 //	                                     (the stamp when the first window
 //	                                      counts from a copy)

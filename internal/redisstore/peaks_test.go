@@ -87,6 +87,11 @@ func checkPeaks(t *testing.T, c *redis.Client, key string, tenants bool) {
 			for _, m := range marks[1:] {
 				a.Tenants.Caps = append(a.Tenants.Caps, core.TenantCap{Tag: TenantTag(m), Cap: 1, From: base + int64(rng.IntN(120)) - w})
 			}
+			// Half the rounds scan too, from before the caps' reads or
+			// after (see checkScan).
+			if rng.IntN(2) == 0 {
+				a.Tenants.Scan, a.Tenants.From, a.Tenants.W = true, base+int64(rng.IntN(120)), w
+			}
 		} else {
 			// Two limits: only then does an exact attempt read the peaks
 			// without tenants. The second, on a key of its own, is not
@@ -99,6 +104,9 @@ func checkPeaks(t *testing.T, c *redis.Client, key string, tenants bool) {
 		r, err := s.Reserve(ctx, a)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if a.Tenants.Scan {
+			checkScan(t, c, key, a.Tenants, r)
 		}
 		for i, cp := range a.Tenants.Caps {
 			var want []int64

@@ -47,47 +47,62 @@ func TenantWaited(suffix string, waited bool) string {
 // TenantTag returns the tag a suffix ends with: its tenant and weight.
 func TenantTag(suffix string) string { return suffix[len(suffix)-tenantTagLen:] }
 
+// scanLua defines scanTenants, which TenantScript and TenantPeakScript
+// share. scanTenants(r, from, w, skip) counts the members of r (a
+// ZRANGEBYSCORE WITHSCORES answer, ascending) scored after from - w
+// (exclusive), but those in the set skip (nil: none): see TenantScript
+// for what it returns.
+const scanLua = `
+local function scanTenants(r, from, w, skip)
+  local n, waited, order, seen, none = {}, {}, {}, {}, 0
+  for j = 1, #r, 2 do
+    local m, s = r[j], tonumber(r[j + 1])
+    if s <= from - w or (skip and skip[m]) then
+      -- before the scan's range, or removed by the script
+    elseif not (#m > 17 and m:sub(-17, -16) == '\0t') then
+      if s > from then none = none + 1 end
+    else
+      local tag = m:sub(-14)
+      if not n[tag] then
+        n[tag], waited[tag] = 0, 0
+        order[#order + 1] = tag
+      end
+      if s > from then n[tag] = n[tag] + 1 end
+      if m:sub(-15, -15) == 'w' then waited[tag] = waited[tag] + 1 end
+      seen[#seen + 1] = {s, tag}
+    end
+  end
+  local peak, lo, light = 0, 1, {}
+  for i, e in ipairs(seen) do
+    if waited[e[2]] == 0 then
+      light[#light + 1] = e[1]
+      while light[lo] <= e[1] - w do lo = lo + 1 end
+      peak = math.max(peak, #light - lo + 1)
+    end
+  end
+  local out = {peak, none}
+  for _, tag in ipairs(order) do
+    out[#out + 1] = tag
+    out[#out + 1] = n[tag]
+    out[#out + 1] = waited[tag]
+  end
+  return out
+end
+`
+
 // TenantScript counts the members of KEYS[1] scored after ARGV[1]
 // (exclusive) by the tenant their suffix names (see TenantSuffix), and
 // returns first the most calls of the tenants none of whose calls waited
 // (the light tenants) that any window of ARGV[2] µs after ARGV[1] - ARGV[2]
 // held, then how many members without a suffix (of no tenant) are scored
 // after ARGV[1], then, for each tenant in the order first met, its tag,
-// its count and how many of them waited.
-var TenantScript = redis.NewScript(`
+// its count and how many of them waited. A round that runs
+// TenantPeakScript has it scan instead, in the same read.
+var TenantScript = redis.NewScript(scanLua + `
 local from, w = tonumber(ARGV[1]), tonumber(ARGV[2])
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (from - w), '+inf', 'WITHSCORES')
-local n, waited, order, seen, none = {}, {}, {}, {}, 0
-for j = 1, #r, 2 do
-  local m = r[j]
-  if not (#m > 17 and m:sub(-17, -16) == '\0t') then
-    if tonumber(r[j + 1]) > from then none = none + 1 end
-  else
-    local tag, s = m:sub(-14), tonumber(r[j + 1])
-    if not n[tag] then
-      n[tag], waited[tag] = 0, 0
-      order[#order + 1] = tag
-    end
-    if s > from then n[tag] = n[tag] + 1 end
-    if m:sub(-15, -15) == 'w' then waited[tag] = waited[tag] + 1 end
-    seen[#seen + 1] = {s, tag}
-  end
-end
-local peak, lo, light = 0, 1, {}
-for i, e in ipairs(seen) do
-  if waited[e[2]] == 0 then
-    light[#light + 1] = e[1]
-    while light[lo] <= e[1] - w do lo = lo + 1 end
-    peak = math.max(peak, #light - lo + 1)
-  end
-end
-local out = {peak, none}
-for _, tag in ipairs(order) do
-  out[#out + 1] = tag
-  out[#out + 1] = n[tag]
-  out[#out + 1] = waited[tag]
-end
-return out
+-- (a number joined to a string keeps 14 digits: string.format keeps all)
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', from - w), '+inf', 'WITHSCORES')
+return scanTenants(r, from, w, nil)
 `)
 
 // capsLua defines readCaps, which the scripts that read the capped
@@ -114,7 +129,8 @@ return out
 // it elsewhere, or not at all) is not checked. It returns, per tenant,
 // how many processes other than the asking one hold its members in r, how
 // many of its claims were refused, their positions, then its members'
-// scores, ascending, the asking process's own negated.
+// scores, ascending, the asking process's own negated; and, second, the
+// members it removed (none unless asked).
 const capsLua = `
 local function peakIn(l, g, w)
   local best, lo, hi = 0, 1, 1
@@ -191,7 +207,7 @@ local function readCaps(r, at, key)
   for j = 1, #gone, 1000 do
     redis.call('ZREM', key, unpack(gone, j, math.min(j + 999, #gone)))
   end
-  return out
+  return out, gone
 end
 `
 
@@ -201,7 +217,8 @@ end
 // ARGV[2] on.
 var TenantScoresScript = redis.NewScript(capsLua + `
 local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES')
-return readCaps(r, 2, KEYS[1])
+local out = readCaps(r, 2, KEYS[1])
+return out
 `)
 
 // TenantPeakScript is PeakScript and TenantScoresScript in one, for the
@@ -214,17 +231,36 @@ return readCaps(r, 2, KEYS[1])
 // would: the attempt's own claims are all in its counts, which
 // core.Resolve takes them out of (peaks hold none of them). ARGV[1] is w (µs),
 // ARGV[2] the limit in force, ARGV[3] the number of scores c, ARGV[5] the
-// number of arguments L from ARGV[6] on that readCaps reads (see capsLua),
+// number of arguments L from ARGV[8] on that readCaps reads (see capsLua),
 // then the c scores, and the attempt's own members, each with its score.
 // ARGV[4] lies at or before every score less w, and before the capped
-// tenants' members the round needs. It returns PeakScript's answer for
-// the c scores, then readCaps's answer per tenant.
-var TenantPeakScript = redis.NewScript(capsLua + `
+// tenants' members the round needs. When the round scans (ARGV[6] is not
+// empty), it also does TenantScript's work, for ARGV[6] and ARGV[7], in
+// the same read, widened to the scan's range, without the claims it
+// removed: one script and one read a round where there were two. It
+// returns PeakScript's answer for the c scores, then readCaps's answer
+// per tenant, then, when it scans, TenantScript's answer.
+var TenantPeakScript = redis.NewScript(capsLua + scanLua + `
 local w, limit, c, nc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[4], '+inf', 'WITHSCORES')
-local lists = readCaps(r, 6, KEYS[1])
+local after, scan = tonumber(ARGV[4]), ARGV[6] ~= ''
+local sfrom, sw = tonumber(ARGV[6]), tonumber(ARGV[7])
+-- (a number joined to a string keeps 14 digits: string.format keeps all)
+local lo, bound = after, ARGV[4]
+if scan and sfrom - sw < after then lo, bound = sfrom - sw, string.format('%.0f', sfrom - sw) end
+local read = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. bound, '+inf', 'WITHSCORES')
+-- the peaks and the caps read after ARGV[4], as without the scan
+local r = read
+if lo < after then
+  r = {}
+  for j = 1, #read, 2 do
+    if tonumber(read[j + 1]) > after then
+      r[#r + 1], r[#r + 2] = read[j], read[j + 1]
+    end
+  end
+end
+local lists, gone = readCaps(r, 8, KEYS[1])
 local ours = {}
-for i = 6 + nc + c, #ARGV, 2 do ours[ARGV[i]] = true end
+for i = 8 + nc + c, #ARGV, 2 do ours[ARGV[i]] = true end
 local all, others = {}, {}
 for j = 1, #r, 2 do
   local m, s = r[j], tonumber(r[j + 1])
@@ -256,18 +292,25 @@ local function peakAt(g)
 end
 local out = {}
 for j = 1, c do
-  local count, peak = peakAt(tonumber(ARGV[5 + nc + j]))
+  local count, peak = peakAt(tonumber(ARGV[7 + nc + j]))
   out[#out + 1], out[#out + 2] = count, peak
 end
 for _, l in ipairs(lists) do out[#out + 1] = l end
+if scan then
+  local skip = {}
+  for _, m in ipairs(gone) do skip[m] = true end
+  out[#out + 1] = scanTenants(read, sfrom, sw, skip)
+end
 return out
 `)
 
 // tenantCmds are a round trip's reads of the tenants' calls: the scan,
 // and the capped tenants' members, read by TenantScoresScript or, with the
-// first key's peaks, by TenantPeakScript (peaks).
+// first key's peaks, by TenantPeakScript (peaks), which then scans too
+// (scanned).
 type tenantCmds struct {
 	scan, scores, peaks *redis.Cmd
+	scanned             bool
 }
 
 // capsRead reports whether the attempt reads capped tenants' members.
@@ -276,12 +319,13 @@ func (c *attemptCmds) capsRead() bool { return len(c.a.Tenants.Caps) > 0 }
 // tenantPeakCmd queues TenantPeakScript on key, the first, whose window
 // (widened by the attempt's margin) is w and whose limit in force is
 // limit: the capped tenants' claims checked against their caps, then
-// PeakScript's counts and peaks for the attempt's scores, and the capped
-// tenants' members.
+// PeakScript's counts and peaks for the attempt's scores, the capped
+// tenants' members, and the scan when the attempt asks for one.
 func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limit int) *redis.Cmd {
+	const head = 7
 	a := c.a
-	from, args := capsArgs(a, c.s.wins[0].W, c.capsDrop(), 5, len(a.Checks)+2*len(a.Adds))
-	nc := len(args) - 5
+	from, args := capsArgs(a, c.s.wins[0].W, c.capsDrop(), head, len(a.Checks)+2*len(a.Adds))
+	nc := len(args) - head
 	for _, g := range a.Checks {
 		from = min(from, g-w)
 		args = append(args, itoa(g))
@@ -289,25 +333,29 @@ func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limi
 	for _, e := range a.Adds {
 		args = append(args, e.Member, itoa(e.Score))
 	}
-	args[0], args[1], args[2], args[3], args[4] = w, limit, len(a.Checks), itoa(from), nc
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = w, limit, len(a.Checks), itoa(from), nc, "", 0
+	if ask := a.Tenants; ask.Scan {
+		args[5], args[6], c.tenants.scanned = itoa(ask.From), ask.W, true
+	}
 	c.tenants.peaks = TenantPeakScript.Eval(c.ctx, p, []string{key}, args...)
 	return c.tenants.peaks
 }
 
-// queueTenants queues the scan of the tenants' calls and the reads of the
-// capped tenants' members, when the attempt asks for them: after its
-// claims are added, so that both count them.
+// queueTenants queues the reads of the capped tenants' members and the
+// scan of the tenants' calls, when the attempt asks for them: after its
+// claims are added, so that both count them, and the scan after the
+// claims refused have left, so that it does not count them.
 func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
 	ask, key := c.a.Tenants, []string{c.s.wins[0].Key}
-	if ask.Scan {
-		c.tenants.scan = TenantScript.Eval(c.ctx, p, key, ask.From, ask.W)
-	}
-	// Unless the first key's peaks read them (see tenantPeakCmd: its
-	// window's reads are queued before this).
+	// Unless the first key's peaks read them, and scan too (see
+	// tenantPeakCmd: its window's reads are queued before this).
 	if c.capsRead() && c.tenants.peaks == nil {
 		from, args := capsArgs(c.a, c.s.wins[0].W, c.capsDrop(), 1, 0)
 		args[0] = from
 		c.tenants.scores = TenantScoresScript.Eval(c.ctx, p, key, args...)
+	}
+	if ask.Scan && !c.tenants.scanned {
+		c.tenants.scan = TenantScript.Eval(c.ctx, p, key, ask.From, ask.W)
 	}
 }
 
@@ -338,12 +386,15 @@ func capsArgs(a *core.Attempt, w int64, drop bool, head, more int) (from int64, 
 
 // tenantLists is how many lists the answer of window wi's peak script
 // holds after its counts and peaks: one per capped tenant when it is
-// TenantPeakScript's.
+// TenantPeakScript's, and the scan's when that scans.
 func (c *attemptCmds) tenantLists(wi int) int {
-	if wi == 0 && c.tenants.peaks != nil {
-		return len(c.a.Tenants.Caps)
+	switch {
+	case wi != 0 || c.tenants.peaks == nil:
+		return 0
+	case c.tenants.scanned:
+		return len(c.a.Tenants.Caps) + 1
 	}
-	return 0
+	return len(c.a.Tenants.Caps)
 }
 
 // tenantPeaks reports whether the attempt counts its claims against the
@@ -373,7 +424,18 @@ func (c *attemptCmds) readTenants(r *core.Reply) error {
 		if err != nil {
 			return err
 		}
-		return parseTenantScores(r, vals[min(len(vals), 2*len(c.a.Checks)):], c.a.Tenants.Caps, c.capsDrop())
+		vals = vals[min(len(vals), 2*len(c.a.Checks)):]
+		if c.tenants.scanned {
+			if len(vals) == 0 {
+				return fmt.Errorf("redisstore: tenant peaks answered no scan")
+			}
+			scan, _ := vals[len(vals)-1].([]any)
+			if err := parseTenants(r, scan); err != nil {
+				return err
+			}
+			vals = vals[:len(vals)-1]
+		}
+		return parseTenantScores(r, vals, c.a.Tenants.Caps, c.capsDrop())
 	}
 	return nil
 }

@@ -157,11 +157,14 @@ func TestTenantCapsRefusedInTheStore(t *testing.T) {
 					at.Checks = append(at.Checks, g)
 				}
 			}
-			at.Tenants = core.TenantAsk{Peaks: peaks, Caps: []core.TenantCap{cp}, Own: "p"}
+			// The round scans too: in TenantPeakScript with peaks, after
+			// the refused claims left, as TenantScript after it would.
+			at.Tenants = core.TenantAsk{Peaks: peaks, Caps: []core.TenantCap{cp}, Own: "p", Scan: true, From: 1000, W: w}
 			r, err := NewStore(c, []core.Window{win}, 0, nil, "self").Reserve(ctx, at)
 			if err != nil {
 				t.Fatal(err)
 			}
+			checkScan(t, c, key, at.Tenants, r)
 			if len(r.Caps) != 1 {
 				t.Fatalf("peaks %v: %d caps read, want 1", peaks, len(r.Caps))
 			}
@@ -342,4 +345,25 @@ func TestTenantCapsAgreeWithCapHolds(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkScan checks the scan a round read, r's tenants and light peak,
+// against TenantScript's run after the round on key, with the scan's
+// From and W in ask.
+func checkScan(t *testing.T, c *redis.Client, key string, ask core.TenantAsk, r core.Reply) {
+	t.Helper()
+	vals, err := TenantScript.Run(context.Background(), c, []string{key}, ask.From, ask.W).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want core.Reply
+	if err := parseTenants(&want, vals); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Tenants) == 0 && len(want.Tenants) == 0 {
+		r.Tenants, want.Tenants = nil, nil
+	}
+	if !slices.Equal(r.Tenants, want.Tenants) || r.LightPeak != want.LightPeak {
+		t.Fatalf("the round's scan read %+v (light peak %d), TenantScript after it %+v (%d)", r.Tenants, r.LightPeak, want.Tenants, want.LightPeak)
+	}
 }
