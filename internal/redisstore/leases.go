@@ -33,7 +33,8 @@ import (
 var LeaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+-- (a number joined to a string keeps 14 digits, rounding now to 100µs)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now))
 local room = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
 local granted = 0
 for i = 6, #ARGV do
