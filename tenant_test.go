@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
+	"github.com/go-throttler/throttler/internal/redisstore"
 )
 
 // queueOf inserts ws into a fresh queue, in order, and returns the queue's
@@ -279,6 +280,37 @@ func TestFairOrderKeepsTenantOrderAcrossRoundTrips(t *testing.T) {
 				t.Fatalf("step %d: tenant %s's call that joined at step %d queues behind one that joined at step %d", i, w.rank.tenant, joined[w], j)
 			}
 			last[w.rank.tenant] = joined[w]
+		}
+	}
+}
+
+// A tenant whose calls the store refused in the round counts as queued
+// (core.TenantUse.Queued), as one with calls in the queue does: they go
+// back to it, though the round's scan, which reads after the store
+// removed them, no longer counts them. A call of the round that was not
+// refused, and the calls of no tenant, count for nothing.
+func TestMarkQueuedCountsRefusedCalls(t *testing.T) {
+	mk := func(tenant string) *waiter {
+		w := &waiter{}
+		w.rank.mark = redisstore.TenantSuffix(tenant, 1)
+		return w
+	}
+	a, b, c := mk("a"), mk("b"), mk("c")
+	fresh := func() []core.TenantUse {
+		return []core.TenantUse{{Units: 3}, {Tag: a.tenantTag()}, {Tag: b.tenantTag()}, {Tag: c.tenantTag()}}
+	}
+	uses := fresh()
+	markQueued(uses, []*waiter{a}, []*waiter{b, c, {}}, []bool{true, false, true})
+	for i, want := range []bool{false, true, true, false} {
+		if uses[i].Queued != want {
+			t.Errorf("use %d (%q): queued %v, want %v", i, uses[i].Tag, uses[i].Queued, want)
+		}
+	}
+	uses = fresh()
+	markQueued(uses, nil, []*waiter{b, c}, nil)
+	for i, u := range uses {
+		if u.Queued {
+			t.Errorf("use %d (%q) queued with nothing queued or refused", i, u.Tag)
 		}
 	}
 }

@@ -181,21 +181,8 @@ func (tenantRider) claim(t *Throttler, rd *round) {
 // placed against its members as read, less those refused.
 func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 	r, w := rd.Reply, t.rules.Wins[0].W
-	if r.Tenants != nil {
-		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
-		was, now := t.known.Tenants, t.now()
-		markQueued(r.Tenants, t.worker.queue)
-		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond)
-		// A cap that rose lets the capped tenant's queued calls go now,
-		// not when the slot the old cap left comes within reach; a tenant
-		// short of its share has the round plan its wake for the next
-		// scan (see claim).
-		rr.replan = rr.replan || t.known.Tenants.Looser(was, now) || len(t.known.Tenants.Fair.Short) > 0
-	}
-	for i, c := range rd.Attempt.Tenants.Caps {
-		if i >= len(r.Caps) {
-			break
-		}
+	caps := rd.Attempt.Tenants.Caps[:min(len(rd.Attempt.Tenants.Caps), len(r.Caps))]
+	for i, c := range caps {
 		cr := r.Caps[i]
 		for _, pos := range cr.Refused {
 			ci := c.Claims[pos].Claim
@@ -210,7 +197,23 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 				rr.gone[ci] = true
 			}
 		}
-		t.known.TenantScores(c.Tag, cr.Members)
+	}
+	if r.Tenants != nil {
+		lims := t.shared.limits(t.rules.Wins, rr.arrived, nil)
+		was, now := t.known.Tenants, t.now()
+		// The calls whose claims the store refused go back to the queue:
+		// their tenants wait here as much as those queued (the scan no
+		// longer counts the refused claims it removed).
+		markQueued(r.Tenants, t.worker.queue, rd.batch, rr.refused)
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond)
+		// A cap that rose lets the capped tenant's queued calls go now,
+		// not when the slot the old cap left comes within reach; a tenant
+		// short of its share has the round plan its wake for the next
+		// scan (see claim).
+		rr.replan = rr.replan || t.known.Tenants.Looser(was, now) || len(t.known.Tenants.Fair.Short) > 0
+	}
+	for i, c := range caps {
+		t.known.TenantScores(c.Tag, r.Caps[i].Members)
 	}
 }
 
@@ -243,15 +246,21 @@ func (w *waiter) tenantTag() string {
 	return redisstore.TenantTag(w.rank.mark)
 }
 
-// markQueued notes, in uses, the tenants that have calls in queue (see
-// core.TenantUse.Queued).
-func markQueued(uses []core.TenantUse, queue []*waiter) {
-	if len(uses) == 0 || len(queue) == 0 {
+// markQueued notes, in uses, the tenants that have calls in queue, or in
+// batch where refused (nil: none) is set, calls on their way back to the
+// queue (see core.TenantUse.Queued).
+func markQueued(uses []core.TenantUse, queue, batch []*waiter, refused []bool) {
+	if len(uses) == 0 || (len(queue) == 0 && refused == nil) {
 		return
 	}
 	queued := make(map[string]bool, len(uses))
 	for _, w := range queue {
 		queued[w.tenantTag()] = true
+	}
+	for i, w := range batch {
+		if i < len(refused) && refused[i] {
+			queued[w.tenantTag()] = true
+		}
 	}
 	for i := range uses {
 		uses[i].Queued = uses[i].Tag != "" && queued[uses[i].Tag]

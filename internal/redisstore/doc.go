@@ -95,8 +95,9 @@
 //	                                      wait near the limit or under a
 //	                                      cap: their calls by tenant, and
 //	                                      the light tenants' most; after
-//	                                      the refused claims left; not
-//	                                      when TenantPeakScript scans)
+//	                                      the refused claims left, under
+//	                                      one limit; not when
+//	                                      TenantPeakScript scans)
 //	ZMSCORE key <marker> <pause> <limit> <limit-end> <wide> <wide-end> <bucketed> <tally> [<probes>] [<stamp>]
 //	                                     (the stamp when the first window
 //	                                      counts from a copy)

@@ -344,7 +344,8 @@ func (c *attemptCmds) tenantPeakCmd(p redis.Pipeliner, key string, w int64, limi
 // queueTenants queues the reads of the capped tenants' members and the
 // scan of the tenants' calls, when the attempt asks for them: after its
 // claims are added, so that both count them, and the scan after the
-// claims refused have left, so that it does not count them.
+// claims refused have left (under one limit: see capsDrop), so that it
+// does not count them.
 func (c *attemptCmds) queueTenants(p redis.Pipeliner) {
 	ask, key := c.a.Tenants, []string{c.s.wins[0].Key}
 	// Unless the first key's peaks read them, and scan too (see

@@ -158,8 +158,9 @@ func TestTenantCapsRefusedInTheStore(t *testing.T) {
 				}
 			}
 			// The round scans too: in TenantPeakScript with peaks, after
-			// the refused claims left, as TenantScript after it would.
-			at.Tenants = core.TenantAsk{Peaks: peaks, Caps: []core.TenantCap{cp}, Own: "p", Scan: true, From: 1000, W: w}
+			// the refused claims left, as TenantScript after it would; from
+			// 800 on, before the caps' reads (850), which it widens.
+			at.Tenants = core.TenantAsk{Peaks: peaks, Caps: []core.TenantCap{cp}, Own: "p", Scan: true, From: 900, W: w}
 			r, err := NewStore(c, []core.Window{win}, 0, nil, "self").Reserve(ctx, at)
 			if err != nil {
 				t.Fatal(err)
