@@ -132,17 +132,27 @@ return scanTenants(r, from, w, nil)
 // scores, ascending, the asking process's own negated; and, second, the
 // members it removed (none unless asked).
 const capsLua = `
-local function peakIn(l, g, w)
-  local best, lo, hi = 0, 1, 1
-  local function at(t)
-    while hi <= #l and math.abs(l[hi]) <= t do hi = hi + 1 end
-    while lo < hi and math.abs(l[lo]) <= t - w do lo = lo + 1 end
-    if hi - lo > best then best = hi - lo end
+-- the first index of l (ascending by absolute value) from i on whose
+-- absolute value is above x
+local function above(l, x, i)
+  local hi = #l + 1
+  while i < hi do
+    local mid = math.floor((i + hi) / 2)
+    if math.abs(l[mid]) <= x then i = mid + 1 else hi = mid end
   end
-  at(g)
-  for _, v in ipairs(l) do
-    local s = math.abs(v)
-    if s > g and s < g + w then at(s) end
+  return i
+end
+-- the most members of l in any window (t-w, t] that holds g: t is g or
+-- one of the scores in (g, g+w), where the count can only rise; found by
+-- halving, so a claim at the frontier costs a few steps, not the list
+local function peakIn(l, g, w)
+  local lo, hi = above(l, g - w, 1), above(l, g, 1)
+  local best = hi - lo
+  while hi <= #l and math.abs(l[hi]) < g + w do
+    local t = math.abs(l[hi])
+    hi = above(l, t, hi)
+    while math.abs(l[lo]) <= t - w do lo = lo + 1 end
+    if hi - lo > best then best = hi - lo end
   end
   return best
 end
@@ -189,8 +199,7 @@ local function readCaps(r, at, key)
     local refused = {}
     for c, cl in ipairs(t.claims) do
       if cl.score then
-        local at = #t.list + 1
-        while at > 1 and math.abs(t.list[at - 1]) > cl.score do at = at - 1 end
+        local at = above(t.list, cl.score, 1)
         for _ = 1, cl.n do table.insert(t.list, at, -cl.score) end
         if #refused > 0 or peakIn(t.list, cl.score, w) > math.max(t.cap, cl.n) then
           refused[#refused + 1] = c
