@@ -240,7 +240,7 @@ func (w *waiter) unreserveLocked(t *Throttler, o outcome) (then afterUnlock, _ o
 		w.moveLocked(reservation{state: stRefused, retry: t.shared.after(t.now(), t.clock)}, gone)
 		return afterUnlock{members: members, at: at}, refused
 	}
-	w.requeueLocked(&t.owed, t.fallback.local, false)
+	w.requeueLocked(&t.owed, t.fallback.local, 0)
 	// Give the slot back now, not with the round that reserves the call
 	// again (after a pause, that may be far off): until it is gone, the
 	// window counts a call that never went, and so do the readings of an

@@ -89,7 +89,7 @@ func (f *fallback) fallBackLocked(t *Throttler, batch []*waiter, err error) (d t
 			w.settleLocked(reservation{state: stFailed, err: redisError(err), stale: w.res.stale})
 			continue
 		}
-		w.requeueLocked(&t.owed, f.local, false)
+		w.requeueLocked(&t.owed, f.local, 0)
 		requeue = append(requeue, w)
 	}
 	t.worker.pushFront(requeue)

@@ -130,3 +130,92 @@ func TestRefusedClaimGivenBackOnce(t *testing.T) {
 		})
 	}
 }
+
+// compactFirst puts a store between a Throttler and Redis that, before
+// the first round trip that gives calls back (plainly or as written for
+// sure), runs compact, and closes done once that round trip returned.
+type compactFirst struct {
+	store
+	compact func()
+	once    sync.Once
+	done    chan struct{}
+}
+
+func (s *compactFirst) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error) {
+	if len(a.Remove) == 0 && len(a.GiveBack) == 0 {
+		return s.store.Reserve(ctx, a)
+	}
+	first := false
+	s.once.Do(func() { s.compact(); first = true })
+	r, err := s.store.Reserve(ctx, a)
+	if first {
+		close(s.done)
+	}
+	return r, err
+}
+
+// A claim refused (the window full unseen) leaves the window whole even
+// when another process's compaction moves its members into their bucket
+// before the round trip that gives them back: that round trip gives them
+// back as written for sure, out of the bucket, where a plain ZREM found
+// nothing and left them counted, as calls that never went, until the
+// bucket left the window. In seed 45216 (compactions that keep only the
+// newest 8 calls), every process's refused claims did so past each
+// burst, and a window's slots went unused.
+func TestRefusedClaimCompactedIsGivenBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		c := dial()
+		ctx := context.Background()
+		keepOne := func(o *options) error { o.compact.keep = 1; return nil } // all but the newest call compact
+		th := mustNew(t, c, key, 3, time.Hour, WithLogger(quiet), withCompaction(1, 8), keepOne)
+		other := mustNew(t, dial(), key, 3, time.Hour, WithLogger(quiet), withCompaction(1, 8), keepOne)
+		cf := &compactFirst{store: th.st, done: make(chan struct{}), compact: func() {
+			// other's first round trip trims, so it compacts before it
+			// claims: th's refused claim moves into its bucket.
+			if _, err := other.Allow(ctx); err != nil {
+				t.Error(err)
+			}
+		}}
+		th.st = cf
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The window is full, and th does not know it; its calls, newer
+		// than th's claim, keep it from being the newest.
+		for i := range 3 {
+			if err := c.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMicro() + 100_000), Member: fmt.Sprint("other", i)}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- th.WaitN(wctx, 2) }()
+		select {
+		case <-cf.done:
+		case err := <-errc:
+			t.Fatalf("WaitN in a full window returned %v before its refused claim was given back", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no round trip gave the refused claim back within 10s")
+		}
+		u, err := th.Usage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Used counts the window that ends at the read: the 3 calls
+		// written, once their score has come, and not the claim of 2.
+		want := 0
+		if !u[0].Now.Before(time.UnixMicro(now.UnixMicro() + 100_000)) {
+			want = 3
+		}
+		if u[0].Used != want {
+			t.Errorf("the window holds %d calls, want %d: the refused claim of 2 still counts", u[0].Used, want)
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("WaitN in a full window: %v, want its context's end", err)
+		}
+		waitIdle(t, th)
+	})
+}

@@ -254,6 +254,10 @@ func TestDeadlineFailsFast(t *testing.T) {
 			if !returnedEarly {
 				t.Fatalf("Wait slept into its deadline; it should refuse at once")
 			}
+			// The refused claim goes back, written for sure, with the
+			// worker's next round trip; its caller does not remove it (see
+			// waiter.requeueLocked).
+			waitIdle(t, th)
 			if n := len(keyMembers(t, c, key)); n != 3 {
 				t.Fatalf("after the refused wait: %d members, want 3", n)
 			}

@@ -150,25 +150,27 @@ func signal(c chan struct{}) {
 // in Redis from an earlier attempt stays known (see queuedAfter). The
 // caller puts w back in the queue (see workerState.pushFront).
 //
-// What it holds goes back plainly, not as written for sure, unless the
-// store removed it already (removed: see notInStore). Its caller may give
-// up before the next round trip and remove it itself (it is w's stale
-// members then), and a give-back as written for sure
-// (core.Attempt.GiveBack) that finds a member gone from a compacted
-// window's set takes it for one a compaction moved, out of a bucket where
-// it is another call's count: windows of 20 held 21 and 22 units
-// (TestInvariantCompacted's newest mode, TestRefusedClaimGivenBackOnce).
-// Given back plainly, a member a compaction moved in the meantime stays
-// counted in its bucket until the bucket leaves the window, which only
-// refuses more; a refused claim is given back with the next round trip,
-// and compactions move calls older than a quarter of the window, or
-// behind the newest core.CompactKeep.
-func (w *waiter) requeueLocked(o *owed, local *core.LocalWindow, removed bool) {
-	at := int64(0)
-	if removed {
-		at = notInStore
-	}
+// at is where a round trip that succeeded wrote what it holds (a claim
+// refused by the count), notInStore when the store removed it already, or
+// 0 when it may not have been written. Written for sure, it goes back as
+// such (core.Attempt.GiveBack), and owed alone gives it back: w keeps no
+// stale members, so that its caller, giving up before the next round
+// trip, does not remove them plainly first (a give-back as written for
+// sure that finds a member gone from a compacted window's set takes it
+// for one a compaction moved, out of a bucket where it is another call's
+// count: windows of 20 held 21 and 22 units, TestInvariantCompacted's
+// newest mode, TestRefusedClaimGivenBackOnce). Given back plainly, a
+// refused claim that a compaction moved before the next round trip stayed
+// counted in its bucket until the bucket left the window: with
+// compactions that move all but the newest few calls, every process's
+// refused claims did, and a window's worth of slots went unused (seed
+// 45216).
+func (w *waiter) requeueLocked(o *owed, local *core.LocalWindow, at int64) {
 	o.unhold(w, local, at)
+	if at > 0 {
+		w.moveLocked(reservation{state: stQueued}, w.caller)
+		return
+	}
 	w.moveLocked(queuedAfter(w.res), w.caller)
 }
 

@@ -371,7 +371,7 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 		if res.OK[i] {
 			t.known.Free(c.Score, w.n, w.rank.prio.level())
 		}
-		w.requeueLocked(&t.owed, t.fallback.local, rd.writtenAt(i) == notInStore)
+		w.requeueLocked(&t.owed, t.fallback.local, rd.writtenAt(i))
 		if !roundRiders.lack(w) {
 			return false, true
 		}
