@@ -314,3 +314,50 @@ func TestMarkQueuedCountsRefusedCalls(t *testing.T) {
 		}
 	}
 }
+
+// A round planned while a light call waits beside a capped tenant's
+// leaves a due scan to the round after it, so that the light call's round
+// trip does not wait for the scan's read; the round after scans, whatever
+// waits then, and so does every round when no light call waits.
+func TestLightCallsRoundLeavesTheScan(t *testing.T) {
+	th := miniThrottler(t, 100, time.Second)
+	mk := func(tenant string) *waiter {
+		w := &waiter{n: 1}
+		w.rank.tenant, w.rank.mark = tenant, redisstore.TenantSuffix(tenant, 1)
+		return w
+	}
+	flood, light := mk("flood"), mk("light")
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	now := th.now()
+	th.known.Near = true
+	th.known.Tenants = core.TenantShares{Level: 90, Until: now.Add(time.Hour), Capped: map[string]bool{flood.tenantTag(): true}}
+	round := func(queue ...*waiter) bool {
+		t.Helper()
+		th.worker.queue = queue
+		a := new(core.Attempt)
+		in := core.PlanIn{Now: now, Clock: th.clock.View()}
+		tenantRider{}.ask(th, a, &in)
+		if !a.Tenants.Peaks {
+			t.Fatal("a round while a tenant is capped does not count against the peaks")
+		}
+		th.upkeep.done(a, now)
+		now = now.Add(time.Second) // the next scan is due
+		return a.Tenants.Scan
+	}
+	for i, tc := range []struct {
+		queue []*waiter
+		scans bool
+	}{
+		{[]*waiter{flood}, true},
+		{[]*waiter{flood, light}, false},
+		{[]*waiter{flood, light}, true}, // the round before left it
+		{[]*waiter{flood, light}, false},
+		{[]*waiter{flood}, true},
+		{[]*waiter{light}, true}, // no capped call waits: nothing to leave it to
+	} {
+		if got := round(tc.queue...); got != tc.scans {
+			t.Errorf("round %d: scans %v, want %v", i, got, tc.scans)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 type upkeep struct {
 	trim, clock, expire time.Time
 	scan                time.Time // the tenants' calls counted (see tenants.go)
+	scanLeft            bool      // a round left its due scan to the next (see tenantRider.ask)
 	round               time.Time // the last round trip that reached Redis
 	widen               int64     // how much wider the last round trip counted (µs; see internal/core's margin.go)
 }
@@ -42,7 +43,7 @@ func (u *upkeep) done(a *core.Attempt, now time.Time) {
 		u.expire = now
 	}
 	if tenantsScanned(a) {
-		u.scan = now
+		u.scan, u.scanLeft = now, false
 	}
 }
 
