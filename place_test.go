@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/netfault"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -78,4 +79,30 @@ func TestSlowLinkClaimsPlacedByRedis(t *testing.T) {
 		}
 		t.Logf("%d calls admitted, %d compared with the set", len(rec.list), checked)
 	})
+}
+
+// A claim the store placed is written at its placed score, and one it
+// found no room for is not known to be written: given back, it goes
+// plainly, never as written for sure (which, for a member never written
+// on a compacted key, would take another call out of its bucket).
+func TestWrittenAtOfClaimsPlacedByTheStore(t *testing.T) {
+	rd := &round{}
+	rd.Plan.Claims = []core.Claim{{Score: 500}, {Score: 700}, {Score: 900}}
+	for _, tc := range []struct {
+		placed []int64
+		gone   []bool
+		want   []int64
+	}{
+		{nil, nil, []int64{500, 700, 900}},                // the process placed them
+		{[]int64{0, 700, 900}, nil, []int64{0, 700, 900}}, // no room for the first
+		{[]int64{0, 700}, nil, []int64{0, 700, 0}},        // nothing answered for the last
+		{[]int64{500, 700, 900}, []bool{false, true, false}, []int64{500, notInStore, 900}},
+	} {
+		rd.Reply.Placed, rd.gone = tc.placed, tc.gone
+		for i, want := range tc.want {
+			if got := rd.writtenAt(i); got != want {
+				t.Errorf("placed %v, gone %v: claim %d written at %d, want %d", tc.placed, tc.gone, i, got, want)
+			}
+		}
+	}
 }

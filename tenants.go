@@ -122,8 +122,7 @@ func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
 	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, every) {
 		return
 	}
-	if lightBesideCapped(t.worker.queue, t.known.Tenants, in.Now) && !t.upkeep.scanLeft {
-		t.upkeep.scanLeft = true
+	if lightBesideCapped(t.worker.queue, t.known.Tenants, in.Now) && t.upkeep.leaveScan() {
 		return
 	}
 	w := t.rules.Wins[0].W

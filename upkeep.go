@@ -47,6 +47,17 @@ func (u *upkeep) done(a *core.Attempt, now time.Time) {
 	}
 }
 
+// leaveScan has a round leave its due scan to the next one (see
+// tenantRider.ask), and reports whether it may: not when the round before
+// left it already.
+func (u *upkeep) leaveScan() bool {
+	if u.scanLeft {
+		return false
+	}
+	u.scanLeft = true
+	return true
+}
+
 // scanDue reports whether the tenants' calls were last counted at least
 // every ago, at now.
 func (u *upkeep) scanDue(now time.Time, every time.Duration) bool {

@@ -151,8 +151,9 @@ func signal(c chan struct{}) {
 // caller puts w back in the queue (see workerState.pushFront).
 //
 // at is where a round trip that succeeded wrote what it holds (a claim
-// refused by the count), notInStore when the store removed it already, or
-// 0 when it may not have been written. Written for sure, it goes back as
+// refused, by the count or for want of a place in flight: see
+// round.writtenAt), notInStore when the store removed it already, or 0
+// when it may not have been written. Written for sure, it goes back as
 // such (core.Attempt.GiveBack), and owed alone gives it back: w keeps no
 // stale members, so that its caller, giving up before the next round
 // trip, does not remove them plainly first (a give-back as written for

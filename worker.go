@@ -381,11 +381,17 @@ func (t *Throttler) settleClaimLocked(rd *round, i int, w *waiter) (ok, again bo
 }
 
 // writtenAt is where round rd's claim i left its members in the store
-// (see owed.unhold): at its score, or nowhere when the round trip also
-// removed them.
+// (see owed.unhold): at its score; nowhere when the round trip also
+// removed them; or 0, not known to be written, when the store placed the
+// claims and did not place this one (it wrote nothing, as far as the reply
+// tells: a give-back for sure of a member never written would take a
+// compacted call of another's out of its bucket).
 func (rd *round) writtenAt(i int) int64 {
-	if rd.gone != nil && rd.gone[i] {
+	switch {
+	case rd.gone != nil && rd.gone[i]:
 		return notInStore
+	case !rd.Reply.InStore(i):
+		return 0
 	}
 	return rd.Plan.Claims[i].Score
 }

@@ -7,7 +7,12 @@ import "slices"
 
 // placed reports whether claim i's members are in the store: always,
 // unless the store placed the claims and found no room for this one.
-func placed(r Reply, i int) bool {
+func placed(r Reply, i int) bool { return r.InStore(i) }
+
+// InStore reports whether the round trip wrote claim i's members: always,
+// unless the store placed the claims (Placed) and found no room for this
+// one, or answered nothing for it.
+func (r RiderReply) InStore(i int) bool {
 	return r.Placed == nil || (i < len(r.Placed) && r.Placed[i] > 0)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -223,17 +224,11 @@ func referencePlacement(a *core.Attempt, wins []core.Window, sets [][]int64, gar
 func TestPlaceScriptLostByTheServer(t *testing.T) {
 	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
 		ctx := context.Background()
-		key := redistest.Key(t, "lost")
+		key, s := oneWindow(t, c, "lost", 5)
 		const base = int64(1_764_000_000_000_000)
-		win := core.Window{Key: key, Limit: 5, Interval: time.Second, W: time.Second.Microseconds()}
-		s := NewStore(c, []core.Window{win}, 0, nil, "self")
 		round := func(i int) core.Reply {
 			t.Helper()
-			a := &core.Attempt{Exact: true, Planned: core.Planned{Soonest: base}, Lims: []int{5},
-				Riders: core.Riders{Placement: core.Placement{Place: true, Caps: [core.Levels][]int{{5}, {5}, {5}}}}}
-			a.Adds = []core.Entry{{Score: base, Member: fmt.Sprint("m", i)}}
-			a.Claims = []core.Claim{{Score: base, N: 1, Prio: core.Normal, Floor: base, Last: base + 1000, Reach: base + 1000}}
-			r, err := s.Reserve(ctx, a)
+			r, err := s.Reserve(ctx, placeOne(base, 5, fmt.Sprint("m", i)))
 			if err != nil {
 				t.Fatalf("round %d: %v", i, err)
 			}
@@ -256,6 +251,76 @@ func TestPlaceScriptLostByTheServer(t *testing.T) {
 		}
 		if r := round(3); len(r.Placed) != 1 || r.Placed[0] != base {
 			t.Fatalf("the round after placed %v, want at %d", r.Placed, base)
+		}
+	})
+}
+
+// oneWindow is a Store on one window of limit a second, on a key named
+// for name.
+func oneWindow(t *testing.T, c *redis.Client, name string, limit int) (string, *Store) {
+	key := redistest.Key(t, name)
+	win := core.Window{Key: key, Limit: limit, Interval: time.Second, W: time.Second.Microseconds()}
+	return key, NewStore(c, []core.Window{win}, 0, nil, "self")
+}
+
+// placeOne is an exact attempt under one limit that has the store place
+// one claim of one call, member, from base on (within 1ms).
+func placeOne(base int64, limit int, member string) *core.Attempt {
+	a := &core.Attempt{Exact: true, Planned: core.Planned{Soonest: base}, Lims: []int{limit},
+		Riders: core.Riders{Placement: core.Placement{Place: true, Caps: [core.Levels][]int{{limit}, {limit}, {limit}}}}}
+	a.Adds = []core.Entry{{Score: base, Member: member}}
+	a.Claims = []core.Claim{{Score: base, N: 1, Prio: core.Normal, Floor: base, Last: base + 1000, Reach: base + 1000}}
+	return a
+}
+
+// failNext is a go-redis hook that fails the next pipeline after the
+// one it lets through (a new connection's setup aside), as a broken
+// connection would.
+type failNext struct{ through, armed bool }
+
+func (h *failNext) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failNext) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *failNext) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "client" {
+			return next(ctx, cmds) // a new connection's setup
+		}
+		if h.armed {
+			if !h.through {
+				h.through = true
+				return next(ctx, cmds)
+			}
+			h.armed = false
+			return io.ErrUnexpectedEOF
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A round trip whose claims the store placed, which then finds the key
+// compacted by another process and fails to count it again, is not sent
+// again: the claims were rewritten to their placed scores, and a resend,
+// which does not place on a compacted key, would add the claim it did not
+// place where no count looks and admit it unchecked (5 in a window of 3).
+func TestPlacedRoundNotResentAfterAFailedRecount(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		key, s := oneWindow(t, c, "placed-recount", 3)
+		const base = int64(1_764_000_000_000_000)
+		// Another process compacts the key: its flag is set.
+		if err := c.ZAdd(ctx, key, redis.Z{Score: float64(MetaScore(1000)), Member: BucketMember}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		hook := &failNext{armed: true}
+		c.AddHook(hook)
+		_, err := s.Reserve(ctx, placeOne(base, 3, "m0"))
+		if hook.armed || !hook.through {
+			t.Fatalf("the recount's pipeline was not the one failed (through %v, armed %v): %v", hook.through, hook.armed, err)
+		}
+		if err == nil || Transient(err) {
+			t.Fatalf("Reserve after a failed recount: %v (transient %v), want an error not to send again", err, Transient(err))
 		}
 	})
 }

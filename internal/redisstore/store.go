@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -91,9 +93,22 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 	}
 	if len(late) > 0 {
 		err = s.recount(ctx, a, late, &r)
+		if err != nil && cmds.placing && Transient(err) {
+			// The claims were placed, and a rewritten to their scores (see
+			// placeReply): sent again, to keys now read compacted (which
+			// the store does not place on), a would add the claims it did
+			// not place where no count looks, and admit them unchecked.
+			// The round fails instead, and what it wrote goes back as a
+			// failed round's does.
+			err = fmt.Errorf("%w: reading the counts again after the claims were placed: %s", errPlacedNotResent, err)
+		}
 	}
 	return r, err
 }
+
+// errPlacedNotResent is a round trip's error that must not be sent again
+// (see Reserve): not Transient, whatever it wraps.
+var errPlacedNotResent = errors.New("throttler: a round trip whose claims the store placed failed after it")
 
 // attemptCmds are the commands of one attempt's round trip, queued on a
 // pipeline (see doc.go for the sequence), and read back into a reply.
