@@ -315,10 +315,12 @@ func TestMarkQueuedCountsRefusedCalls(t *testing.T) {
 	}
 }
 
-// A round planned while a light call waits beside a capped tenant's
-// leaves a due scan to the round after it, so that the light call's round
-// trip does not wait for the scan's read; the round after scans, whatever
-// waits then, and so does every round when no light call waits.
+// A round that claims for a light call beside a capped tenant leaves a
+// due scan to the round after it, so that the light call's round trip
+// does not wait for the scan's read; the round after scans, whatever it
+// sends, and so does a round that claims for no light call (one that
+// sends nothing but the scan included: see holds), or claims while no
+// tenant is capped.
 func TestLightCallsRoundLeavesTheScan(t *testing.T) {
 	th := miniThrottler(t, 100, time.Second)
 	mk := func(tenant string) *waiter {
@@ -331,32 +333,35 @@ func TestLightCallsRoundLeavesTheScan(t *testing.T) {
 	defer th.mu.Unlock()
 	now := th.now()
 	th.known.Near = true
-	th.known.Tenants = core.TenantShares{Level: 90, Until: now.Add(time.Hour), Capped: map[string]bool{flood.tenantTag(): true}}
-	round := func(queue ...*waiter) bool {
+	capped := core.TenantShares{Level: 90, Until: now.Add(time.Hour), Capped: map[string]bool{flood.tenantTag(): true}}
+	send := func(batch ...*waiter) bool {
 		t.Helper()
-		th.worker.queue = queue
-		a := new(core.Attempt)
+		th.worker.queue = []*waiter{flood, light}
+		rd := &round{batch: batch}
+		rd.Attempt = new(core.Attempt)
+		rd.Plan.Claims = make([]core.Claim, len(batch))
 		in := core.PlanIn{Now: now, Clock: th.clock.View()}
-		tenantRider{}.ask(th, a, &in)
-		if !a.Tenants.Peaks {
-			t.Fatal("a round while a tenant is capped does not count against the peaks")
-		}
-		th.upkeep.done(a, now)
+		tenantRider{}.ask(th, rd.Attempt, &in)
+		tenantRider{}.claim(th, rd)
+		th.upkeep.done(rd.Attempt, now)
 		now = now.Add(time.Second) // the next scan is due
-		return a.Tenants.Scan
+		return rd.Attempt.Tenants.Scan
 	}
 	for i, tc := range []struct {
-		queue []*waiter
-		scans bool
+		shares core.TenantShares
+		batch  []*waiter
+		scans  bool
 	}{
-		{[]*waiter{flood}, true},
-		{[]*waiter{flood, light}, false},
-		{[]*waiter{flood, light}, true}, // the round before left it
-		{[]*waiter{flood, light}, false},
-		{[]*waiter{flood}, true},
-		{[]*waiter{light}, true}, // no capped call waits: nothing to leave it to
+		{capped, []*waiter{flood}, true},
+		{capped, []*waiter{light}, false},
+		{capped, []*waiter{light}, true}, // the round before left it
+		{capped, []*waiter{light, flood}, false},
+		{capped, nil, true}, // the light call not claimed: nothing to leave it for
+		{capped, []*waiter{flood}, true},
+		{core.TenantShares{}, []*waiter{light}, true}, // no tenant capped
 	} {
-		if got := round(tc.queue...); got != tc.scans {
+		th.known.Tenants = tc.shares
+		if got := send(tc.batch...); got != tc.scans {
 			t.Errorf("round %d: scans %v, want %v", i, got, tc.scans)
 		}
 	}

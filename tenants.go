@@ -109,41 +109,15 @@ type tenantRider struct{ noRider }
 // flags the queued calls of tenants; and asks for a scan of the first
 // window when one is due, with calls of tenants queued, near the limit or
 // while a tenant is held to a cap (whose cap the scans keep known: far from
-// the limit, nobody needs one). A round planned while a light call waits
-// beside a capped tenant's leaves the scan to the round after it, which
-// scans whatever waits (a round that only scans goes at once: see holds):
-// a scan reads two windows of members, and the light call's round trip
-// would wait for it. Beside a flood, 40% of the light calls' round trips
-// carried one, which took them from about 560µs to 920µs at the median
-// (BenchmarkLightBesideFlood, beside the simulator's long run).
+// the limit, nobody needs one).
 func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
 	a.Tenants.Peaks = len(t.known.Tenants.Capped) > 0 && !in.Now.After(t.known.Tenants.Until)
 	every := t.scanEvery()
 	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, every) {
 		return
 	}
-	if lightBesideCapped(t.worker.queue, t.known.Tenants, in.Now) && t.upkeep.leaveScan() {
-		return
-	}
 	w := t.rules.Wins[0].W
 	a.Tenants.Scan, a.Tenants.From, a.Tenants.W = true, in.Clock.Server(in.Now)-w, w
-}
-
-// lightBesideCapped reports whether a call of a tenant not held to a cap
-// waits in q beside one of a capped tenant's (see tenantRider.ask).
-func lightBesideCapped(q []*waiter, s core.TenantShares, now time.Time) bool {
-	light, capped := false, false
-	for _, w := range q {
-		if w.rank.mark == "" {
-			continue
-		}
-		_, c := s.Cap(w.tenantTag(), now)
-		light, capped = light || !c, capped || c
-		if light && capped {
-			return true
-		}
-	}
-	return false
 }
 
 // tenantsScanned reports whether attempt a counts the tenants' calls.
@@ -167,6 +141,20 @@ func (tenantRider) holds(a *core.Attempt) bool { return a.Tenants.Scan && a.Tena
 // round trips per admission against 0.31 without tenants.
 func (tenantRider) claim(t *Throttler, rd *round) {
 	a, now, w := rd.Attempt, t.now(), t.rules.Wins[0].W
+	if a.Tenants.Scan && a.Tenants.Peaks && slices.ContainsFunc(rd.batch, func(wt *waiter) bool {
+		_, capped := t.known.Tenants.Cap(wt.tenantTag(), now)
+		return !capped
+	}) && t.upkeep.leaveScan() {
+		// A round that claims for a light call beside a capped tenant
+		// leaves its scan to the round after it, which scans whatever it
+		// sends (a round that only scans goes at once: see holds): a scan
+		// reads two windows of members, and the light call's round trip
+		// would wait for it. Beside a flood, 40% of the light calls' round
+		// trips carried one, which took them from about 560µs to 920µs at
+		// the median (BenchmarkLightBesideFlood, beside the simulator's
+		// long run).
+		a.Tenants.Scan = false
+	}
 	if len(t.known.Tenants.Fair.Short) > 0 && slices.ContainsFunc(t.worker.queue, func(wt *waiter) bool {
 		_, capped := t.known.Tenants.Cap(wt.tenantTag(), now)
 		return capped

@@ -14,7 +14,7 @@ import (
 type upkeep struct {
 	trim, clock, expire time.Time
 	scan                time.Time // the tenants' calls counted (see tenants.go)
-	scanLeft            bool      // a round left its due scan to the next (see tenantRider.ask)
+	scanLeft            bool      // a round left its due scan to the next (see tenantRider.claim)
 	round               time.Time // the last round trip that reached Redis
 	widen               int64     // how much wider the last round trip counted (µs; see internal/core's margin.go)
 }
@@ -48,8 +48,8 @@ func (u *upkeep) done(a *core.Attempt, now time.Time) {
 }
 
 // leaveScan has a round leave its due scan to the next one (see
-// tenantRider.ask), and reports whether it may: not when the round before
-// left it already.
+// tenantRider.claim), and reports whether it may: not when the round
+// before left it already.
 func (u *upkeep) leaveScan() bool {
 	if u.scanLeft {
 		return false

@@ -92,7 +92,14 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 		}
 	}
 	if len(late) > 0 {
-		err = s.recount(ctx, a, late, &r)
+		// The recount only reads: tried again alone, not with the
+		// attempt's writes, after a broken connection.
+		for try := 0; ; try++ {
+			err = s.recount(ctx, a, late, &r)
+			if err == nil || try == 2 || !Transient(err) || ctx.Err() != nil {
+				break
+			}
+		}
 		if err != nil && cmds.placing && Transient(err) {
 			// The claims were placed, and a rewritten to their scores (see
 			// placeReply): sent again, to keys now read compacted (which
@@ -100,14 +107,14 @@ func (s *Store) Reserve(ctx context.Context, a *core.Attempt) (core.Reply, error
 			// not place where no count looks, and admit them unchecked.
 			// The round fails instead, and what it wrote goes back as a
 			// failed round's does.
-			err = fmt.Errorf("%w: reading the counts again after the claims were placed: %s", errPlacedNotResent, err)
+			err = fmt.Errorf("%w: reading the counts again after the claims were placed: %w", errPlacedNotResent, err)
 		}
 	}
 	return r, err
 }
 
-// errPlacedNotResent is a round trip's error that must not be sent again
-// (see Reserve): not Transient, whatever it wraps.
+// errPlacedNotResent marks a round trip's error that must not be sent
+// again (see Reserve): not Transient, whatever else it wraps.
 var errPlacedNotResent = errors.New("throttler: a round trip whose claims the store placed failed after it")
 
 // attemptCmds are the commands of one attempt's round trip, queued on a

@@ -19,11 +19,13 @@ import (
 // CLUSTERDOWN, max clients). A call that failed so may or may not have
 // been applied. Not transient: the caller's context ending (the time to
 // try again is spent), the client closed, a bound of the Store's own
-// (errTimeout), or any other reply of the server, such as a script error.
+// (errTimeout), a round trip that must not be sent again
+// (errPlacedNotResent), or any other reply of the server, such as a
+// script error.
 func Transient(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, errTimeout), Closed(err):
+		errors.Is(err, errTimeout), errors.Is(err, errPlacedNotResent), Closed(err):
 		return false
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNABORTED),
