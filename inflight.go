@@ -263,7 +263,7 @@ func (k *keeper) unparkLocked(n int) {
 
 // runKeeper is the keeper goroutine (see leases).
 func runKeeper(t *Throttler) {
-	k := keeper{t: t, l: t.lease, nextRenew: t.now().Add(t.lease.TTL / 3)}
+	k := keeper{t: t, l: t.lease, nextRenew: time.Now().Add(t.lease.TTL / 3)}
 	defer k.stopWatching()
 	for {
 		w, ok := k.plan()
@@ -310,8 +310,11 @@ func (l *leases) retire() bool {
 
 // keeper is the keeper goroutine's own state.
 type keeper struct {
-	t           *Throttler
-	l           *leases
+	t *Throttler
+	l *leases
+	// When the keeper renews next, on the runtime's clock: a local clock
+	// stepped back would put the renewal off by the step, past the
+	// leases' expiry (simulation seed 50717).
 	nextRenew   time.Time
 	watch       *redisstore.Subscription
 	subscribeAt time.Time // after a failed subscription: when to try again
@@ -320,8 +323,7 @@ type keeper struct {
 // keeperWork is what one turn of the keeper writes to Redis.
 type keeperWork struct {
 	back, renew []string
-	pass        int   // wakes to pass on
-	expiry      int64 // the renewed leases' (server µs)
+	pass        int // wakes to pass on
 	subscribe   bool
 	wake        time.Time // when the keeper looks again, unless woken
 }
@@ -345,18 +347,18 @@ func (k *keeper) plan() (keeperWork, bool) {
 	}
 	w := keeperWork{back: l.back, pass: l.pass}
 	l.back, l.pass = nil, 0
-	if !now.Before(k.nextRenew) {
+	rtNow := time.Now()
+	if !rtNow.Before(k.nextRenew) {
 		for id := range l.held {
 			w.renew = append(w.renew, id)
 		}
-		k.nextRenew = now.Add(l.TTL / 3)
+		k.nextRenew = rtNow.Add(l.TTL / 3)
 		// A wake can be lost (the woken process died before it passed
 		// it on): a waiter tries again at least this often.
 		k.unparkLocked(1)
 	}
-	w.expiry = t.clock.Server(now) + l.TTL.Microseconds()
 	w.subscribe = k.watch == nil && len(l.parked) > 0 && !now.Before(k.subscribeAt)
-	w.wake = k.nextRenew
+	w.wake = now.Add(k.nextRenew.Sub(rtNow)) // the local clock's time for it
 	if expires {
 		w.wake = minTime(w.wake, t.clock.Local(l.earliest))
 	}
@@ -438,7 +440,7 @@ func (k *keeper) write(w keeperWork) (closed bool) {
 			"places in flight given back when their leases expire")
 	}
 	if len(w.renew) > 0 {
-		write(func(ctx context.Context) error { return t.st.RenewLeases(ctx, w.renew, w.expiry) },
+		write(func(ctx context.Context) error { return t.st.RenewLeases(ctx, w.renew) },
 			"leases of calls in flight not renewed; retried in a third of their ttl")
 	}
 	return closed

@@ -384,3 +384,48 @@ func TestReleaseSkipsSilentProcesses(t *testing.T) {
 		}
 	})
 }
+
+// A local clock stepped back by more than the ttl while a process holds a
+// place must not lose the place: the keeper renews every third of the ttl
+// on the runtime's clock, and the server's clock sets the renewed expiry
+// (simulation seed 50717, where a replica stepped 7.9s back renewed a
+// place it held for its slot 9s late, then to an expiry 7.9s short, which
+// Redis ignored; the lease lapsed, another process took the place, and the
+// replica's call later went on the place it still believed it held: three
+// calls in flight against a cap of two).
+func TestInFlightRenewalSurvivesClockStepBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		const ttl = 3 * time.Second
+		var step atomic.Int64
+		local := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+		th := mustNew(t, dial(), "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithClock(local), WithInFlight(places, 1, ttl))
+		p, err := th.Acquire(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The keeper renews next a third of the ttl from its first turn;
+		// the step comes before that renewal. No round trip follows that
+		// would show the step to the estimate of the server's clock.
+		time.Sleep(ttl / 6)
+		step.Store(int64(-(ttl + 2*time.Second)))
+		time.Sleep(ttl + ttl/3) // past the lease's expiry, unless renewed
+
+		c := dial()
+		expiry, ok := keyMembers(t, c, places)[p.lease]
+		if now := serverMicros(t, c); !ok || expiry <= now {
+			t.Errorf("the place held across a step back of %s: present %v, expiry %dµs from now; want renewed",
+				-time.Duration(step.Load()), ok, expiry-now)
+		}
+		other := mustNew(t, dial(), "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithInFlight(places, 1, ttl))
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if q, err := other.Acquire(ctx, 1); err == nil {
+			q.Done()
+			t.Errorf("another process took the only place while the first still held it")
+		}
+		p.Done()
+		waitKeeperIdle(t, th)
+		waitKeeperIdle(t, other)
+	})
+}

@@ -130,7 +130,8 @@ func declaredCompacted(t *testing.T, dial dialer, key string, g *redistest.KeyGu
 }
 
 // declaredInFlight runs calls on two replicas that share 2 places in
-// flight, more than fit at once: LeaseScript and ReleaseScript.
+// flight, more than fit at once, then one longer than a third of its
+// lease: LeaseScript, ReleaseScript and RenewScript.
 func declaredInFlight(t *testing.T, dial dialer, key string) {
 	places := "{" + key + "}:inflight"
 	var ths []*Throttler
@@ -152,7 +153,15 @@ func declaredInFlight(t *testing.T, dial dialer, key string) {
 		})
 	}
 	wg.Wait()
-	for _, th := range ths {
+	long := mustNew(t, dial(), "{"+key+"}:rate", 1000, time.Second, WithLogger(quiet), WithInFlight(places, 2, minLeaseTTL))
+	err := long.Do(context.Background(), func(context.Context) error {
+		time.Sleep(minLeaseTTL/3 + 200*time.Millisecond) // past the first renewal
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	for _, th := range append(ths, long) {
 		waitKeeperIdle(t, th)
 		waitIdle(t, th)
 	}

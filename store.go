@@ -44,9 +44,9 @@ type store interface {
 	// next process in the line for one (see WithInFlight); pass wakes that
 	// many more, for wakes this process had no use for.
 	ReleaseLeases(ctx context.Context, ids []string, pass int) error
-	// RenewLeases moves the expiry of places still held to expiry (server
-	// µs).
-	RenewLeases(ctx context.Context, ids []string, expiry int64) error
+	// RenewLeases moves the expiry of places still held to the ttl from
+	// now, by the server's clock.
+	RenewLeases(ctx context.Context, ids []string) error
 	// WatchLeases subscribes to the releases of places in flight.
 	WatchLeases() *redisstore.Subscription
 	// WatchNews subscribes to the news published on channel (see news.go).

@@ -161,24 +161,37 @@ func (s *Store) ReleaseLeases(ctx context.Context, ids []string, pass int) error
 	})
 }
 
-// RenewLeases moves the expiry of the places ids to expiry (server µs):
-// only places still held, and never earlier; the lease key is kept alive
-// past every lease.
-func (s *Store) RenewLeases(ctx context.Context, ids []string, expiry int64) error {
+// RenewScript renews the places ARGV[3:] (KEYS[1]) to expire ARGV[1] µs
+// from now, by the server's clock: only places still held (XX: a lease that
+// expired, or was given back, is not brought back), and never earlier (GT);
+// the key is kept ARGV[2] ms, past every lease.
+//
+// The server's own clock, not the caller's estimate of it, as in
+// LeaseScript: a process whose local clock stepped back, before a round trip
+// showed the step, would renew to an expiry short by the step, which GT
+// ignores, and lose a place it still believes it holds (simulation seed
+// 50717); one whose clock stepped ahead would keep its places past ttl.
+var RenewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+for i = 3, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', 'GT', expiry, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 0
+`)
+
+// RenewLeases moves the expiry of the places ids to the ttl from now, by
+// the server's clock (see RenewScript).
+func (s *Store) RenewLeases(ctx context.Context, ids []string) error {
 	l := s.lease
-	zs := make([]redis.Z, len(ids))
-	for i, id := range ids {
-		zs[i] = redis.Z{Score: float64(expiry), Member: id}
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, l.TTL.Microseconds(), leaseKeyTTL(l.TTL).Milliseconds())
+	for _, id := range ids {
+		args = append(args, id)
 	}
 	return s.bounded(ctx, func(ctx context.Context) error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			// XX: a lease that expired, or was given back, is not brought
-			// back; GT: a renewal never shortens one.
-			p.ZAddArgs(ctx, l.Key, redis.ZAddArgs{XX: true, GT: true, Members: zs})
-			p.PExpire(ctx, l.Key, leaseKeyTTL(l.TTL))
-			return nil
-		})
-		return err
+		return RenewScript.Eval(ctx, s.rdb, []string{l.Key}, args...).Err()
 	})
 }
 

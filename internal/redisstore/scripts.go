@@ -17,6 +17,7 @@ func Scripts() map[string]*redis.Script {
 		"PeakScript":         PeakScript,
 		"PlaceScript":        PlaceScript,
 		"ReleaseScript":      ReleaseScript,
+		"RenewScript":        RenewScript,
 		"TenantPeakScript":   TenantPeakScript,
 		"TenantScoresScript": TenantScoresScript,
 		"TenantScript":       TenantScript,
