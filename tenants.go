@@ -112,8 +112,7 @@ type tenantRider struct{ noRider }
 // the limit, nobody needs one).
 func (tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
 	a.Tenants.Peaks = len(t.known.Tenants.Capped) > 0 && !in.Now.After(t.known.Tenants.Until)
-	every := t.scanEvery()
-	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, every) {
+	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, t.scanEvery()) {
 		return
 	}
 	w := t.rules.Wins[0].W

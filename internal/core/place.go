@@ -5,10 +5,6 @@ import "slices"
 // A store may place the claims of an attempt itself (see Placement): what
 // the core does with the scores it placed them at.
 
-// placed reports whether claim i's members are in the store: always,
-// unless the store placed the claims and found no room for this one.
-func placed(r Reply, i int) bool { return r.InStore(i) }
-
 // InStore reports whether the round trip wrote claim i's members: always,
 // unless the store placed the claims (Placed) and found no room for this
 // one, or answered nothing for it.
@@ -17,14 +13,14 @@ func (r RiderReply) InStore(i int) bool {
 }
 
 // decidePlaced is decide over the claims whose members are in the store
-// (see placed); the others are not admitted, and count for no check.
+// (see RiderReply.InStore); the others are not admitted, and count for no check.
 func decidePlaced(c *Rules, a *Attempt, lims []int, r Reply, claims []Claim, ok []bool) []bool {
 	if !r.PlacedByStore() {
 		return decide(c, a, lims, r, claims, ok)
 	}
 	var in []Claim
 	for i, cl := range claims {
-		if placed(r, i) {
+		if r.InStore(i) {
 			in = append(in, cl)
 		}
 	}
@@ -33,7 +29,7 @@ func decidePlaced(c *Rules, a *Attempt, lims []int, r Reply, claims []Claim, ok 
 	j := 0
 	for i := range claims {
 		ok[i] = false
-		if placed(r, i) {
+		if r.InStore(i) {
 			ok[i] = kept[j]
 			j++
 		}

@@ -81,7 +81,7 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 		// early tolerance, and late by up to its allowance (see the
 		// throttler's await), keeps two calls a limit apart an interval
 		// apart.
-		if !placed(r, i) {
+		if !r.InStore(i) {
 			out.Immediate[i], out.Remaining[i] = false, 0
 			continue
 		}
@@ -91,7 +91,7 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 	if a.Learn.Slots > 0 {
 		var dropped []Entry
 		for i, cl := range in.Claims {
-			if placed(r, i) && (!out.OK[i] || in.Leaving[i]) {
+			if r.InStore(i) && (!out.OK[i] || in.Leaving[i]) {
 				dropped = append(dropped, a.Adds[cl.First:cl.First+cl.N]...)
 			}
 		}
