@@ -52,12 +52,16 @@ func (o *owed) pending() bool {
 
 // doubt notes what failed attempt a may still write late: the members it
 // added for batch (calls given back; under FailOpen, calls that go and
-// are counted anew) and those it was to give back. A member counts nowhere
+// are counted anew) and those it was to give back: plainly, or, when no
+// window compacts (compacts false), as written for sure, which then was a
+// plain removal too. When a window compacts, those it was to give back as
+// written for sure are not given back again: its request may still reach
+// Redis (see core.Attempt.Resent). A member counts nowhere
 // once the longest window (w µs) has passed its score; one to give back,
 // whose score it does not know, once reserve-ahead and w (horizon µs) have
 // passed serverNow, the server's time now, for no call of ours is scored
 // further ahead.
-func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int64) {
+func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int64, compacts bool) {
 	if o.recheck == nil {
 		o.recheck = map[string]int64{}
 	}
@@ -66,8 +70,10 @@ func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int
 			o.recheck[m] = serverNow + horizon
 		}
 	}
-	for _, e := range a.GiveBack { // given back again plainly: it may have left its bucket
-		o.recheck[e.Member] = max(o.recheck[e.Member], e.Score+w)
+	if !compacts {
+		for _, e := range a.GiveBack { // each was a plain removal
+			o.recheck[e.Member] = max(o.recheck[e.Member], e.Score+w)
+		}
 	}
 	for _, e := range a.Adds {
 		if isOurs(e.Member, batch) {

@@ -21,7 +21,7 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 		Adds:     []core.Entry{{Member: "a1"}, {Member: "a2"}, {Member: "replayed"}},
 	}
 	var o owed
-	o.doubt(failed, []*waiter{ours}, 0, w, horizon)
+	o.doubt(failed, []*waiter{ours}, 0, w, horizon, false)
 	if !o.pending() {
 		t.Fatal("pending() = false with members to recheck")
 	}
@@ -51,9 +51,9 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 	}
 
 	// A second failure before the success restarts the wait for one.
-	o.doubt(failed, []*waiter{ours}, 0, w, horizon)
+	o.doubt(failed, []*waiter{ours}, 0, w, horizon, false)
 	o.sent(&core.Attempt{})
-	o.doubt(&core.Attempt{Removals: core.Removals{Remove: []string{"later"}}}, nil, 0, w, horizon)
+	o.doubt(&core.Attempt{Removals: core.Removals{Remove: []string{"later"}}}, nil, 0, w, horizon, false)
 	o.takeRecheck(false)
 	if !o.pending() {
 		t.Fatal("a failure after the success: recheck taken off the list before another success")
@@ -63,7 +63,7 @@ func TestOwedRecheckAfterSuccess(t *testing.T) {
 	// (an outage of thousands of failed round trips must not grow the list).
 	var long owed
 	for range 1000 {
-		long.doubt(failed, []*waiter{ours}, 0, w, horizon)
+		long.doubt(failed, []*waiter{ours}, 0, w, horizon, false)
 	}
 	if len(long.recheck) != 3 {
 		t.Fatalf("after 1000 failures doubting the same 3 members, recheck holds %d", len(long.recheck))
@@ -88,7 +88,7 @@ func TestOwedRecheckBoundedInALongOutage(t *testing.T) {
 		a := &core.Attempt{Adds: []core.Entry{{Member: member, Score: now + step}}}
 		a.Removals = core.Removals{Remove: []string{"given-" + member}}
 		a.Remove = append(a.Remove, o.takeRecheck(false)...)
-		o.doubt(a, batch, now, w, horizon)
+		o.doubt(a, batch, now, w, horizon, false)
 		most = max(most, len(o.recheck))
 	}
 	// A window's failures doubt 2*1,000 members, reserve-ahead's 100 more;
@@ -127,7 +127,7 @@ func TestOwedGiveUpKeepsWhatStillCounts(t *testing.T) {
 	var o owed
 	batch := []*waiter{{res: reservation{members: []string{"near", "far"}}}}
 	o.doubt(&core.Attempt{Adds: []core.Entry{{Member: "near", Score: 500_000}, {Member: "far", Score: 60_000_000}}},
-		batch, 0, w, 2*w)
+		batch, 0, w, 2*w, false)
 	o.giveUp(time.Unix(0, 0), 0, w, 1_600_000)
 	if _, ok := o.recheck["near"]; ok {
 		t.Fatal("giveUp kept a member whose score left the longest window")
@@ -138,5 +138,33 @@ func TestOwedGiveUpKeepsWhatStillCounts(t *testing.T) {
 	o.giveUp(time.Unix(0, 0), 0, w, 61_000_000)
 	if o.pending() {
 		t.Fatal("giveUp kept a member that counts nowhere")
+	}
+}
+
+// A failed round trip's give-backs of calls written for sure are given
+// back again plainly only when no window compacts: on a key that compacts,
+// a plain removal that reached Redis before the failed request would have
+// its GiveBackScript take the calls for compacted and drop them from their
+// bucket (TestGiveBackResentBeforeItsLateFirstSend).
+func TestOwedDoubtsForSureGiveBacksOnlyWithoutCompaction(t *testing.T) {
+	const w, horizon = 1_000_000, 2_000_000
+	failed := &core.Attempt{Removals: core.Removals{Remove: []string{"plain"}, GiveBack: []core.Entry{{Score: 5, Member: "sure"}}}}
+	for _, compacts := range []bool{false, true} {
+		var o owed
+		o.doubt(failed, nil, 0, w, horizon, compacts)
+		got := o.takeRecheck(true)
+		slices.Sort(got)
+		want := []string{"plain", "sure"}
+		if compacts {
+			want = []string{"plain"}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("compacts %v: recheck %v, want %v", compacts, got, want)
+		}
+		a := &core.Attempt{Removals: core.Removals{Remove: []string{"plain"}, GiveBack: []core.Entry{{Score: 5, Member: "sure"}}}}
+		a.Resent(compacts)
+		if !slices.Equal(a.Remove, want) || a.GiveBack != nil {
+			t.Errorf("compacts %v: resent with Remove %v and GiveBack %v, want Remove %v and none", compacts, a.Remove, a.GiveBack, want)
+		}
 	}
 }

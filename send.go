@@ -56,7 +56,7 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 		// what is left of its timeout, rather than fail its calls for a
 		// blip. It may have been applied: see core.Attempt.Resent.
 		t.stats.roundsRetried.Add(1)
-		a.Resent()
+		a.Resent(t.rules.Compacts())
 	}
 	t.stats.roundTrips.Add(1)
 	if !r.ServerTime.IsZero() {
@@ -111,7 +111,8 @@ const (
 // members stop counting on their own regardless). at is the score all
 // members were admitted at when they were written for sure, else 0 (see
 // store.Remove): only then does a compacted one leave its bucket, and
-// never when given back again after an error (it may have left already).
+// such members are not given back again after an error when a window
+// compacts (the request may still reach Redis: see core.Attempt.Resent).
 func (t *Throttler) release(ctx context.Context, members []string, at int64) error {
 	if len(members) == 0 {
 		return nil
@@ -119,7 +120,18 @@ func (t *Throttler) release(ctx context.Context, members []string, at int64) err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.releaseTimeout())
 	defer cancel()
 	err := t.st.Remove(ctx, members, at)
-	if err != nil {
+	switch {
+	case err == nil:
+	case at > 0 && t.rules.Compacts():
+		// Written for sure on a key that compacts: the request may still
+		// reach Redis, and a plain removal that went before it would have
+		// its script take the members for compacted (see
+		// core.Attempt.Resent). They count until they leave the window.
+		t.stats.redisError(err)
+		t.mu.Lock()
+		t.stats.logRedis(t.now(), err, "members written for sure not given back: they count until they leave the window")
+		t.mu.Unlock()
+	default:
 		t.writeLater(err, "members given back later", func(o *owed) { o.giveBackLater(members) })
 	}
 	return err

@@ -95,17 +95,26 @@ type Placement struct {
 // removals, trims, a compaction that finds the calls it moved gone, a
 // lease already granted, the largest margin, the earliest pause); the
 // one that is not, a give-back that drops a compacted call's count from
-// its bucket, would drop it twice, and goes as a plain removal instead,
-// which leaves such a call counted in its bucket until the bucket leaves
-// the window. The reads of a resent attempt see its own members once, as
+// its bucket, is not sent again at all when a window compacts (compacts;
+// otherwise it was a plain removal, and goes as one again): a second application would drop
+// it twice, and a plain removal sent instead could reach Redis before the
+// first request, still on its way, whose script would then find the
+// member gone, take it for compacted, and drop another call from its
+// bucket (TestGiveBackResentBeforeItsLateFirstSend: 8 calls in a window
+// of 5). A give-back the first application did not make leaves its calls
+// counted until they leave the window: capacity lost, never the limit.
+// The reads of a resent attempt see its own members once, as
 // the first application left them, and whatever others wrote since: each
 // counted this attempt's members, so the resend can refuse a claim the
 // first application would have admitted, never admit one it refused.
 // Claims the store places (Place) that the first application placed keep
 // their scores (Again tells the store to look).
-func (a *Attempt) Resent() {
-	for _, e := range a.GiveBack {
-		a.Remove = append(a.Remove, e.Member)
+func (a *Attempt) Resent(compacts bool) {
+	if !compacts {
+		// No window compacts: each give-back was a plain removal.
+		for _, e := range a.GiveBack {
+			a.Remove = append(a.Remove, e.Member)
+		}
 	}
 	a.GiveBack = nil
 	a.Riders.resent()

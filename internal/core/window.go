@@ -156,3 +156,16 @@ func FullestWindow(scores []int64, w int64) (most int, end int64) {
 	}
 	return most, end
 }
+
+// Compacts reports whether a window of c counts its older calls per
+// bucket (see Compaction): a give-back of calls written for sure may then
+// drop a bucket's count, and must not be sent twice, nor after a plain
+// removal of the same calls (see Attempt.Resent).
+func (c *Rules) Compacts() bool {
+	for _, x := range c.Wins {
+		if x.Bucket > 0 {
+			return true
+		}
+	}
+	return false
+}

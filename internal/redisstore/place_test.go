@@ -156,7 +156,7 @@ func checkPlacement(t *testing.T, c *redis.Client, key string) {
 		}
 		// Sent again after its reply was lost: the placed claims keep
 		// their scores, and are counted where they are.
-		a.Resent()
+		a.Resent(false)
 		again, err := s.Reserve(ctx, a)
 		if err != nil {
 			t.Fatal(err)
