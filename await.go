@@ -114,15 +114,7 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 			at = target
 			continue
 		}
-		if late > 0 {
-			// Not called yet, so the slot can go back. Late
-			// lateBeforeSlack times in a row, the call asks for a margin
-			// wide enough for such a wake (see internal/core's margin.go) rather than be
-			// late for ever on a machine too loaded to wake it in time.
-			t.stats.lateWakes.Add(1)
-			if w.lates++; w.lates >= lateBeforeSlack {
-				w.slack = max(2*w.slack, 2*late.Microseconds())
-			}
+		if w.goesBackLocked(t, late) {
 			then, o := w.unreserveLocked(t, again)
 			t.mu.Unlock()
 			then.run(ctx, t)
@@ -131,6 +123,27 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 		t.mu.Unlock()
 		return proceed, true, nil
 	}
+}
+
+// goesBackLocked reports whether w, woken at its slot late by late (0:
+// not late), reserves again instead of going: not called yet, its slot
+// can go back. Late lateBeforeSlack times in a row, the call asks for a
+// margin wide enough for such a wake (see internal/core's margin.go) rather
+// than be late for ever on a machine too loaded to wake it in time. A call
+// whose place in flight lapsed in Redis (see leases.lost) reserves again
+// too, a new place with its slot.
+func (w *waiter) goesBackLocked(t *Throttler, late time.Duration) bool {
+	if t.lease.lostPlace(w) {
+		return true
+	}
+	if late <= 0 {
+		return false
+	}
+	t.stats.lateWakes.Add(1)
+	if w.lates++; w.lates >= lateBeforeSlack {
+		w.slack = max(2*w.slack, 2*late.Microseconds())
+	}
+	return true
 }
 
 // leadFor is how long before the slot of res, its admitted reservation,

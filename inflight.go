@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -34,7 +35,10 @@ import (
 // ttl bounds what a killed process costs: a process renews the leases it
 // holds every ttl/3, so a call may run as long as it needs, and a process
 // that stops renewing (killed, or cut off from Redis for longer than 2ttl/3)
-// loses its places at most ttl after its last renewal. Zero means 30s;
+// loses its places at most ttl after its last renewal. Its next renewal
+// tells it which places Redis no longer holds: a waiter holding one for
+// its slot reserves again, with a new place, before it goes; a call
+// already running on one may make more than n in flight. Zero means 30s;
 // otherwise ttl must be at least 3s, and n at least 1.
 //
 // While Redis fails, FailOpen and FallbackLocal admit calls without a
@@ -69,10 +73,14 @@ const (
 type leases struct {
 	core.InFlight
 
-	held   map[string]struct{} // places this process holds: calls in flight, and waiters holding one for their slot
-	parked []*waiter           // waiters refused a place, until a release or an expiry
-	back   []string            // places to give back (the keeper does)
-	active int                 // WaitN-like calls that want a place and have not returned
+	held map[string]struct{} // places this process holds: calls in flight, and waiters holding one for their slot
+	// Places of held that a renewal found Redis no longer holds (see
+	// lost), until their call ends or, for a waiter that has not gone yet,
+	// it reserves again with a new one (see lostPlace).
+	gone   map[string]struct{}
+	parked []*waiter // waiters refused a place, until a release or an expiry
+	back   []string  // places to give back (the keeper does)
+	active int       // WaitN-like calls that want a place and have not returned
 
 	wakes uint64 // wakes for this process heard on the channel
 	pass  int    // wakes heard with no waiter parked: to pass on to the next process
@@ -115,6 +123,7 @@ func (l *leases) giveBack(id string) {
 		return
 	}
 	delete(l.held, id)
+	delete(l.gone, id)
 	l.back = append(l.back, id)
 	l.startKeeper()
 	l.nudge()
@@ -206,7 +215,43 @@ func (l *leases) began() { l.active++ }
 // may have nothing left to keep, looks again.
 func (l *leases) released(id string) {
 	delete(l.held, id)
+	delete(l.gone, id)
 	l.nudge()
+}
+
+// lost notes the places of ids that a renewal found Redis no longer
+// holds (a process cut off from Redis for longer than 2ttl/3, or stalled
+// as long): they are renewed no more, and a waiter holding one for its
+// slot reserves again before it goes (see lostPlace). It reports how many
+// were held: calls already in flight on them may make more than n.
+func (l *leases) lost(ids []string) (n int) {
+	for _, id := range ids {
+		if _, ok := l.held[id]; !ok {
+			continue
+		}
+		delete(l.held, id)
+		if l.gone == nil {
+			l.gone = map[string]struct{}{}
+		}
+		l.gone[id] = struct{}{}
+		n++
+	}
+	return n
+}
+
+// lostPlace reports whether w holds a place Redis no longer holds (see
+// lost), and takes it off w, which then needs a new one. Without
+// WithInFlight (l nil) it reports false.
+func (l *leases) lostPlace(w *waiter) bool {
+	if l == nil || w.lease == "" {
+		return false
+	}
+	if _, ok := l.gone[w.lease]; !ok {
+		return false
+	}
+	delete(l.gone, w.lease)
+	w.lease = ""
+	return true
 }
 
 // ended ends the wait of w, which wanted a place (see active), and
@@ -440,8 +485,18 @@ func (k *keeper) write(w keeperWork) (closed bool) {
 			"places in flight given back when their leases expire")
 	}
 	if len(w.renew) > 0 {
-		write(func(ctx context.Context) error { return t.st.RenewLeases(ctx, w.renew) },
+		var lost []string
+		write(func(ctx context.Context) (err error) { lost, err = t.st.RenewLeases(ctx, w.renew); return err },
 			"leases of calls in flight not renewed; retried in a third of their ttl")
+		if len(lost) > 0 {
+			t.mu.Lock()
+			n := k.l.lost(lost)
+			t.mu.Unlock()
+			if n > 0 {
+				t.opt.logger.Warn("throttler: places in flight lapsed in Redis while this process held them; waiters holding one reserve again, calls already in flight on them may exceed the cap",
+					slog.Int("places", n))
+			}
+		}
 	}
 	return closed
 }

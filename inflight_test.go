@@ -429,3 +429,75 @@ func TestInFlightRenewalSurvivesClockStepBack(t *testing.T) {
 		waitKeeperIdle(t, other)
 	})
 }
+
+// A place that lapsed in Redis while this process held it for a waiter's
+// slot (a process cut off from Redis, or stalled, for longer than 2ttl/3)
+// is found by the next renewal, whose script says which places it no
+// longer holds: the waiter reserves again before it goes, with a new
+// place, instead of going on the one Redis gave to another process
+// meanwhile.
+func TestInFlightLapsedPlaceIsTakenAgain(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		c := dial()
+		places := "{" + key + "}:inflight"
+		const ttl = 3 * time.Second
+		th := mustNew(t, dial(), "{"+key+"}:rate", 1, 2*time.Second, WithLogger(quiet), WithReserveAhead(3*time.Second), WithInFlight(places, 2, ttl))
+		if err := th.Do(ctx, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		// The second call's slot is a window ahead: it holds a place
+		// until then.
+		ran := make(chan time.Time, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- th.Do(ctx, func(context.Context) error {
+				ran <- time.Now()
+				return nil
+			})
+		}()
+		var lease string
+		deadline := time.Now().Add(time.Second)
+		for lease == "" && time.Now().Before(deadline) {
+			if m := keyMembers(t, c, places); len(m) == 1 {
+				for id := range m {
+					lease = id
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if lease == "" {
+			t.Fatalf("no single place held for the waiting call: %v", keyMembers(t, c, places))
+		}
+		// The lease lapses, and another process takes both places.
+		if err := c.ZRem(ctx, places, lease).Err(); err != nil {
+			t.Fatal(err)
+		}
+		other := mustNew(t, dial(), "{"+key+"}:other", 100, time.Second, WithLogger(quiet), WithInFlight(places, 2, ttl))
+		p1, err := other.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2, err := other.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-ran:
+			t.Fatalf("the waiting call ran at %s on a place Redis had given to another process: 3 in flight against 2", at.Format(time.StampMilli))
+		case <-time.After(3 * time.Second): // past its slot
+		}
+		p1.Done()
+		select {
+		case <-ran:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiting call did not run within 5s of a place freed")
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		p2.Done()
+		waitKeeperIdle(t, th)
+		waitKeeperIdle(t, other)
+	})
+}

@@ -45,8 +45,9 @@ type store interface {
 	// many more, for wakes this process had no use for.
 	ReleaseLeases(ctx context.Context, ids []string, pass int) error
 	// RenewLeases moves the expiry of places still held to the ttl from
-	// now, by the server's clock.
-	RenewLeases(ctx context.Context, ids []string) error
+	// now, by the server's clock, and returns the places of ids it no
+	// longer holds.
+	RenewLeases(ctx context.Context, ids []string) (lost []string, err error)
 	// WatchLeases subscribes to the releases of places in flight.
 	WatchLeases() *redisstore.Subscription
 	// WatchNews subscribes to the news published on channel (see news.go).

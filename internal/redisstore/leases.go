@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-throttler/throttler/internal/core"
@@ -162,37 +163,57 @@ func (s *Store) ReleaseLeases(ctx context.Context, ids []string, pass int) error
 }
 
 // RenewScript renews the places ARGV[3:] (KEYS[1]) to expire ARGV[1] µs
-// from now, by the server's clock: only places still held (XX: a lease that
-// expired, or was given back, is not brought back), and never earlier (GT);
-// the key is kept ARGV[2] ms, past every lease.
+// from now, by the server's clock, and returns those it no longer holds:
+// a lease that expired (whether trimmed yet or not), or was given back, is
+// not brought back. A renewal never moves an expiry earlier; the key is
+// kept ARGV[2] ms, past every lease.
 //
 // The server's own clock, not the caller's estimate of it, as in
 // LeaseScript: a process whose local clock stepped back, before a round trip
-// showed the step, would renew to an expiry short by the step, which GT
+// showed the step, would renew to an expiry short by the step, which it
 // ignores, and lose a place it still believes it holds (simulation seed
 // 50717); one whose clock stepped ahead would keep its places past ttl.
 var RenewScript = redis.NewScript(`
 local t = redis.call('TIME')
-local expiry = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local expiry = now + tonumber(ARGV[1])
+local lost = {}
 for i = 3, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', 'GT', expiry, ARGV[i])
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) > now then
+    redis.call('ZADD', KEYS[1], 'XX', 'GT', expiry, ARGV[i])
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 0
+return lost
 `)
 
 // RenewLeases moves the expiry of the places ids to the ttl from now, by
-// the server's clock (see RenewScript).
-func (s *Store) RenewLeases(ctx context.Context, ids []string) error {
+// the server's clock, and returns those of ids Redis no longer holds (see
+// RenewScript).
+func (s *Store) RenewLeases(ctx context.Context, ids []string) (lost []string, err error) {
 	l := s.lease
 	args := make([]any, 0, 2+len(ids))
 	args = append(args, l.TTL.Microseconds(), leaseKeyTTL(l.TTL).Milliseconds())
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return s.bounded(ctx, func(ctx context.Context) error {
-		return RenewScript.Eval(ctx, s.rdb, []string{l.Key}, args...).Err()
+	var mu sync.Mutex // bounded may return before the call does
+	err = s.bounded(ctx, func(ctx context.Context) error {
+		got, err := RenewScript.Eval(ctx, s.rdb, []string{l.Key}, args...).StringSlice()
+		mu.Lock()
+		lost = got
+		mu.Unlock()
+		return err
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return lost, nil
 }
 
 // LiveLeases counts the places in flight taken now, by the server's
