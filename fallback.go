@@ -34,7 +34,7 @@ func (f *fallback) failLocked(t *Throttler, rd *round, err error) time.Duration 
 		// What a was to give back, and what it added for batch, goes
 		// with every round trip until one after a success (see owed).
 		w := t.rules.LongestW()
-		t.owed.doubt(a, batch, t.clock.ServerByRuntime(time.Now(), t.now()), w, w+t.rules.Ahead.Microseconds(), t.rules.Compacts())
+		t.owed.doubt(a, batch, t.clock.ServerByRuntime(time.Now(), t.now()), w, w+t.rules.Ahead.Microseconds(), mayCompact(&t.rules, t.st))
 		for _, e := range a.Adds {
 			if !isOurs(e.Member, batch) {
 				t.owed.replayLater(e) // admitted without Redis: count it once Redis answers

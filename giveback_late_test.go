@@ -176,3 +176,36 @@ func countCalls(m map[string]int64) int {
 	}
 	return n
 }
+
+// A Throttler that does not compact its key itself, but finds another
+// process's compaction there, gives back calls written for sure with
+// GiveBackScript too (the key is read compacted): it must not send such
+// a give-back again either (see TestGiveBackResentBeforeItsLateFirstSend),
+// which it decides by how its store reads the keys, not by its own
+// settings.
+func TestGiveBackNotResentOnAKeyAnotherCompacts(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		keepOne := func(o *options) error { o.compact.keep = 1; return nil }
+		other := mustNew(t, dial(), key, 5, time.Hour, WithLogger(quiet), withCompaction(1, 8), keepOne)
+		th := mustNew(t, dial(), key, 5, time.Hour, WithLogger(quiet))
+		if th.rules.Compacts() {
+			t.Fatal("th compacts by its own settings; the test needs one that does not")
+		}
+		if mayCompact(&th.rules, th.st) {
+			t.Fatal("th takes the key for compacted before any process compacted it")
+		}
+		for range 3 {
+			if r, err := other.Allow(ctx); err != nil || !r.Allowed {
+				t.Fatalf("Allow: %+v, %v", r, err)
+			}
+		}
+		waitIdle(t, other)
+		if r, err := th.Allow(ctx); err != nil || !r.Allowed {
+			t.Fatalf("Allow: %+v, %v", r, err)
+		}
+		if !mayCompact(&th.rules, th.st) {
+			t.Error("th reads a key another process compacts, and would send a give-back written for sure again")
+		}
+	})
+}

@@ -36,9 +36,10 @@ import (
 // holds every ttl/3, so a call may run as long as it needs, and a process
 // that stops renewing (killed, or cut off from Redis for longer than 2ttl/3)
 // loses its places at most ttl after its last renewal. Its next renewal
-// tells it which places Redis no longer holds: a waiter holding one for
-// its slot reserves again, with a new place, before it goes; a call
-// already running on one may make more than n in flight. Zero means 30s;
+// (within ttl/3) tells it which places Redis no longer holds: a waiter
+// holding one for its slot reserves again, with a new place, before it
+// goes; a call already running on one, or going before that renewal, may
+// make more than n in flight. Zero means 30s;
 // otherwise ttl must be at least 3s, and n at least 1.
 //
 // While Redis fails, FailOpen and FallbackLocal admit calls without a

@@ -56,7 +56,7 @@ func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, erro
 		// what is left of its timeout, rather than fail its calls for a
 		// blip. It may have been applied: see core.Attempt.Resent.
 		t.stats.roundsRetried.Add(1)
-		a.Resent(t.rules.Compacts())
+		a.Resent(mayCompact(&t.rules, t.st))
 	}
 	t.stats.roundTrips.Add(1)
 	if !r.ServerTime.IsZero() {
@@ -122,7 +122,7 @@ func (t *Throttler) release(ctx context.Context, members []string, at int64) err
 	err := t.st.Remove(ctx, members, at)
 	switch {
 	case err == nil:
-	case at > 0 && t.rules.Compacts():
+	case at > 0 && mayCompact(&t.rules, t.st):
 		// Written for sure on a key that compacts: the request may still
 		// reach Redis, and a plain removal that went before it would have
 		// its script take the members for compacted (see
@@ -174,3 +174,8 @@ func resendable(ctx context.Context, err error, try int) bool {
 	}
 	return pause == 0 || sleepCtx(ctx, pause)
 }
+
+// mayCompact reports whether a give-back of calls written for sure may
+// drop a bucket's count (see core.Attempt.Resent): a window of rules
+// compacts, or st reads a key compacted now (another process compacts it).
+func mayCompact(rules *core.Rules, st store) bool { return rules.Compacts() || st.Compacted() }

@@ -44,6 +44,9 @@ type store interface {
 	// next process in the line for one (see WithInFlight); pass wakes that
 	// many more, for wakes this process had no use for.
 	ReleaseLeases(ctx context.Context, ids []string, pass int) error
+	// Compacted reports whether some limit's key is read with its
+	// buckets now (see redisstore.Store.Compacted).
+	Compacted() bool
 	// RenewLeases moves the expiry of places still held to the ttl from
 	// now, by the server's clock, and returns the places of ids it no
 	// longer holds.

@@ -95,7 +95,8 @@ type Placement struct {
 // removals, trims, a compaction that finds the calls it moved gone, a
 // lease already granted, the largest margin, the earliest pause); the
 // one that is not, a give-back that drops a compacted call's count from
-// its bucket, is not sent again at all when a window compacts (compacts;
+// its bucket, is not sent again at all when a key may be read compacted
+// (compacts: a window compacts, or another process compacts a key;
 // otherwise it was a plain removal, and goes as one again): a second application would drop
 // it twice, and a plain removal sent instead could reach Redis before the
 // first request, still on its way, whose script would then find the

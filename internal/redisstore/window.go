@@ -43,6 +43,20 @@ type keyState struct {
 	buckets   compactedKey
 }
 
+// Compacted reports whether some limit's key is read with its buckets
+// now: this process compacts it, or found another's compaction there. A
+// give-back of calls written for sure may then drop a bucket's count
+// (GiveBackScript), and must not be sent twice, nor after a plain removal
+// of the same calls (see core.Attempt.Resent).
+func (s *Store) Compacted() bool {
+	for i := range s.keys {
+		if s.keys[i].compacted.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // form returns how the key of window wi is read now.
 func (s *Store) form(wi int) keyForm {
 	if k := &s.keys[wi]; k.compacted.Load() {
