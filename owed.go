@@ -53,10 +53,10 @@ func (o *owed) pending() bool {
 // doubt notes what failed attempt a may still write late: the members it
 // added for batch (calls given back; under FailOpen, calls that go and
 // are counted anew) and those it was to give back: plainly, or, when no
-// window compacts (compacts false), as written for sure, which then was a
-// plain removal too. When a window compacts, those it was to give back as
-// written for sure are not given back again: its request may still reach
-// Redis (see core.Attempt.Resent). A member counts nowhere
+// key may be read compacted (compacts false: see mayCompact), as written
+// for sure, which then was a plain removal too. Otherwise, those it was to
+// give back as written for sure are not given back again: its request may
+// still reach Redis (see core.Attempt.Resent). A member counts nowhere
 // once the longest window (w µs) has passed its score; one to give back,
 // whose score it does not know, once reserve-ahead and w (horizon µs) have
 // passed serverNow, the server's time now, for no call of ours is scored

@@ -111,8 +111,9 @@ const (
 // members stop counting on their own regardless). at is the score all
 // members were admitted at when they were written for sure, else 0 (see
 // store.Remove): only then does a compacted one leave its bucket, and
-// such members are not given back again after an error when a window
-// compacts (the request may still reach Redis: see core.Attempt.Resent).
+// such members are not given back again after an error when a key may
+// be read compacted (see mayCompact; the request may still reach Redis:
+// see core.Attempt.Resent).
 func (t *Throttler) release(ctx context.Context, members []string, at int64) error {
 	if len(members) == 0 {
 		return nil
@@ -123,7 +124,7 @@ func (t *Throttler) release(ctx context.Context, members []string, at int64) err
 	switch {
 	case err == nil:
 	case at > 0 && mayCompact(&t.rules, t.st):
-		// Written for sure on a key that compacts: the request may still
+		// Written for sure on a key that may be read compacted: the request may still
 		// reach Redis, and a plain removal that went before it would have
 		// its script take the members for compacted (see
 		// core.Attempt.Resent). They count until they leave the window.

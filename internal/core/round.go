@@ -112,7 +112,7 @@ type Placement struct {
 // their scores (Again tells the store to look).
 func (a *Attempt) Resent(compacts bool) {
 	if !compacts {
-		// No window compacts: each give-back was a plain removal.
+		// No key may be read compacted: each give-back was a plain removal.
 		for _, e := range a.GiveBack {
 			a.Remove = append(a.Remove, e.Member)
 		}
