@@ -10,8 +10,8 @@ import (
 	"github.com/go-throttler/throttler/throttlertest"
 )
 
-// A tenant that leaves gives its share to the tenant left within a Quiet
-// and two scans of its last call, not a window later: while
+// A tenant that leaves gives its share to the tenant left within two
+// scans of its last call, not a window later: while
 // tenant b's last calls hold part of the window, a, capped at what b left
 // it, fills the rest at once (seed 34192). In a synctest bubble: the times
 // are the bubble's, exact.
@@ -48,14 +48,17 @@ func TestTenantThatLeavesGivesItsShareAtOnce(t *testing.T) {
 
 		all := append(append([]time.Duration(nil), at["a"]...), at["b"]...)
 		last := at["b"][len(at["b"])-1]
-		// From a Quiet (500ms: the capped tenant's round sleeps toward its
-		// slot a window on, no longer, and scans) and a scan (100ms here)
-		// after b's last call, the first to see b short of its share and
-		// the next to see it still so, until the run ends, every window holds the limit but for the
-		// tenants' spare: a is capped at what b leaves it while b's calls
-		// stay in the window, and alone after.
+		// From two scans (100ms apart here) after b's last call, the first
+		// to see b short of its share and the next to see it still so,
+		// and as long again, until the run ends, every window holds the
+		// limit but for the tenants' spare: a is capped at what b leaves
+		// it while b's calls stay in the window, and alone after. The
+		// round that claims b's last queued calls (b drained) wakes for
+		// the next scan: it slept a Quiet before (500ms, toward a's slot
+		// a window on), and a window ending 350ms after b's last call
+		// held 23.
 		worst, when := limit, time.Duration(0)
-		for t0 := last + 700*time.Millisecond; t0 <= 4*interval; t0 += time.Millisecond {
+		for t0 := last + 350*time.Millisecond; t0 <= 4*interval; t0 += time.Millisecond {
 			held := 0
 			for _, a := range all {
 				if a > t0-interval && a <= t0 {

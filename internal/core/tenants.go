@@ -302,6 +302,9 @@ type TenantShares struct {
 	LightAt time.Time
 	// What the last scan's FairLevel keeps for the next.
 	Fair FairMemory
+	// The capped tenants whose calls had waited behind their own, and were
+	// queued in this process, at the scan (see TenantUse.Queued).
+	Queued map[string]bool
 }
 
 // TenantReach is how a capped tenant's claims are placed: how far ahead
@@ -332,6 +335,12 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 				s.Capped = map[string]bool{}
 			}
 			s.Capped[u.Tag] = true
+			if u.Waited > 0 && u.Queued {
+				if s.Queued == nil {
+					s.Queued = map[string]bool{}
+				}
+				s.Queued[u.Tag] = true
+			}
 		}
 	}
 	for tag := range s.Scores {
