@@ -14,21 +14,6 @@ import (
 func (t *Throttler) send(ctx context.Context, a *core.Attempt) (core.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.opt.redisTimeout)
 	defer cancel()
-	if a.Trim.On {
-		// Trims of expired members take the server's last reading of its
-		// own clock, not the estimate of its now: that reading is never
-		// ahead of the server, so a trim never removes a member that still
-		// counts, however wrong the local clock (stepped, or without a
-		// monotonic reading) has made the estimate.
-		a.Trim.At = t.clock.LastServer()
-		// Trims of garbage far in the future take the estimate of the
-		// server's now instead: the last reading can be hours old in a
-		// process that made no round trip since, and "an hour past it"
-		// would then remove every live member. The estimate is off by
-		// half a round trip, or by a clock step not yet seen, far less
-		// than the hour.
-		a.Trim.Future = max(a.Trim.At, t.clock.Server(t.now())) + core.FutureBound
-	}
 	if a.Expire.On {
 		a.Expire.TTLs = append(a.Expire.TTLs[:0], a.Expire.First)
 		for ttl := t.rules.TTL(); len(a.Expire.TTLs) < len(t.rules.Wins); {

@@ -82,8 +82,8 @@ const (
 // slot lookups read only a window's neighbourhood, so members past it cost
 // memory, not correctness: a set holds at most a twentieth of a window of
 // them more than a trim on every round trip would leave, and an hour-long
-// window's process, probing every 36s, sends two ZREMRANGEBYSCORE per key
-// every 3 minutes instead of with every probe. A compacted window
+// window's process, probing every 36s, trims each key (redisstore's
+// TrimScript) every 3 minutes instead of with every probe. A compacted window
 // compacts with each trim, and trims at least every half of its age, so
 // that it keeps a member for at most one and a half ages of calls.
 func (c *config) trimEvery() time.Duration {

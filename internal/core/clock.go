@@ -38,7 +38,6 @@ type Clock struct {
 	count   int
 	next    int
 	offset  int64  // microseconds, server minus local since origin
-	last    int64  // microseconds, the server's clock as it last read it
 	rtt     int64  // microseconds, the shortest recent round trip
 	gen     uint64 // how many times the estimate restarted (a clock step)
 	// The runtime's own clock (time.Now, which never steps) when the last
@@ -72,7 +71,6 @@ func (c *Clock) Observe(sent, recv, server time.Time) (stepped bool) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.last = server.UnixMicro()
 	if rtt < 0 {
 		// Received before it was sent: the local clock stepped back during
 		// the round trip, and the sample bounds nothing. Start over from
@@ -134,15 +132,6 @@ func (c *Clock) Anchored() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.anchorRuntime.IsZero()
-}
-
-// LastServer is the server's clock as it last read it, in microseconds
-// (0 before the first sample): unlike an estimate of its now, never ahead
-// of it.
-func (c *Clock) LastServer() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last
 }
 
 // Synced reports whether at least one sample was taken.

@@ -45,9 +45,6 @@ func TestClockSampleAcrossBackwardStep(t *testing.T) {
 	if c.Synced() {
 		t.Fatal("the estimate still counts as synced after a sample that bounds nothing")
 	}
-	if last := c.LastServer(); last != at(501).UnixMicro() {
-		t.Fatalf("lastServer = %d, want the server's reading %d", last, at(501).UnixMicro())
-	}
 	c.Observe(at(400), at(401), at(511))
 	if got := c.Server(at(400)); got < at(510).UnixMicro() || got > at(511).UnixMicro() {
 		t.Fatalf("after the next sample, server(400ms) = %d, want about %d", got, at(510).UnixMicro())

@@ -131,12 +131,11 @@ type Learning struct {
 	LowCaps [Levels][]int
 }
 
-// Trim is the trim a round trip makes, when On: members scored before
-// At-w-TrimSlack (At is the server's last reading of its clock, never
-// ahead of it), and after Future.
+// Trim is the trim a round trip makes, when On: of the members scored
+// more than a window and TrimSlack before the server's clock as the trim
+// runs, and of those more than FutureBound past it.
 type Trim struct {
-	On         bool
-	At, Future int64
+	On bool
 }
 
 // Expiry is the TTL a round trip sets on its keys, when On (PEXPIRE).

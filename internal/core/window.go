@@ -64,10 +64,15 @@ type InFlight struct {
 	TTL time.Duration
 }
 
-// TrimSlack keeps members a second past their window before trimming, so
-// that a client whose server-time estimate runs ahead by less than that
-// never trims a member another still counts.
-const TrimSlack = int64(time.Second / time.Microsecond)
+// TrimSlack keeps members 700ms past their window before a trim removes
+// them, by the server's own clock as it runs (the redisstore package's
+// TrimScript): a round whose estimate lags the server counts up to
+// MaxSpread (see margin.go) further back than its window, and its round
+// trip may reach Redis a little after another process's trim. Each
+// member costs Redis memory for a window and TrimSlack: with 1s windows,
+// two windows after a tenant's last call its members are gone (issue
+// 43's churn; it was a second, and 2.3-2.5 windows).
+const TrimSlack = int64(700 * time.Millisecond / time.Microsecond)
 
 // FutureBound is how far past the server's now a member's score can lie
 // when a Throttler wrote it: WithReserveAhead is capped well below it. A

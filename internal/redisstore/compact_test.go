@@ -355,7 +355,7 @@ func TestCompactCatchesUpWithoutTrims(t *testing.T) {
 		for i := range 5 {
 			a := &core.Attempt{Lims: []int{x.Limit}}
 			if i == 0 {
-				a.Trim = core.Trim{On: true, At: serverNow(t, c), Future: now + 3_600_000_000}
+				a.Trim = core.Trim{On: true}
 			}
 			if _, err := s.Reserve(ctx, a); err != nil {
 				t.Fatal(err)

@@ -85,7 +85,7 @@ func (k *compactedKey) beforeAdds(c *attemptCmds, p redis.Pipeliner, wi int) {
 	if x.Bucket <= 0 {
 		return // another process compacts it
 	}
-	trim := c.a.Trim.On && c.a.Trim.At > 0
+	trim := c.a.Trim.On
 	many := x.Keep > 0 && k.sinceCompact.Load() >= x.Keep
 	if k.behind.Swap(false) || trim || many {
 		k.sinceCompact.Store(0)

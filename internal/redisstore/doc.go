@@ -33,8 +33,11 @@
 //	                                      compaction moved a whole batch,
 //	                                      or this process added Keep calls
 //	                                      since: see compact.go)
-//	ZREMRANGEBYSCORE key 0 (<t-w-1s>     (when the attempt trims: t is the
-//	ZREMRANGEBYSCORE key (<now+1h> +inf   server's last TIME)
+//	EVAL <TrimScript> key <w+slack> <1h> (when the attempt trims: the
+//	                                      members past the window and
+//	                                      core.TrimSlack, and an hour
+//	                                      ahead, by the server's TIME as
+//	                                      it runs: see trim.go)
 //	ZADD LT key -<end> <pause>           (a heal: first key only, with the
 //	PUBLISH key <news>                    news of its pause)
 //	ZADD key <g1> <m1> <g1> <m2> ... [-1 <marker>]

@@ -24,9 +24,6 @@ func HashTag(key string) string {
 // the key's own name.
 func NewsChannel(key string) string { return key }
 
-// trimFloor is the lowest score a trim removes: the marker sits below it.
-const trimFloor = "0"
-
 // exclusive formats an exclusive score bound, "(v".
 func exclusive(v int64) string {
 	var b [24]byte

@@ -21,6 +21,7 @@ func Scripts() map[string]*redis.Script {
 		"TenantPeakScript":   TenantPeakScript,
 		"TenantScoresScript": TenantScoresScript,
 		"TenantScript":       TenantScript,
+		"TrimScript":         TrimScript,
 		"WideScript":         WideScript,
 	}
 }

@@ -214,9 +214,8 @@ func (c *attemptCmds) queueWrites(p redis.Pipeliner, wi int, zs []redis.Z, remov
 		form.giveBack(ctx, p, x, a.GiveBack)
 	}
 	form.beforeAdds(c, p, wi)
-	if a.Trim.On && a.Trim.At > 0 {
-		p.ZRemRangeByScore(ctx, x.Key, trimFloor, exclusive(a.Trim.At-x.W-core.TrimSlack))
-		p.ZRemRangeByScore(ctx, x.Key, exclusive(a.Trim.Future), "+inf")
+	if a.Trim.On {
+		TrimScript.Eval(ctx, p, []string{x.Key}, x.W+core.TrimSlack, core.FutureBound)
 	}
 	if wi == 0 {
 		c.queueHealPause(p)
