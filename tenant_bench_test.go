@@ -26,7 +26,13 @@ import (
 //     Throttler (issue 43's target: the p99 at most 2x calm's);
 //   - flood-apart: A floods as much, from three Throttlers of its own on
 //     another key, so the machine is as busy but the quota is B's and C's
-//     alone: what it adds to calm is the machine's share of the wait.
+//     alone: what it adds to calm is the machine's share of the wait;
+//   - flood-own: A floods the same key, from three Throttlers of its own
+//     (as many more replicas that carry the flood alone), so the quota is
+//     shared but no light call waits for a round trip of its own
+//     Throttler's that claims for the flood: what is left over calm is
+//     the shared quota's, Redis's and the machine's, the least a second
+//     round trip in flight for light calls could leave.
 //
 // Each iteration is a second of light calls, after 3s of warm-up (the
 // flood's onset: see the harness's tenants scenarios); run it with
@@ -40,12 +46,12 @@ import (
 // before its own; the share also counts flood round trips that only began
 // as the light call's caller was being woken, which did not delay it.
 func BenchmarkLightBesideFlood(b *testing.B) {
-	for _, mode := range []string{"calm", "flood", "flood-apart"} {
+	for _, mode := range []string{"calm", "flood", "flood-apart", "flood-own"} {
 		b.Run(mode, func(b *testing.B) {
 			srv := redistest.Start(b)
 			key, other := srv.Key(b, "light"), srv.Key(b, "flood-apart")
 			const replicas, floods, limit = 3, 30, 100
-			newTh := func(key string) *Throttler { // the flood's own, apart
+			newTh := func(key string) *Throttler { // the flood's own
 				th, err := New(srv.NewClient(), key, limit, time.Second, WithLogger(quiet))
 				if err != nil {
 					b.Fatal(err)
@@ -65,8 +71,11 @@ func BenchmarkLightBesideFlood(b *testing.B) {
 				ths[i] = th
 			}
 			floodThs := ths
-			if mode == "flood-apart" {
+			switch mode {
+			case "flood-apart":
 				floodThs = []*Throttler{newTh(other), newTh(other), newTh(other)}
+			case "flood-own":
+				floodThs = []*Throttler{newTh(key), newTh(key), newTh(key)}
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
