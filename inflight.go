@@ -414,15 +414,18 @@ func (k *keeper) plan() (keeperWork, bool) {
 	return w, true
 }
 
-// wait waits for the next turn: a nudge, the time planned, or news from
-// the subscription.
+// wait waits for the next turn: a nudge, the next renewal, the time
+// planned (local), or news from the subscription.
 func (k *keeper) wait(until time.Time) {
 	t, l := k.t, k.l
 	var heard, ready, lost <-chan struct{}
 	if k.watch != nil {
 		heard, ready, lost = k.watch.Heard, k.watch.Ready, k.watch.Done
 	}
-	timer := time.NewTimer(max(0, until.Sub(t.now())))
+	// The renewal is timed on the runtime's clock, the other wakes on the
+	// local one: a local clock stepped back while the turn wrote would
+	// put the renewal off by the step (see nextRenew).
+	timer := time.NewTimer(max(0, min(k.nextRenew.Sub(time.Now()), until.Sub(t.now()))))
 	defer timer.Stop()
 	select {
 	case <-l.kick:

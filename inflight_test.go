@@ -430,6 +430,61 @@ func TestInFlightRenewalSurvivesClockStepBack(t *testing.T) {
 	})
 }
 
+// The same step back, when it comes while the keeper writes a renewal:
+// the keeper worked the timer for its next renewal out on the local clock
+// after the write, so that renewal came the step late, past the lease's
+// expiry. The first renewal (a third of the ttl on) steps the clock back
+// as it goes to Redis.
+func TestInFlightRenewalSurvivesClockStepBackDuringItsWrite(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		places := "{" + key + "}:inflight"
+		const ttl = 3 * time.Second // the least WithInFlight takes
+		var step atomic.Int64
+		local := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+		c := dial()
+		c.AddHook(onRenew{places: places, do: func() { step.CompareAndSwap(0, int64(-(ttl + 2*time.Second))) }})
+		th := mustNew(t, c, "{"+key+"}:rate", 10, time.Second, WithLogger(quiet), WithClock(local), WithInFlight(places, 1, ttl))
+		p, err := th.Acquire(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl + ttl/2) // past the expiry the first renewal set, unless renewed since
+		if step.Load() == 0 {
+			t.Fatal("no renewal was written")
+		}
+		c2 := dial()
+		expiry, ok := keyMembers(t, c2, places)[p.lease]
+		if now := serverMicros(t, c2); !ok || expiry <= now {
+			t.Errorf("the place held across a step back of %s during a renewal: present %v, expiry %dµs from now; want renewed",
+				-time.Duration(step.Load()), ok, expiry-now)
+		}
+		p.Done()
+		waitKeeperIdle(t, th)
+	})
+}
+
+// onRenew is a go-redis hook that calls do as a renewal of the leases at
+// places (the only script run on that key alone) goes to Redis.
+type onRenew struct {
+	places string
+	do     func()
+}
+
+func (h onRenew) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h onRenew) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) > 3 && fmt.Sprint(a[2]) == "1" && a[3] == h.places {
+			h.do()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h onRenew) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // A place that lapsed in Redis while this process held it for a waiter's
 // slot (a process cut off from Redis, or stalled, for longer than 2ttl/3)
 // is found by the next renewal, whose script says which places it no
