@@ -113,10 +113,7 @@ func (t *Throttler) release(ctx context.Context, members []string, at int64) err
 		// reach Redis, and a plain removal that went before it would have
 		// its script take the members for compacted (see
 		// core.Attempt.Resent). They count until they leave the window.
-		t.stats.redisError(err)
-		t.mu.Lock()
-		t.stats.logRedis(t.now(), err, "members written for sure not given back: they count until they leave the window")
-		t.mu.Unlock()
+		t.writeLater(err, "members written for sure not given back: they count until they leave the window", nil)
 	default:
 		t.writeLater(err, "members given back later", func(o *owed) { o.giveBackLater(members) })
 	}
@@ -125,11 +122,16 @@ func (t *Throttler) release(ctx context.Context, members []string, at int64) err
 
 // writeLater notes a write Redis did not take: owe adds it to what the
 // next round trip that works writes, which a worker makes even in a
-// process that only calls Allow.
+// process that only calls Allow; a nil owe writes nothing later (the
+// error is counted and logged, then says what became of the write).
 func (t *Throttler) writeLater(err error, then string, owe func(*owed)) {
 	t.stats.redisError(err)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if owe == nil {
+		t.stats.logRedis(t.now(), err, then)
+		return
+	}
 	owe(&t.owed)
 	t.stats.logRedis(t.now(), err, then)
 	t.worker.start(&t.owed)
