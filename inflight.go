@@ -143,6 +143,9 @@ func (l *leases) startKeeper() {
 // when it needs one, named from ids, with what the process knows of its
 // wakes as the round is planned (see park).
 func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
+	// A call queued again (late, or after a pause) whose place lapsed
+	// asks for a new one with its claim, rather than at its slot.
+	l.lostPlace(w)
 	if !w.needsPlaceLocked() {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -555,4 +556,26 @@ func TestInFlightLapsedPlaceIsTakenAgain(t *testing.T) {
 		waitKeeperIdle(t, th)
 		waitKeeperIdle(t, other)
 	})
+}
+
+// A call queued again (late, or after a pause) while holding a place that
+// a renewal found lapsed asks for a new place with its next claim: it no
+// longer goes to its slot first, there to find the place gone and reserve
+// once more.
+func TestInFlightLapsedPlaceAskedAgainWithTheClaim(t *testing.T) {
+	l := &leases{held: map[string]struct{}{"p1": {}, "p2": {}}}
+	if n := l.lost([]string{"p1"}); n != 1 {
+		t.Fatalf("lost: %d held, want 1", n)
+	}
+	lapsed, kept := &waiter{wantLease: true, lease: "p1"}, &waiter{wantLease: true, lease: "p2"}
+	var a core.Attempt
+	ids := newMemberSource()
+	l.ask(&a, lapsed, ids)
+	l.ask(&a, kept, ids)
+	if len(a.Places.IDs) != 1 || lapsed.lease != "" || a.Places.IDs[0] != lapsed.leaseTry {
+		t.Fatalf("places asked %v (the lapsed call's lease %q, try %q), want one new place for the lapsed call", a.Places.IDs, lapsed.lease, lapsed.leaseTry)
+	}
+	if kept.lease != "p2" || l.lostPlace(kept) {
+		t.Fatalf("the call whose place holds lost it: lease %q", kept.lease)
+	}
 }
