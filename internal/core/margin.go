@@ -50,11 +50,25 @@ import "time"
 // A margin is kept below what trims allow: members are trimmed
 // TrimSlack past their window by the server's own clock, and a round
 // whose estimate lags the server by e counts e + X + P further back than
-// that. A round whose margin would reach past MaxSpread claims nothing,
-// takes a clock sample and tries again (hold): a Redis whose best round
-// trip takes most of a second cannot keep calls to any margin the window
-// can hold. Slack never holds a round: it is granted only as far as
-// MaxSpread allows.
+// its window. A round whose spread would reach past MaxSpread claims
+// nothing, takes a clock sample and tries again (hold): a Redis whose
+// best round trip takes most of a second cannot keep calls to any margin
+// the window can hold. Slack never holds a round: it is granted only as
+// far as MaxSpread allows.
+//
+// What makes a trim safe is when the trimmed calls went, not their
+// scores: a call goes no later than its score, buffer/2 and its margin
+// (a later wake sends it back to reserve again), and a round that does not
+// hold keeps X within MaxSpread/2. A call trimmed at the server's now T
+// was scored before T - w - TrimSlack, so it went before
+// T - interval - buffer/2 - TrimSlack + MaxSpread/2; every call a count
+// after the trim admits goes after T (after the reply). With TrimSlack
+// above MaxSpread/2, they leave more than an interval and buffer/2 apart
+// (400ms more), however late the counting round trip reached Redis (a resend within the
+// Redis timeout included). In score space, a round trip that reaches Redis
+// more than TrimSlack - MaxSpread (100ms) after it was planned may count a
+// neighbourhood a trim has thinned, its own trim included; a call placed
+// there is late by then, and goes back.
 
 // MaxSpread bounds e + X + P (see Spread).
 const MaxSpread = TrimSlack - int64(100*time.Millisecond/time.Microsecond)

@@ -67,11 +67,13 @@ type InFlight struct {
 // TrimSlack keeps members 700ms past their window before a trim removes
 // them, by the server's own clock as it runs (the redisstore package's
 // TrimScript): a round whose estimate lags the server counts up to
-// MaxSpread (see margin.go) further back than its window, and its round
-// trip may reach Redis a little after another process's trim. Each
-// member costs Redis memory for a window and TrimSlack: with 1s windows,
-// two windows after a tenant's last call its members are gone (issue
-// 43's churn; it was a second, and 2.3-2.5 windows).
+// MaxSpread (see margin.go) further back than its window, and no call
+// trimmed can have gone within an interval of a call admitted after the
+// trim (see margin.go). Each member costs Redis memory for a window and
+// TrimSlack: with 1s windows, two windows after a tenant's last call its
+// members are gone (issue 43's churn; it was a second, and 2.3-2.5
+// windows). The heal's pause (the throttler's heal.go) is MaxSpread
+// longer than the lost window's calls, 300ms shorter than with a second.
 const TrimSlack = int64(700 * time.Millisecond / time.Microsecond)
 
 // FutureBound is how far past the server's now a member's score can lie
