@@ -42,7 +42,16 @@ func (c *config) offScore(res reservation, clock *core.Clock) (target time.Time,
 	view := clock.View()
 	allow := c.rules.Allowance(res.margin, view.ErrBound())
 	target = view.Local(res.score)
-	off := c.now().Sub(target).Microseconds() // > 0: late
+	now := c.now()
+	off := now.Sub(target).Microseconds() // > 0: late
+	if clock.Anchored() {
+		// A local clock stepped back since the last sample has the call
+		// wait the step out and then look on time: by the runtime's
+		// clock, which never steps, it is late (seed 53917: a call
+		// admitted for 339ms went at 746ms, after a step back of 407ms,
+		// and made 14 in a window of 12 at the API).
+		off = max(off, clock.ServerByRuntime(time.Now(), now)-res.score)
+	}
 	switch {
 	case allow < 0:
 		return time.Time{}, time.Duration(abs64(off)-allow) * time.Microsecond
