@@ -26,11 +26,15 @@ import (
 // kept in Redis and subscribes to the key's channel, and each place given
 // back wakes the process first in line, which sends one waiter back to
 // reserve (processes take turns; a process woken with no waiter left
-// passes the wake on). A killed process's leases are waited out until
-// they expire. A process that died in line leaves it, without taking a
-// wake, once it has been silent for ttl; a wake lost with a process that
-// died after it was woken is made up within ttl/3, when every process
-// with waiters tries again.
+// passes the wake on). The places a process holds for calls still
+// waiting for their slot go, each round, to the round's claims that lack
+// one, in the queue's order (priority, then the fair order): a call the
+// round serves does not give its slot back for want of a place that a
+// call served after it holds idle. A killed process's leases are waited
+// out until they expire. A process that died in line leaves it, without
+// taking a wake, once it has been silent for ttl; a wake lost with a
+// process that died after it was woken is made up within ttl/3, when
+// every process with waiters tries again.
 //
 // ttl bounds what a killed process costs: a process renews the leases it
 // holds every ttl/3, so a call may run as long as it needs, and a process
@@ -152,6 +156,47 @@ func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
 	w.leaseTry = ids.next()
 	a.Places.IDs = append(a.Places.IDs, w.leaseTry)
 	a.Places.Wakes, a.Places.Ready, a.Places.Stay = l.wakes, l.ready, len(l.parked) > 0
+}
+
+// handOver gives the places this process holds for waiters that have not
+// gone yet to the round's claims that need one, in batch order: first
+// the places of waiters the plan kept in the queue (refused their slot, or
+// gone back for a new one), from the back of the queue; then those of
+// claims of batch that the taker goes before (see waiter.before), the
+// last first. A place held by a waiter served after others would keep it
+// from them: with places all taken, calls of a higher priority claim the
+// slots it waits for, lack a place and give their slots back, round after
+// round, while it waits behind them (simulation seed 53268, a hang). A
+// waiter that gave its place asks for a new one with its next claim (in
+// this round, for a claim of batch).
+func (l *leases) handOver(queue, batch []*waiter) {
+	if len(l.held) == 0 || !slices.ContainsFunc(batch, (*waiter).needsPlaceLocked) {
+		return
+	}
+	holds := func(w *waiter) bool {
+		_, lapsed := l.gone[w.lease]
+		return w.lease != "" && !lapsed
+	}
+	q := len(queue) - 1
+	for _, w := range batch {
+		if !w.needsPlaceLocked() {
+			continue
+		}
+		var from *waiter
+		for ; from == nil && q >= 0; q-- {
+			if holds(queue[q]) {
+				from = queue[q]
+			}
+		}
+		for k := len(batch) - 1; from == nil && k >= 0; k-- {
+			if x := batch[k]; holds(x) && w.before(x) {
+				from = x
+			}
+		}
+		if from != nil {
+			w.lease, from.lease = from.lease, ""
+		}
+	}
 }
 
 // grant gives the batch's waiters the places reply r to a granted: the
@@ -539,6 +584,7 @@ func (inFlightRider) claim(t *Throttler, rd *round) {
 	if t.lease == nil {
 		return
 	}
+	t.lease.handOver(t.worker.queue, rd.batch)
 	for _, w := range rd.batch {
 		t.lease.ask(rd.Attempt, w, t.ids)
 	}

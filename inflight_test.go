@@ -579,3 +579,93 @@ func TestInFlightLapsedPlaceAskedAgainWithTheClaim(t *testing.T) {
 		t.Fatalf("the call whose place holds lost it: lease %q", kept.lease)
 	}
 }
+
+// A place held by a call the queue keeps behind others goes to the call
+// the round claims a slot for: a high-priority call no longer gives its
+// slot back for want of the place a normal call holds idle while it waits
+// behind it. Left with the normal call, the place made the high call wait
+// for it to run first, or, with high calls claiming every slot and giving
+// it back, for ever (simulation seed 53268).
+func TestInFlightPlaceFollowsTheClaim(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		ctx := context.Background()
+		places := "{" + key + "}:inflight"
+		th := mustNew(t, dial(), "{"+key+"}:rate", 1, time.Second, WithLogger(quiet),
+			WithInFlight(places, 1, 3*time.Second))
+		t0 := time.Now()
+		if err := th.Do(ctx, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var order []string
+		done := make(chan error, 2)
+		call := func(name string, p Priority) {
+			done <- th.Do(ContextWithPriority(ctx, p), func(context.Context) error {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				return nil
+			})
+		}
+		// The normal call's slot is a window ahead: it holds the place
+		// until then. A pause over that slot sends it back to the queue
+		// at its slot, holding its place.
+		go call("normal", PriorityNormal)
+		waitLocked(t, th, time.Second, "no place held for the normal call", func() bool { return len(th.lease.held) == 1 })
+		if err := th.PauseUntil(ctx, t0.Add(2200*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		// The high call's first slot, after the pause, is more than a
+		// second ahead (how far ahead a call reserves) until the normal
+		// call is queued again behind it; the round that claims it keeps
+		// the normal call, whose next slot is a window later.
+		go call("high", PriorityHigh)
+		for range 2 {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a call did not run within 10s")
+			}
+		}
+		if mu.Lock(); order[0] != "high" {
+			t.Fatalf("calls ran in the order %v: the high call waited for the place the normal one held", order)
+		}
+		mu.Unlock()
+		waitKeeperIdle(t, th)
+	})
+}
+
+// The places a process holds for waiters not gone yet go to the round's
+// claims in the queue's order: a kept waiter's first, then a later
+// claim's that the taker goes before; never a lapsed place, and never
+// from a claim that goes first.
+func TestInFlightHandOver(t *testing.T) {
+	l := &leases{held: map[string]struct{}{"kept": {}, "low": {}, "first": {}, "lapsed": {}}, gone: map[string]struct{}{"lapsed": {}}}
+	w := func(p Priority, tag float64, lease string) *waiter {
+		return &waiter{wantLease: true, lease: lease, rank: rank{prio: p, tag: tag}}
+	}
+	kept, lapsed := w(PriorityLow, 9, "kept"), w(PriorityLow, 8, "lapsed")
+	first := w(PriorityNormal, 1, "first")
+	high1, high2, normal, low := w(PriorityHigh, 2, ""), w(PriorityHigh, 3, ""), w(PriorityNormal, 4, ""), w(PriorityLow, 5, "low")
+	l.handOver([]*waiter{kept, lapsed}, []*waiter{first, high1, high2, normal, low})
+	for _, c := range []struct {
+		name  string
+		w     *waiter
+		lease string
+	}{
+		{"the claim that goes first", first, "first"},
+		{"the first high claim (from the queue)", high1, "kept"},
+		{"the second high claim (from the low claim)", high2, "low"},
+		{"the normal claim (nothing left it goes before)", normal, ""},
+		{"the low claim", low, ""},
+		{"the kept waiter", kept, ""},
+		{"the waiter whose place lapsed", lapsed, "lapsed"},
+	} {
+		if c.w.lease != c.lease {
+			t.Errorf("%s holds %q, want %q", c.name, c.w.lease, c.lease)
+		}
+	}
+}
