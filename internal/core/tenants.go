@@ -290,8 +290,9 @@ func note(m map[string]int, tag string, units int) map[string]int {
 // claims read them (Scores: what its next claims are placed against, see
 // CapSlot); and the most the
 // tenants that are not backlogged held at a scan lately (Light, since
-// LightAt): a light tenant's calls come unevenly, and the window must
-// hold the most of them it may see, not their mean.
+// LightAt, held by the tenants of LightBy): a light tenant's calls come
+// unevenly, and the window must hold the most of them it may see, not
+// their mean.
 type TenantShares struct {
 	TenantReach
 	Level   float64
@@ -300,6 +301,7 @@ type TenantShares struct {
 	Scores  map[string]TenantMembers
 	Light   int
 	LightAt time.Time
+	LightBy []string
 	// What the last scan's FairLevel keeps for the next.
 	Fair FairMemory
 	// The capped tenants whose calls had waited behind their own, and were
@@ -318,17 +320,23 @@ type TenantReach struct {
 // calls of the tenants that are not backlogged in a window) under limit,
 // leaving the share spare to the tenants within their shares, for hold:
 // the shares and the light tenants' most alike.
+//
+// The most light held lately stands for hold, unless every tenant that was
+// light then is backlogged now: its calls are counted in the shares, and
+// the room kept for them as light calls would stay empty (seed 55708: a
+// tenant light at one scan and backlogged at the next kept 4 units of 22
+// from the others for two windows).
 func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration) {
-	lightAt := now
-	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold {
-		light, lightAt = last.Light, last.LightAt
+	lightAt, lightBy := now, lightTenants(uses)
+	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold && !backlogged(last.LightBy, uses) {
+		light, lightAt, lightBy = last.Light, last.LightAt, last.LightBy
 	}
 	var last FairMemory
 	if !now.After(k.Tenants.Until) {
 		last = k.Tenants.Fair
 	}
 	level, mem, ok := FairLevel(uses, limit, spare, float64(light), last)
-	s := TenantShares{TenantReach: reach, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, Fair: mem}
+	s := TenantShares{TenantReach: reach, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, LightBy: lightBy, Fair: mem}
 	for _, u := range uses {
 		if _, heavy := mem.Heavy[u.Tag]; ok && (u.Waited > 0 || heavy) {
 			if s.Capped == nil {
@@ -349,6 +357,29 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 		}
 	}
 	k.Tenants = s
+}
+
+// lightTenants returns the tags of the tenants of uses none of whose
+// calls waited: those a scan's light count is made of.
+func lightTenants(uses []TenantUse) []string {
+	var tags []string
+	for _, u := range uses {
+		if u.Waited == 0 {
+			tags = append(tags, u.Tag)
+		}
+	}
+	return tags
+}
+
+// backlogged reports whether every tenant of tags (one at least) is
+// backlogged in uses: some of its calls waited.
+func backlogged(tags []string, uses []TenantUse) bool {
+	for _, tag := range tags {
+		if !slices.ContainsFunc(uses, func(u TenantUse) bool { return u.Tag == tag && u.Waited > 0 }) {
+			return false
+		}
+	}
+	return len(tags) > 0
 }
 
 // TenantScores keeps m as the members of the tenant of tag, which a

@@ -425,3 +425,35 @@ func TestTenantSharesLooser(t *testing.T) {
 		}
 	}
 }
+
+// The most the light tenants held lately stands for the hold, but not once
+// every tenant that was light then is backlogged: its calls count in the
+// shares then, and the room kept for them as light calls would stay empty
+// (seed 55708). A light tenant that has gone quiet keeps its room.
+func TestLearnTenantsLightGivesWayWhenItsTenantsAreBacklogged(t *testing.T) {
+	at := time.Unix(100, 0)
+	hold := 10 * time.Second
+	var k Known
+	// t2 holds 4 calls, none of them waited: light.
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold)
+	if k.Tenants.Light != 4 {
+		t.Fatalf("light %d, want 4", k.Tenants.Light)
+	}
+	// A scan later, t2 is backlogged, and nothing is light.
+	uses := []TenantUse{use("t0", 4, true), use("t1", 4, true), use("t2", 4, true)}
+	mem := k.Tenants.Fair
+	k.LearnTenants(uses, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold)
+	if k.Tenants.Light != 0 {
+		t.Fatalf("light %d once t2, light before, is backlogged: want 0", k.Tenants.Light)
+	}
+	if want, _, _ := FairLevel(uses, 22, 0, 0, mem); math.Abs(k.Tenants.Level-want) > 0.01 {
+		t.Fatalf("level %g, want %g: nothing kept for light calls", k.Tenants.Level, want)
+	}
+	// A light tenant gone quiet (no call in the window) keeps its room.
+	k = Known{}
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold)
+	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold)
+	if k.Tenants.Light != 4 {
+		t.Fatalf("light %d after t2 went quiet, want the 4 it held, for the hold", k.Tenants.Light)
+	}
+}
