@@ -26,11 +26,12 @@ import (
 // kept in Redis and subscribes to the key's channel, and each place given
 // back wakes the process first in line, which sends one waiter back to
 // reserve (processes take turns; a process woken with no waiter left
-// passes the wake on). The places a process holds for calls still
-// waiting for their slot go, each round, to the round's claims that lack
-// one, in the queue's order (priority, then the fair order): a call the
-// round serves does not give its slot back for want of a place that a
-// call served after it holds idle. A killed process's leases are waited
+// passes the wake on). The places a process holds for calls queued for a
+// slot go, each round, to the round's claims that lack one, in the order
+// of the claims: a call the round claims a slot for does not give it back
+// for want of a place that a call kept in the queue, or claimed for after
+// it at a lower rank, holds idle. (A call admitted for a slot ahead keeps
+// its place while it sleeps toward the slot.) A killed process's leases are waited
 // out until they expire. A process that died in line leaves it, without
 // taking a wake, once it has been silent for ttl; a wake lost with a
 // process that died after it was woken is made up within ttl/3, when
@@ -158,19 +159,28 @@ func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
 	a.Places.Wakes, a.Places.Ready, a.Places.Stay = l.wakes, l.ready, len(l.parked) > 0
 }
 
-// handOver gives the places this process holds for waiters that have not
-// gone yet to the round's claims that need one, in batch order: first
-// the places of waiters the plan kept in the queue (refused their slot, or
-// gone back for a new one), from the back of the queue; then those of
-// claims of batch that the taker goes before (see waiter.before), the
-// last first. A place held by a waiter served after others would keep it
-// from them: with places all taken, calls of a higher priority claim the
-// slots it waits for, lack a place and give their slots back, round after
-// round, while it waits behind them (simulation seed 53268, a hang). A
-// waiter that gave its place asks for a new one with its next claim (in
-// this round, for a claim of batch).
+// handOver gives the places held by waiters of queue (those the plan
+// kept: refused their slot, or gone back for a new one) and of batch to
+// the round's claims, batch, that need one, in batch order: first the
+// queued waiters' places, from the back of the queue, whatever their
+// rank (they claim nothing this round); then those of claims of batch
+// that the taker goes before (see waiter.before), the last first. A place
+// held by a waiter the rounds keep behind others would keep it from them:
+// with places all taken, calls of a higher priority claim the slots it
+// waits for, lack a place and give their slots back, round after round,
+// while it waits behind them (simulation seed 53268, a hang). A waiter
+// that gave its place asks for a new one with its next claim (in this
+// round, for a claim of batch). A claim whose place lapsed (see lost)
+// needs one too. Waiters asleep toward a slot they were admitted for keep
+// theirs.
 func (l *leases) handOver(queue, batch []*waiter) {
-	if len(l.held) == 0 || !slices.ContainsFunc(batch, (*waiter).needsPlaceLocked) {
+	if len(l.held) == 0 {
+		return
+	}
+	for _, w := range batch {
+		l.lostPlace(w)
+	}
+	if !slices.ContainsFunc(batch, (*waiter).needsPlaceLocked) {
 		return
 	}
 	holds := func(w *waiter) bool {

@@ -639,9 +639,10 @@ func TestInFlightPlaceFollowsTheClaim(t *testing.T) {
 }
 
 // The places a process holds for waiters not gone yet go to the round's
-// claims in the queue's order: a kept waiter's first, then a later
+// claims in the order of the claims: a kept waiter's first, then a later
 // claim's that the taker goes before; never a lapsed place, and never
-// from a claim that goes first.
+// from a claim the taker does not go before. A claim whose own place
+// lapsed takes one too.
 func TestInFlightHandOver(t *testing.T) {
 	l := &leases{held: map[string]struct{}{"kept": {}, "low": {}, "first": {}, "lapsed": {}}, gone: map[string]struct{}{"lapsed": {}}}
 	w := func(p Priority, tag float64, lease string) *waiter {
@@ -651,12 +652,14 @@ func TestInFlightHandOver(t *testing.T) {
 	first := w(PriorityNormal, 1, "first")
 	high1, high2, normal, low := w(PriorityHigh, 2, ""), w(PriorityHigh, 3, ""), w(PriorityNormal, 4, ""), w(PriorityLow, 5, "low")
 	l.handOver([]*waiter{kept, lapsed}, []*waiter{first, high1, high2, normal, low})
+	// first (normal) keeps its place: the high claims found theirs
+	// before, and normal does not go before it (same priority, later).
 	for _, c := range []struct {
 		name  string
 		w     *waiter
 		lease string
 	}{
-		{"the claim that goes first", first, "first"},
+		{"the first claim", first, "first"},
 		{"the first high claim (from the queue)", high1, "kept"},
 		{"the second high claim (from the low claim)", high2, "low"},
 		{"the normal claim (nothing left it goes before)", normal, ""},
@@ -667,5 +670,18 @@ func TestInFlightHandOver(t *testing.T) {
 		if c.w.lease != c.lease {
 			t.Errorf("%s holds %q, want %q", c.name, c.w.lease, c.lease)
 		}
+	}
+}
+
+// A claim whose place lapsed takes a kept waiter's place, rather than ask
+// Redis for one with every place taken, give its slot back and wait.
+func TestInFlightHandOverToALapsedPlace(t *testing.T) {
+	l := &leases{held: map[string]struct{}{"kept": {}, "lapsed": {}}}
+	l.lost([]string{"lapsed"})
+	claim := &waiter{wantLease: true, lease: "lapsed", rank: rank{prio: PriorityHigh}}
+	kept := &waiter{wantLease: true, lease: "kept", rank: rank{prio: PriorityLow}}
+	l.handOver([]*waiter{kept}, []*waiter{claim})
+	if claim.lease != "kept" || kept.lease != "" {
+		t.Fatalf("the claim holds %q and the kept waiter %q; want the kept waiter's place with the claim", claim.lease, kept.lease)
 	}
 }
