@@ -31,11 +31,11 @@ import (
 // of the claims: a call the round claims a slot for does not give it back
 // for want of a place that a call kept in the queue, or claimed for after
 // it at a lower rank, holds idle. (A call admitted for a slot ahead keeps
-// its place while it sleeps toward the slot.) A killed process's leases are waited
-// out until they expire. A process that died in line leaves it, without
-// taking a wake, once it has been silent for ttl; a wake lost with a
-// process that died after it was woken is made up within ttl/3, when
-// every process with waiters tries again.
+// its place while it sleeps toward the slot.) A killed process's leases
+// are waited out until they expire. A process that died in line leaves
+// it, without taking a wake, once it has been silent for ttl; a wake lost
+// with a process that died after it was woken is made up within ttl/3,
+// when every process with waiters tries again.
 //
 // ttl bounds what a killed process costs: a process renews the leases it
 // holds every ttl/3, so a call may run as long as it needs, and a process
