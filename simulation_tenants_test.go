@@ -155,8 +155,8 @@ func (w *simWorld) shareCheck() (sim.ShareCheck, []sim.Span) {
 
 // sharesJudged reports a run whose tenants' shares the check judges: a
 // calm one (no fault but a fleet's cold start, no deadline, no think
-// time), of one limit, whose windows are at least 500ms long (the shares
-// are learned every 100ms and kept for two windows), with calls of one
+// time), of one limit, whose windows are at least 200ms long (the shares
+// are learned every tenth of the window and kept for two windows), with calls of one
 // priority, no cap in flight (which may bind instead of the limit), no
 // settling (which gives units back), and a first window kept as a log
 // (a compacted window's older calls are not counted by tenant).

@@ -67,7 +67,9 @@ type CapRead struct {
 
 // TenantUse is one tenant's calls in the window, as a scan read them: its
 // tag in member names, its weight, the units it holds, and how many of
-// them waited behind others of its own (see the throttler's tenants.go).
+// them waited behind others of its own (see the throttler's tenants.go),
+// and its oldest member's score in the window (First; 0 with none) and
+// its newest member's (Last), server µs, which may lie ahead.
 // A use with the tag "" stands for the calls of no tenant: they count as
 // held, as a light tenant's do. Queued tells, of the process that scans,
 // whether it has calls of the tenant queued.
@@ -76,6 +78,8 @@ type TenantUse struct {
 	Weight float64
 	Units  int
 	Waited int
+	First  int64
+	Last   int64
 	Queued bool
 }
 
@@ -307,6 +311,18 @@ type TenantShares struct {
 	// The capped tenants whose calls had waited behind their own, and were
 	// queued in this process, at the scan (see TenantUse.Queued).
 	Queued map[string]bool
+	// Leaves is when (server µs; 0: never) the newest call of a tenant
+	// taken as asking for less (Fair.Sat) leaves the window, the soonest
+	// of them: the room it held is the others' only from a scan after
+	// that (see Known.LearnTenants).
+	Leaves int64
+	// Drops is when (server µs; 0: never) the oldest call in the window
+	// of a capped tenant none of whose calls is queued in this process
+	// leaves it, and the room it frees stays its process's no longer
+	// (TenantReach.Yield), the soonest of them: a tenant still calling
+	// has taken that room again by then; one that stopped holds a unit
+	// less, which the others take only at a scan.
+	Drops int64
 }
 
 // TenantReach is how a capped tenant's claims are placed: how far ahead
@@ -326,7 +342,13 @@ type TenantReach struct {
 // the room kept for them as light calls would stay empty (seed 55708: a
 // tenant light at one scan and backlogged at the next kept 4 units of 22
 // from the others for two windows).
-func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration) {
+//
+// The scan counted the window that ends at serverNow, w µs long: a
+// satisfied tenant's newest call leaves it at its score plus w
+// (TenantShares.Leaves), and a capped tenant none of whose calls is
+// queued here holds a unit less, unless it calls again, once its oldest
+// leaves it (TenantShares.Drops).
+func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration, serverNow, w int64) {
 	lightAt, lightBy := now, lightTenants(uses)
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold && !backlogged(last.LightBy, uses) {
 		light, lightAt, lightBy = last.Light, last.LightAt, last.LightBy
@@ -354,6 +376,22 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 	for tag := range s.Scores {
 		if !s.Capped[tag] {
 			delete(s.Scores, tag)
+		}
+	}
+	soonest := func(at *int64, t int64) {
+		if *at == 0 || t < *at {
+			*at = t
+		}
+	}
+	for _, u := range uses {
+		if u.Tag == "" || u.Last+w <= serverNow {
+			continue // no call in the window
+		}
+		if _, sat := mem.Sat[u.Tag]; sat {
+			soonest(&s.Leaves, u.Last+w)
+		}
+		if s.Capped[u.Tag] && !u.Queued && u.Units > 0 && u.First > 0 {
+			soonest(&s.Drops, u.First+w+reach.Yield)
 		}
 	}
 	k.Tenants = s

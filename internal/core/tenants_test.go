@@ -80,13 +80,13 @@ func TestFairLevelHeavy(t *testing.T) {
 		t.Fatalf("heavy %v, want t0 alone", mem.Heavy)
 	}
 	var k Known
-	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second)
+	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
 	if !k.Tenants.Capped["t0"] || !k.Tenants.Capped["flood"] || k.Tenants.Capped["light"] {
 		t.Fatalf("capped %v, want flood and t0", k.Tenants.Capped)
 	}
 	// Capped, t0 holds its share: heavy still, and still capped.
 	uses[0].Units, uses[1].Units = 46, 46
-	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second)
+	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
 	if !k.Tenants.Capped["t0"] || math.Abs(k.Tenants.Level-46.5) > 0.01 {
 		t.Fatalf("the next scan: capped %v at %g, want t0 still, at 46.5", k.Tenants.Capped, k.Tenants.Level)
 	}
@@ -435,14 +435,14 @@ func TestLearnTenantsLightGivesWayWhenItsTenantsAreBacklogged(t *testing.T) {
 	hold := 10 * time.Second
 	var k Known
 	// t2 holds 4 calls, none of them waited: light.
-	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold)
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, 0, 1e6)
 	if k.Tenants.Light != 4 {
 		t.Fatalf("light %d, want 4", k.Tenants.Light)
 	}
 	// A scan later, t2 is backlogged, and nothing is light.
 	uses := []TenantUse{use("t0", 4, true), use("t1", 4, true), use("t2", 4, true)}
 	mem := k.Tenants.Fair
-	k.LearnTenants(uses, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold)
+	k.LearnTenants(uses, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
 	if k.Tenants.Light != 0 {
 		t.Fatalf("light %d once t2, light before, is backlogged: want 0", k.Tenants.Light)
 	}
@@ -451,9 +451,50 @@ func TestLearnTenantsLightGivesWayWhenItsTenantsAreBacklogged(t *testing.T) {
 	}
 	// A light tenant gone quiet (no call in the window) keeps its room.
 	k = Known{}
-	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold)
-	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold)
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, 0, 1e6)
+	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
 	if k.Tenants.Light != 4 {
 		t.Fatalf("light %d after t2 went quiet, want the 4 it held, for the hold", k.Tenants.Light)
+	}
+}
+
+// A scan notes when the newest call of a tenant taken as asking for less
+// leaves the window (Leaves), and when the oldest call of a capped tenant
+// with none queued in the scanning process leaves it, and its room
+// stays its process's no longer (Drops): the soonest of each, and neither
+// for a tenant whose calls have all left, one queued here, or a tenant
+// that is not capped.
+func TestLearnTenantsLeavesAndDrops(t *testing.T) {
+	const w, yield = 1_000_000, 50_000
+	at := time.Unix(100, 0)
+	reach := TenantReach{Yield: yield}
+	scores := func(u TenantUse, first, last int64, queued bool) TenantUse {
+		u.First, u.Last, u.Queued = first, last, queued
+		return u
+	}
+	var k Known
+	// Two scans see t1 short of its share (with room) and holding no more
+	// at the second: satisfied. t0 has calls queued here; t2 is light.
+	for i, serverNow := range []int64{10_000_000, 10_050_000} {
+		uses := []TenantUse{
+			scores(use("t0", 40, true), serverNow-900_000, serverNow+20_000, true),
+			scores(use("t1", 10, true), 9_300_000, 9_600_000, false),
+			scores(use("t2", 3, false), 9_200_000, 9_900_000, false),
+		}
+		k.LearnTenants(uses, 3, 100, 0.05, reach, at.Add(time.Duration(i)*50*time.Millisecond), 2*time.Second, serverNow, w)
+	}
+	if _, sat := k.Tenants.Fair.Sat["t1"]; !sat {
+		t.Fatalf("t1 not satisfied: %+v", k.Tenants.Fair)
+	}
+	if want := int64(9_600_000 + w); k.Tenants.Leaves != want {
+		t.Errorf("Leaves %d, want %d: t1's newest call leaves then", k.Tenants.Leaves, want)
+	}
+	if want := int64(9_300_000 + w + yield); k.Tenants.Drops != want {
+		t.Errorf("Drops %d, want %d: t1, capped and queued nowhere here, holds a unit less then unless it calls again (t0 is queued here, t2 light)", k.Tenants.Drops, want)
+	}
+	// Once t1's calls have all left, neither.
+	k.LearnTenants([]TenantUse{scores(use("t0", 40, true), 10_700_000, 10_700_000, true), scores(use("t1", 0, true), 0, 9_600_000, false)}, 0, 100, 0.05, reach, at.Add(time.Second), 2*time.Second, 10_600_000+w, w)
+	if k.Tenants.Leaves != 0 || k.Tenants.Drops != 0 {
+		t.Errorf("Leaves %d, Drops %d once t1's calls left: want neither", k.Tenants.Leaves, k.Tenants.Drops)
 	}
 }

@@ -54,7 +54,7 @@ func TenantTag(suffix string) string { return suffix[len(suffix)-tenantTagLen:] 
 // for what it returns.
 const scanLua = `
 local function scanTenants(r, from, w, skip)
-  local n, waited, order, seen, none = {}, {}, {}, {}, 0
+  local n, waited, first, last, order, seen, none = {}, {}, {}, {}, {}, {}, 0
   for j = 1, #r, 2 do
     local m, s = r[j], tonumber(r[j + 1])
     if s <= from - w or (skip and skip[m]) then
@@ -67,8 +67,12 @@ local function scanTenants(r, from, w, skip)
         n[tag], waited[tag] = 0, 0
         order[#order + 1] = tag
       end
-      if s > from then n[tag] = n[tag] + 1 end
+      if s > from then
+        n[tag] = n[tag] + 1
+        if not first[tag] then first[tag] = s end
+      end
       if m:sub(-15, -15) == 'w' then waited[tag] = waited[tag] + 1 end
+      last[tag] = s
       seen[#seen + 1] = {s, tag}
     end
   end
@@ -85,6 +89,8 @@ local function scanTenants(r, from, w, skip)
     out[#out + 1] = tag
     out[#out + 1] = n[tag]
     out[#out + 1] = waited[tag]
+    out[#out + 1] = first[tag] or 0
+    out[#out + 1] = last[tag]
   end
   return out
 end
@@ -96,7 +102,8 @@ end
 // (the light tenants) that any window of ARGV[2] µs after ARGV[1] - ARGV[2]
 // held, then how many members without a suffix (of no tenant) are scored
 // after ARGV[1], then, for each tenant in the order first met, its tag,
-// its count and how many of them waited. A round that runs
+// its count, how many of them waited, its oldest member's score after
+// ARGV[1] (0: none) and its newest member's score. A round that runs
 // TenantPeakScript has it scan instead, in the same read.
 var TenantScript = redis.NewScript(scanLua + `
 local from, w = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -478,21 +485,26 @@ func parseTenants(r *core.Reply, vals []any) error {
 		return fmt.Errorf("redisstore: tenant scan answered %v", vals)
 	}
 	r.LightPeak = int(peak)
-	r.Tenants = make([]core.TenantUse, 0, len(vals)/3+1)
+	r.Tenants = make([]core.TenantUse, 0, len(vals)/5+1)
 	if none, ok := vals[1].(int64); !ok {
 		return fmt.Errorf("redisstore: tenant scan answered %v", vals[1])
 	} else if none > 0 {
 		r.Tenants = append(r.Tenants, core.TenantUse{Units: int(none)})
 	}
-	for i := 2; i+2 < len(vals); i += 3 {
+	if (len(vals)-2)%5 != 0 {
+		return fmt.Errorf("redisstore: tenant scan answered %d values", len(vals))
+	}
+	for i := 2; i+4 < len(vals); i += 5 {
 		tag, _ := vals[i].(string)
 		n, ok1 := vals[i+1].(int64)
 		waited, ok2 := vals[i+2].(int64)
 		w, ok3 := core.TagWeight(tag)
-		if len(tag) != tenantTagLen || !ok1 || !ok2 || !ok3 {
-			return fmt.Errorf("redisstore: tenant scan answered %q, %v, %v", vals[i], vals[i+1], vals[i+2])
+		first, ok4 := vals[i+3].(int64)
+		last, ok5 := vals[i+4].(int64)
+		if len(tag) != tenantTagLen || !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+			return fmt.Errorf("redisstore: tenant scan answered %v", vals[i:i+5])
 		}
-		r.Tenants = append(r.Tenants, core.TenantUse{Tag: tag, Weight: w, Units: int(n), Waited: int(waited)})
+		r.Tenants = append(r.Tenants, core.TenantUse{Tag: tag, Weight: w, Units: int(n), Waited: int(waited), First: first, Last: last})
 	}
 	return nil
 }

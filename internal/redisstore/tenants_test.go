@@ -52,11 +52,11 @@ func TestTenantScripts(t *testing.T) {
 		for _, u := range r.Tenants {
 			got[u.Tag] = u
 		}
-		if u := got[TenantTag(a)]; u.Units != 2 || u.Waited != 2 || u.Weight != 2 {
-			t.Errorf("a: %+v, want 2 units, 2 waited (one before from), weight 2", u)
+		if u := got[TenantTag(a)]; u.Units != 2 || u.Waited != 2 || u.Weight != 2 || u.First != 1100 || u.Last != 1200 {
+			t.Errorf("a: %+v, want 2 units, 2 waited (one before from), weight 2, the oldest after from at 1100, the newest at 1200", u)
 		}
-		if u := got[TenantTag(b)]; u.Units != 2 || u.Waited != 0 || u.Weight != 1 || len(got) != 3 {
-			t.Errorf("b: %+v of %d uses, want 2 units, none waited, weight 1, of 3", u, len(got))
+		if u := got[TenantTag(b)]; u.Units != 2 || u.Waited != 0 || u.Weight != 1 || u.First != 1000 || u.Last != 1050 || len(got) != 3 {
+			t.Errorf("b: %+v of %d uses, want 2 units, none waited, weight 1, the oldest after from at 1000, the newest at 1050, of 3", u, len(got))
 		}
 		if u := got[""]; u.Units != 1 || u.Waited != 0 {
 			t.Errorf("no one's: %+v, want 1 unit", u)
