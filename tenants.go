@@ -15,11 +15,12 @@ import (
 // the tenant and its weight, and whether the call waited behind others of
 // its tenant: redisstore.TenantSuffix), so that Redis holds nothing else
 // per tenant. While calls of tenants wait here, near the limit or while a
-// tenant is held to a cap, a round trip every scanEvery also counts the
-// window's calls by tenant (redisstore.TenantScript; while a capped
-// tenant's calls wait and a scan saw a tenant short of its share, a round
-// trip goes for the next scan alone, and one that raises a cap has the
-// next round planned at once), and the fair level follows
+// tenant is held to a cap, a round trip every scanEvery (sooner when a
+// tenant may have left: scanGap) also counts the window's calls by
+// tenant (redisstore.TenantScript; while a capped tenant's calls wait and
+// a tenant may have left, a round trip goes for the next scan alone, see
+// scanWake, and one that raises a cap has the next round planned at
+// once), and the fair level follows
 // (core.FairLevel): the tenants whose calls waited behind their own, and
 // those that hold more than their share though none of their calls waited
 // (heavy: one caller per replica), are backlogged, and share by weight
@@ -100,7 +101,9 @@ func (c *config) scanEvery() time.Duration {
 	return max(minScanEvery, time.Duration(c.rules.Wins[0].W/10)*time.Microsecond)
 }
 
-// minScanEvery is the least time between two scans. A tenant that leaves
+// minScanEvery is the least scanEvery, the time between two scans save
+// the second that sees a tenant short and the one due as a satisfied
+// tenant's newest call leaves (see scanGap). A tenant that leaves
 // gives its room to the others at the second scan that sees it short (see
 // core.FairLevel); at least 100ms apart, as they were, that took 0.7 of a
 // window of 280ms (seed 55600: 0.75-0.78 of the limit used against a
@@ -119,8 +122,9 @@ const minScanEvery = 25 * time.Millisecond
 // leaves stays free: with a whole scanEvery between the two, seed 55600
 // still used 0.87 of its limit against a target of 0.89, in every run,
 // and 56932 (a window of 2.15s, scans every 215ms) 0.884 against 0.892;
-// with a quarter, both pass. The quarter is shorter than the time another
-// process's freed room is kept (capYield, a twentieth of the window): a
+// with a quarter, both pass. In windows over 125ms the quarter is shorter
+// than the time another process's freed room is kept (capYield, a
+// twentieth of the window): a
 // tenant whose last calls wait in another process may be taken as asking
 // for less while they wait; its cap rises with the level the others get,
 // it grows, and the next scan weighs it again.
@@ -247,7 +251,8 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 		// their tenants wait here as much as those queued (the scan no
 		// longer counts the refused claims it removed).
 		markQueued(r.Tenants, t.worker.queue, rd.batch, rr.refused)
-		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond, rd.Attempt.Tenants.From+w, w)
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond,
+			core.ScanAt{End: rd.Attempt.Tenants.From + w, W: w, Arrived: rr.arrived})
 		// A cap that rose lets the capped tenant's queued calls go now,
 		// not when the slot the old cap left comes within reach; a tenant
 		// short of its share has the round plan its wake for the next
@@ -316,7 +321,8 @@ func (r tenantRider) scanWake(t *Throttler, now time.Time, scanning bool) (time.
 //     slot, and the scan that first saw the tenant short came that much
 //     later);
 //   - or the free slots the last reply told of (core.Known.Slots) leave
-//     room now past what the caps leave free on purpose (capsLeaveRoom).
+//     room now past what the caps leave free on purpose, that no scan
+//     counted (capsLeaveRoom).
 //
 // Waking for a scan whenever a capped tenant's calls waited cost
 // tenants-skewed 0.78 round trips per admission against 0.31 without
@@ -336,6 +342,13 @@ func (r tenantRider) scanWanted(t *Throttler, now time.Time) bool {
 // held 241 of 323, and every process slept toward its capped tenants'
 // next slots a window on, with no scan to raise the caps: the run used
 // 0.72-0.78 of the limit against a target of 0.86.
+//
+// It holds once for the room the slots show: a scan whose reply came after
+// the room was free counted it (core.TenantShares.Seen), and the slots,
+// which other processes may have taken since, wake no round again until a
+// reply tells of slots anew. Otherwise a process whose capped calls sleep
+// a window toward their slots woke for a scan every scan interval all
+// window long, as the slots it knew came due one after another.
 func (tenantRider) capsLeaveRoom(t *Throttler, now time.Time) bool {
 	k := &t.known
 	if len(k.Slots) == 0 {
@@ -345,8 +358,14 @@ func (tenantRider) capsLeaveRoom(t *Throttler, now time.Time) bool {
 	var buf [4]int
 	lim := t.shared.limits(t.rules.Wins, serverNow, buf[:0])[0]
 	kept := int(math.Ceil(spareOf(lim)*float64(lim))) + k.Tenants.Light + len(k.Tenants.Capped) + 1
-	free, _ := slices.BinarySearch(k.Slots, serverNow+1)
-	return free > kept
+	if kept >= len(k.Slots) {
+		return false
+	}
+	// The room is there from when the slot past those kept is free (a
+	// slot at 0 was free as the reply arrived), until another process
+	// takes it; a scan whose reply came after that counted it.
+	room := max(k.Slots[kept], k.SlotsAt)
+	return room <= serverNow && room > k.Tenants.Seen
 }
 
 // flagWaited flags each queued call of a tenant as waited when another

@@ -93,8 +93,9 @@
 //	                                      under one limit, and the tenants'
 //	                                      members; not when
 //	                                      TenantPeakScript does it)
-//	EVAL <TenantScript> key <from> <w>   (every 100ms, or tenth of the
-//	                                      window, while calls of tenants
+//	EVAL <TenantScript> key <from> <w>   (every tenth of the window, at
+//	                                      least 25ms apart, sooner when a
+//	                                      tenant may have left, while calls of tenants
 //	                                      wait near the limit or under a
 //	                                      cap: their calls by tenant, and
 //	                                      the light tenants' most; after
