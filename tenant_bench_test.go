@@ -45,14 +45,29 @@ import (
 // that comes as a flood's round trip is planned or sent waits for it
 // before its own; the share also counts flood round trips that only began
 // as the light call's caller was being woken, which did not delay it.
+//
+// With -bench.redistime it also reports how busy Redis was while it
+// measured (redis-busy-%) and the p99 of TenantPeakScript's runs inside
+// Redis (flood-script-p99-µs), and logs each command's and script's
+// times (see redisTime).
 func BenchmarkLightBesideFlood(b *testing.B) {
 	for _, mode := range []string{"calm", "flood", "flood-apart", "flood-own"} {
 		b.Run(mode, func(b *testing.B) {
 			srv := redistest.Start(b)
 			key, other := srv.Key(b, "light"), srv.Key(b, "flood-apart")
 			const replicas, floods, limit = 3, 30, 100
+			var rt *redisTime
+			client := func() *redis.Client { return srv.NewClient() }
+			if *benchRedisTime {
+				rt = newRedisTime(srv.NewClient())
+				client = func() *redis.Client {
+					c := srv.NewClient()
+					c.AddHook(rt.hook())
+					return c
+				}
+			}
 			newTh := func(key string) *Throttler { // the flood's own
-				th, err := New(srv.NewClient(), key, limit, time.Second, WithLogger(quiet))
+				th, err := New(client(), key, limit, time.Second, WithLogger(quiet))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -62,7 +77,7 @@ func BenchmarkLightBesideFlood(b *testing.B) {
 			logs := make([]*floodRounds, replicas)
 			for i := range ths {
 				logs[i] = &floodRounds{}
-				rdb := srv.NewClient()
+				rdb := client()
 				rdb.AddHook(logs[i])
 				th, err := New(rdb, key, limit, time.Second, WithLogger(quiet))
 				if err != nil {
@@ -140,6 +155,9 @@ func BenchmarkLightBesideFlood(b *testing.B) {
 				}
 			}
 			time.Sleep(3 * time.Second)
+			if rt != nil {
+				rt.begin(b)
+			}
 			mu.Lock()
 			measure = time.Now()
 			mu.Unlock()
@@ -149,6 +167,9 @@ func BenchmarkLightBesideFlood(b *testing.B) {
 			mu.Lock()
 			stop = time.Now()
 			mu.Unlock()
+			if rt != nil {
+				rt.report(b, mode)
+			}
 			close(done)
 			light.Wait()
 			mu.Lock()

@@ -255,9 +255,11 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 			core.ScanAt{End: rd.Attempt.Tenants.From + w, W: w, Arrived: rr.arrived})
 		// A cap that rose lets the capped tenant's queued calls go now,
 		// not when the slot the old cap left comes within reach; a tenant
-		// short of its share has the round plan its wake for the next
-		// scan (see claim).
-		rr.replan = rr.replan || t.known.Tenants.Looser(was, now) || len(t.known.Tenants.Fair.Short) > 0
+		// short of its share, or a tenant's call that leaves the window
+		// sooner than the round's wake knew, has the round plan its wake
+		// for the next scan (see claim, scanWake): a round that only
+		// scanned keeps the sleep planned before it otherwise.
+		rr.replan = rr.replan || t.known.Tenants.Looser(was, now) || len(t.known.Tenants.Fair.Short) > 0 || t.known.Tenants.Sooner(was)
 	}
 	for i, c := range caps {
 		t.known.TenantScores(c.Tag, r.Caps[i].Members)

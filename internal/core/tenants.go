@@ -468,6 +468,14 @@ func (s TenantShares) Looser(was TenantShares, now time.Time) bool {
 	return false
 }
 
+// Sooner reports whether s has a round wake for a scan sooner than was
+// did: a satisfied tenant's newest call, or a capped tenant's oldest,
+// leaves the window sooner (Leaves, Drops), or was knew of none.
+func (s TenantShares) Sooner(was TenantShares) bool {
+	sooner := func(at, before int64) bool { return at > 0 && (before == 0 || at < before) }
+	return sooner(s.Leaves, was.Leaves) || sooner(s.Drops, was.Drops)
+}
+
 // TagWeight is the weight a tenant's tag carries: its last 6 characters,
 // in thousandths (see the redisstore package's TenantSuffix), and whether
 // they state one.

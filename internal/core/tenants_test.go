@@ -426,6 +426,30 @@ func TestTenantSharesLooser(t *testing.T) {
 	}
 }
 
+// Sooner tells shares whose Leaves or Drops comes sooner than before, or
+// is new, from those that wake no sooner.
+func TestTenantSharesSooner(t *testing.T) {
+	at := func(leaves, drops int64) TenantShares { return TenantShares{Leaves: leaves, Drops: drops} }
+	for _, tc := range []struct {
+		name     string
+		was, now TenantShares
+		want     bool
+	}{
+		{"none", at(0, 0), at(0, 0), false},
+		{"the same", at(5, 7), at(5, 7), false},
+		{"a tenant leaves, new", at(0, 0), at(5, 0), true},
+		{"a capped tenant's oldest leaves, new", at(0, 0), at(0, 7), true},
+		{"leaves sooner", at(5, 0), at(4, 0), true},
+		{"drops sooner", at(0, 7), at(0, 6), true},
+		{"later", at(5, 7), at(6, 8), false},
+		{"no longer", at(5, 7), at(0, 0), false},
+	} {
+		if got := tc.now.Sooner(tc.was); got != tc.want {
+			t.Errorf("%s: Sooner = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // The most the light tenants held lately stands for the hold, but not once
 // every tenant that was light then is backlogged: its calls count in the
 // shares then, and the room kept for them as light calls would stay empty
