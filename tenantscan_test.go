@@ -29,7 +29,6 @@ func TestCapsLeaveRoom(t *testing.T) {
 	// A limit of 100 leaves a spare of 5 units; 2 capped tenants, the
 	// light ones' most 10: 5+10+2+1 = 18 kept free on purpose.
 	th.known.Tenants = core.TenantShares{Level: 40, Until: now.Add(time.Second), Capped: map[string]bool{"a": true, "b": true}, Light: 10}
-	th.known.SlotsAt = serverNow - 5000
 	for _, c := range []struct {
 		free, later int
 		want        bool
@@ -43,38 +42,6 @@ func TestCapsLeaveRoom(t *testing.T) {
 		th.known.Slots = slots(c.free, c.later)
 		if got := (tenantRider{}).capsLeaveRoom(th, now); got != c.want {
 			t.Errorf("%d slots free now, %d later: capsLeaveRoom %v, want %v", c.free, c.later, got, c.want)
-		}
-	}
-	// Once a scan's reply came after the room was free, the same slots
-	// (others may have taken them) wake nobody again.
-	th.known.Slots = slots(40, 0) // free from serverNow-1000 on
-	for _, c := range []struct {
-		seen int64
-		want bool
-	}{
-		{serverNow - 2000, true},
-		{serverNow - 1000, false},
-		{serverNow - 500, false},
-	} {
-		th.known.Tenants.Seen = c.seen
-		if got := (tenantRider{}).capsLeaveRoom(th, now); got != c.want {
-			t.Errorf("room from %dµs ago, the last scan's reply %dµs ago: capsLeaveRoom %v, want %v", 1000, serverNow-c.seen, got, c.want)
-		}
-	}
-	// Slots at 0 were free as their reply arrived: a scan in that reply,
-	// or after it, counted them.
-	th.known.Slots = make([]int64, 40)
-	for _, c := range []struct {
-		slotsAt, seen int64
-		want          bool
-	}{
-		{serverNow - 3000, serverNow - 4000, true},
-		{serverNow - 3000, serverNow - 3000, false},
-		{serverNow - 3000, serverNow - 2000, false},
-	} {
-		th.known.SlotsAt, th.known.Tenants.Seen = c.slotsAt, c.seen
-		if got := (tenantRider{}).capsLeaveRoom(th, now); got != c.want {
-			t.Errorf("slots free as a reply arrived %dµs ago, the last scan's %dµs ago: capsLeaveRoom %v, want %v", serverNow-c.slotsAt, serverNow-c.seen, got, c.want)
 		}
 	}
 }

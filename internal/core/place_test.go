@@ -83,12 +83,6 @@ func TestResolvePlaced(t *testing.T) {
 	if !out.OK[0] || out.OK[1] || !out.OK[2] || !out.Near {
 		t.Fatalf("%+v, want both placed claims admitted, the other refused, near", out.OK)
 	}
-	// The slots learned are as of the reply's arrival, which a Known
-	// keeps with them (a slot at 0 was free then).
-	var k Known
-	if k.Learn(out); out.SlotsAt != in.Arrived || k.SlotsAt != in.Arrived {
-		t.Fatalf("slots learned at %d, kept at %d, want %d", out.SlotsAt, k.SlotsAt, in.Arrived)
-	}
 	r.Counts = [][]int64{{4}} // one member too many: the second placed claim does not fit
 	in.R = r
 	if out = Resolve(c, in, ResolveOut{}); !out.OK[0] || out.OK[1] || out.OK[2] {

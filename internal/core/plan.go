@@ -416,10 +416,7 @@ func addCheck(checks []int64, score int64) []int64 {
 // to plan with. The throttler keeps it under its mu.
 type Known struct {
 	Slots []int64 // next free slots (server µs, 0 = now), when near
-	// When (server µs) the reply that told of Slots arrived: a slot at 0
-	// was free then.
-	SlotsAt int64
-	Near    bool // little room was left: reserve exactly (MULTI), learning slots
+	Near  bool    // little room was left: reserve exactly (MULTI), learning slots
 	// By level: the next free slots of a priority that may fill less than
 	// the whole limit (see Rules.Capped), when learned.
 	Capped [Levels][]int64
@@ -455,7 +452,7 @@ func (k *Known) Forget() { k.Near, k.Slots, k.Capped = true, nil, [Levels][]int6
 func (k *Known) Doubt() { k.Near = true }
 
 // Learn takes the free slots a reply told of (see ResolveOut.Slots).
-func (k *Known) Learn(o ResolveOut) { k.Slots, k.SlotsAt, k.Capped = o.Slots, o.SlotsAt, o.Capped }
+func (k *Known) Learn(o ResolveOut) { k.Slots, k.Capped = o.Slots, o.Capped }
 
 // Claimed takes what a round that claimed slots found of the room left
 // (see ResolveOut.Near): a round that claimed nothing says nothing of it.

@@ -38,7 +38,6 @@ type ResolveOut struct {
 	Remaining []int  // per claim: room left under the tightest limit
 	Near      bool   // little room left: the next round reserves exactly (only said by a round that claimed something)
 	Slots     []int64
-	SlotsAt   int64           // when (server µs) the reply that told of Slots arrived
 	Capped    [Levels][]int64 // by level: the slots of the priorities below the highest's share it learned (see Known)
 }
 
@@ -97,7 +96,6 @@ func Resolve(c *Rules, in ResolveIn, buf ResolveOut) ResolveOut {
 			}
 		}
 		out.Slots = upcoming(c.Wins, r.Tails, a.Lims, a, dropped, in.Arrived+FutureBound)
-		out.SlotsAt = in.Arrived
 		for l, caps := range a.Learn.LowCaps {
 			if len(caps) > 0 {
 				out.Capped[l] = upcoming(c.Wins, r.LowTails[l], caps, a, dropped, in.Arrived+FutureBound)

@@ -323,16 +323,6 @@ type TenantShares struct {
 	// has taken that room again by then; one that stopped holds a unit
 	// less, which the others take only at a scan.
 	Drops int64
-	// Seen is when (server µs) the reply of the last scan arrived: the
-	// free slots known before then, that scan counted.
-	Seen int64
-}
-
-// ScanAt is where a scan of the tenants' calls stands (server µs): the
-// window it counted ends at End and is W long, and its reply arrived at
-// Arrived (see TenantShares.Seen).
-type ScanAt struct {
-	End, W, Arrived int64
 }
 
 // TenantReach is how a capped tenant's claims are placed: how far ahead
@@ -353,13 +343,12 @@ type TenantReach struct {
 // tenant light at one scan and backlogged at the next kept 4 units of 22
 // from the others for two windows).
 //
-// The scan counted the window that ends at at.End, at.W µs long: a
-// satisfied tenant's newest call leaves it at its score plus at.W
+// The scan counted the window that ends at serverNow, w µs long: a
+// satisfied tenant's newest call leaves it at its score plus w
 // (TenantShares.Leaves), and a capped tenant none of whose calls is
 // queued here holds a unit less, unless it calls again, once its oldest
 // leaves it (TenantShares.Drops).
-func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration, at ScanAt) {
-	serverNow, w := at.End, at.W
+func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration, serverNow, w int64) {
 	lightAt, lightBy := now, lightTenants(uses)
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold && !backlogged(last.LightBy, uses) {
 		light, lightAt, lightBy = last.Light, last.LightAt, last.LightBy
@@ -369,7 +358,7 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 		last = k.Tenants.Fair
 	}
 	level, mem, ok := FairLevel(uses, limit, spare, float64(light), last)
-	s := TenantShares{TenantReach: reach, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, LightBy: lightBy, Fair: mem, Seen: at.Arrived}
+	s := TenantShares{TenantReach: reach, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, LightBy: lightBy, Fair: mem}
 	for _, u := range uses {
 		if _, heavy := mem.Heavy[u.Tag]; ok && (u.Waited > 0 || heavy) {
 			if s.Capped == nil {
@@ -466,14 +455,6 @@ func (s TenantShares) Looser(was TenantShares, now time.Time) bool {
 		}
 	}
 	return false
-}
-
-// Sooner reports whether s has a round wake for a scan sooner than was
-// did: a satisfied tenant's newest call, or a capped tenant's oldest,
-// leaves the window sooner (Leaves, Drops), or was knew of none.
-func (s TenantShares) Sooner(was TenantShares) bool {
-	sooner := func(at, before int64) bool { return at > 0 && (before == 0 || at < before) }
-	return sooner(s.Leaves, was.Leaves) || sooner(s.Drops, was.Drops)
 }
 
 // TagWeight is the weight a tenant's tag carries: its last 6 characters,

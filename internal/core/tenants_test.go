@@ -80,13 +80,13 @@ func TestFairLevelHeavy(t *testing.T) {
 		t.Fatalf("heavy %v, want t0 alone", mem.Heavy)
 	}
 	var k Known
-	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, ScanAt{End: 0, W: 1e6})
+	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
 	if !k.Tenants.Capped["t0"] || !k.Tenants.Capped["flood"] || k.Tenants.Capped["light"] {
 		t.Fatalf("capped %v, want flood and t0", k.Tenants.Capped)
 	}
 	// Capped, t0 holds its share: heavy still, and still capped.
 	uses[0].Units, uses[1].Units = 46, 46
-	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, ScanAt{End: 0, W: 1e6})
+	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
 	if !k.Tenants.Capped["t0"] || math.Abs(k.Tenants.Level-46.5) > 0.01 {
 		t.Fatalf("the next scan: capped %v at %g, want t0 still, at 46.5", k.Tenants.Capped, k.Tenants.Level)
 	}
@@ -426,30 +426,6 @@ func TestTenantSharesLooser(t *testing.T) {
 	}
 }
 
-// Sooner tells shares whose Leaves or Drops comes sooner than before, or
-// is new, from those that wake no sooner.
-func TestTenantSharesSooner(t *testing.T) {
-	at := func(leaves, drops int64) TenantShares { return TenantShares{Leaves: leaves, Drops: drops} }
-	for _, tc := range []struct {
-		name     string
-		was, now TenantShares
-		want     bool
-	}{
-		{"none", at(0, 0), at(0, 0), false},
-		{"the same", at(5, 7), at(5, 7), false},
-		{"a tenant leaves, new", at(0, 0), at(5, 0), true},
-		{"a capped tenant's oldest leaves, new", at(0, 0), at(0, 7), true},
-		{"leaves sooner", at(5, 0), at(4, 0), true},
-		{"drops sooner", at(0, 7), at(0, 6), true},
-		{"later", at(5, 7), at(6, 8), false},
-		{"no longer", at(5, 7), at(0, 0), false},
-	} {
-		if got := tc.now.Sooner(tc.was); got != tc.want {
-			t.Errorf("%s: Sooner = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // The most the light tenants held lately stands for the hold, but not once
 // every tenant that was light then is backlogged: its calls count in the
 // shares then, and the room kept for them as light calls would stay empty
@@ -459,14 +435,14 @@ func TestLearnTenantsLightGivesWayWhenItsTenantsAreBacklogged(t *testing.T) {
 	hold := 10 * time.Second
 	var k Known
 	// t2 holds 4 calls, none of them waited: light.
-	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, ScanAt{End: 0, W: 1e6})
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, 0, 1e6)
 	if k.Tenants.Light != 4 {
 		t.Fatalf("light %d, want 4", k.Tenants.Light)
 	}
 	// A scan later, t2 is backlogged, and nothing is light.
 	uses := []TenantUse{use("t0", 4, true), use("t1", 4, true), use("t2", 4, true)}
 	mem := k.Tenants.Fair
-	k.LearnTenants(uses, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, ScanAt{End: 1e6, W: 1e6})
+	k.LearnTenants(uses, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
 	if k.Tenants.Light != 0 {
 		t.Fatalf("light %d once t2, light before, is backlogged: want 0", k.Tenants.Light)
 	}
@@ -475,8 +451,8 @@ func TestLearnTenantsLightGivesWayWhenItsTenantsAreBacklogged(t *testing.T) {
 	}
 	// A light tenant gone quiet (no call in the window) keeps its room.
 	k = Known{}
-	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, ScanAt{End: 0, W: 1e6})
-	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, ScanAt{End: 1e6, W: 1e6})
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, 0, 1e6)
+	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
 	if k.Tenants.Light != 4 {
 		t.Fatalf("light %d after t2 went quiet, want the 4 it held, for the hold", k.Tenants.Light)
 	}
@@ -505,7 +481,7 @@ func TestLearnTenantsLeavesAndDrops(t *testing.T) {
 			scores(use("t1", 10, true), 9_300_000, 9_600_000, false),
 			scores(use("t2", 3, false), 9_200_000, 9_900_000, false),
 		}
-		k.LearnTenants(uses, 3, 100, 0.05, reach, at.Add(time.Duration(i)*50*time.Millisecond), 2*time.Second, ScanAt{End: serverNow, W: w})
+		k.LearnTenants(uses, 3, 100, 0.05, reach, at.Add(time.Duration(i)*50*time.Millisecond), 2*time.Second, serverNow, w)
 	}
 	if _, sat := k.Tenants.Fair.Sat["t1"]; !sat {
 		t.Fatalf("t1 not satisfied: %+v", k.Tenants.Fair)
@@ -517,7 +493,7 @@ func TestLearnTenantsLeavesAndDrops(t *testing.T) {
 		t.Errorf("Drops %d, want %d: t1, capped and queued nowhere here, holds a unit less then unless it calls again (t0 is queued here, t2 light)", k.Tenants.Drops, want)
 	}
 	// Once t1's calls have all left, neither.
-	k.LearnTenants([]TenantUse{scores(use("t0", 40, true), 10_700_000, 10_700_000, true), scores(use("t1", 0, true), 0, 9_600_000, false)}, 0, 100, 0.05, reach, at.Add(time.Second), 2*time.Second, ScanAt{End: 10_600_000 + w, W: w})
+	k.LearnTenants([]TenantUse{scores(use("t0", 40, true), 10_700_000, 10_700_000, true), scores(use("t1", 0, true), 0, 9_600_000, false)}, 0, 100, 0.05, reach, at.Add(time.Second), 2*time.Second, 10_600_000+w, w)
 	if k.Tenants.Leaves != 0 || k.Tenants.Drops != 0 {
 		t.Errorf("Leaves %d, Drops %d once t1's calls left: want neither", k.Tenants.Leaves, k.Tenants.Drops)
 	}
