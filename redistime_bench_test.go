@@ -143,12 +143,12 @@ func (h scriptLens) learn(cmd redis.Cmder) {
 		return
 	}
 	src, _ := a[1].(string)
-	sum := fmt.Sprintf("%x", sha1.Sum([]byte(src)))
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
 	if _, ok := h.r.byLen[len(src)]; ok {
-		return
+		return // known: no digest on every round trip
 	}
+	sum := fmt.Sprintf("%x", sha1.Sum([]byte(src)))
 	for name, s := range redisstore.Scripts() {
 		if s.Hash() == sum {
 			h.r.byLen[len(src)] = name

@@ -124,10 +124,10 @@ const minScanEvery = 25 * time.Millisecond
 // and 56932 (a window of 2.15s, scans every 215ms) 0.884 against 0.892;
 // with a quarter, both pass. In windows over 125ms the quarter is shorter
 // than the time another process's freed room is kept (capYield, a
-// twentieth of the window): a
-// tenant whose last calls wait in another process may be taken as asking
-// for less while they wait; its cap rises with the level the others get,
-// it grows, and the next scan weighs it again.
+// twentieth of the window): a tenant whose last calls wait in another
+// process may be taken as asking for less while they wait; its cap rises
+// with the level the others get, it grows, and the next scan weighs it
+// again.
 func (tenantRider) scanGap(t *Throttler, now time.Time) time.Duration {
 	switch s := t.known.Tenants; {
 	case s.Leaves > 0 && t.clock.Server(now) >= s.Leaves:
