@@ -7,7 +7,9 @@ import "github.com/go-throttler/throttler/internal/core"
 // with a start tag, the later of its priority's virtual time and its
 // tenant's last finish tag there, and its tenant's finish tag moves on by
 // the call's units over the tenant's weight; calls of one priority go in
-// the order of their start tags. A priority's virtual time is the start
+// the order of their start tags, but that, while a tenant is held to a
+// cap across replicas, the calls of the tenants that are not go ahead of
+// its (see uncappedFirst in tenants.go). A priority's virtual time is the start
 // tag of its last call served. Each priority keeps its own tags: a
 // high-priority call of a flooding tenant, served ahead of every normal
 // call, must not move the normal calls' virtual time past the flood's

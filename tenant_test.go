@@ -300,19 +300,77 @@ func TestMarkQueuedCountsRefusedCalls(t *testing.T) {
 		return []core.TenantUse{{Units: 3}, {Tag: a.tenantTag()}, {Tag: b.tenantTag()}, {Tag: c.tenantTag()}}
 	}
 	uses := fresh()
-	markQueued(uses, []*waiter{a}, []*waiter{b, c, {}}, []bool{true, false, true})
+	uses = markQueued(uses, []*waiter{a}, []*waiter{b, c, {}}, []bool{true, false, true})
 	for i, want := range []bool{false, true, true, false} {
 		if uses[i].Queued != want {
 			t.Errorf("use %d (%q): queued %v, want %v", i, uses[i].Tag, uses[i].Queued, want)
 		}
 	}
 	uses = fresh()
-	markQueued(uses, nil, []*waiter{b, c}, nil)
+	if got := markQueued(uses, nil, []*waiter{b, c}, nil); len(got) != len(uses) {
+		t.Errorf("nothing queued or refused: %d uses, want %d", len(got), len(uses))
+	}
 	for i, u := range uses {
 		if u.Queued {
 			t.Errorf("use %d (%q) queued with nothing queued or refused", i, u.Tag)
 		}
 	}
+}
+
+// A tenant whose calls are queued here and that the scan did not see (no
+// call of its in the window) gets a use of no units, flagged as waited
+// when two of its calls are queued: the scan must not take the tenant it
+// sees as alone (seed 812). Tenants the scan saw get none added.
+func TestMarkQueuedAddsTenantsTheScanDidNotSee(t *testing.T) {
+	mk := func(tenant string, weight float64) *waiter {
+		w := &waiter{}
+		w.rank.mark = redisstore.TenantSuffix(tenant, weight)
+		return w
+	}
+	seen, one, two1, two2 := mk("seen", 1), mk("one", 3), mk("two", 0.5), mk("two", 0.5)
+	uses := markQueued([]core.TenantUse{{Tag: seen.tenantTag(), Units: 3, Waited: 3}}, []*waiter{seen, one, two1, two2, {}}, nil, nil)
+	want := []core.TenantUse{
+		{Tag: seen.tenantTag(), Units: 3, Waited: 3, Queued: true},
+		{Tag: one.tenantTag(), Weight: 3, Queued: true},
+		{Tag: two1.tenantTag(), Weight: 0.5, Waited: 1, Queued: true},
+	}
+	if !slices.Equal(uses, want) {
+		t.Errorf("uses %+v, want %+v", uses, want)
+	}
+}
+
+// While a tenant is held to a cap, the calls of the tenants that are not,
+// and of no tenant, go ahead of its calls of their priority, each kind in
+// its fair order; the calls of another priority keep their place (seed
+// 812).
+func TestUncappedFirst(t *testing.T) {
+	mk := func(tenant string, prio Priority, tag float64) *waiter {
+		w := &waiter{rank: rank{prio: prio, tag: tag}}
+		if tenant != "" {
+			w.rank.mark = redisstore.TenantSuffix(tenant, 1)
+		}
+		return w
+	}
+	hiFlood, flood1, light, flood2, none, flood3, low := mk("flood", PriorityHigh, 0), mk("flood", PriorityNormal, 1), mk("light", PriorityNormal, 2), mk("flood", PriorityNormal, 3), mk("", PriorityNormal, 4), mk("flood", PriorityNormal, 5), mk("light", PriorityLow, 0)
+	q := []*waiter{hiFlood, flood1, light, flood2, none, flood3, low}
+	uncappedFirst(q, map[string]bool{flood1.tenantTag(): true})
+	want := []*waiter{hiFlood, light, none, flood1, flood2, flood3, low}
+	if !slices.Equal(q, want) {
+		t.Errorf("order %v, want %v", startTags(q), startTags(want))
+	}
+	uncappedFirst(q, nil)
+	if !slices.Equal(q, want) {
+		t.Errorf("with none capped, the order changed to %v", startTags(q))
+	}
+}
+
+// startTags returns the fair order's start tags of q, for a test's message.
+func startTags(q []*waiter) []float64 {
+	out := make([]float64, len(q))
+	for i, w := range q {
+		out[i] = w.rank.tag
+	}
+	return out
 }
 
 // A round that claims for a light call beside a capped tenant leaves a

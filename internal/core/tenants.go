@@ -108,9 +108,11 @@ type FairMemory struct {
 // for it counted the heavy), and the backlogged split the rest by weight. A tenant
 // that is not backlogged but holds more than its share (the level times
 // its weight) is heavy. ok is
-// false when fewer than two tenants hold calls or none is backlogged: one
-// tenant alone may fill the whole limit, and tenants that all get what
-// they ask need no cap.
+// false when fewer than two tenants hold calls or have calls queued in
+// this process (TenantUse.Queued), or none is backlogged: one tenant
+// alone may fill the whole limit, and tenants that all get what they ask
+// need no cap. A tenant whose calls wait here and none of whose calls is
+// in the window is not seen by the other processes, but is not absent.
 //
 // A backlogged tenant's calls are flagged as having waited when they were
 // made, and stay in the window a whole window after its last: one that
@@ -220,7 +222,8 @@ func (m *FairMemory) turnHeavy(uses []TenantUse, level float64, moved map[string
 // fairSums are FairLevel's sums over the tenants' uses: the units of the
 // tenants that are not backlogged (light), of no tenant (held, to which
 // the satisfied add), of all; the backlogged tenants' weights; and how
-// many tenants hold units (active).
+// many tenants hold units or have calls queued in the process that
+// scans (active: see TenantUse.Queued).
 type fairSums struct {
 	light, held, total, weights float64
 	active                      int
@@ -232,6 +235,9 @@ func sumUses(uses []TenantUse, heavy map[string]int) fairSums {
 	s := fairSums{heavy: heavy}
 	for _, u := range uses {
 		if u.Units == 0 {
+			if u.Queued && u.Tag != "" {
+				s.active++ // none in the window, and calls waiting here
+			}
 			continue
 		}
 		s.total += float64(u.Units)

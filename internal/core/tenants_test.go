@@ -30,6 +30,11 @@ func TestFairLevel(t *testing.T) {
 		{"all backlogged", []TenantUse{use("a", 50, true), use("b", 17, true), use("c", 30, true)}, 98.0 / 3, true},
 		{"weighted", []TenantUse{{Tag: "a", Weight: 2, Units: 60, Waited: 1}, {Tag: "b", Weight: 1, Units: 20, Waited: 1}, {Tag: "c", Weight: 1, Units: 20, Waited: 1}}, 24.5, true},
 		{"idle tenants do not count", []TenantUse{use("a", 90, true), use("b", 0, false)}, 0, false},
+		// b's calls wait in the process that scans, none in the window:
+		// a is not alone (seed 812), and leaves the spare and the light
+		// tenants' most (none) to it.
+		{"a tenant queued here that holds nothing", []TenantUse{use("a", 90, true), {Tag: "b", Weight: 1, Queued: true}}, 98, true},
+		{"a tenant queued here alone", []TenantUse{{Tag: "b", Weight: 1, Queued: true}}, 0, false},
 		// The calls of no tenant are held, as a light tenant's are; they
 		// are not a tenant.
 		{"calls of no tenant", []TenantUse{use("", 18, false), use("a", 40, true), use("b", 40, true)}, 40, true},
