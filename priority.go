@@ -13,8 +13,10 @@ import (
 // served by priority, then in the order they called, except that a call
 // whose claim a round trip did not admit, or that waited for a place in
 // flight (WithInFlight), goes back to the head of the queue, ahead of calls
-// of any priority. When WithMaxQueue's bound is reached, the lowest
-// priority is shed first.
+// of any priority. Calls of tenants are served in a fair order within
+// each priority, and a tenant held to its share waits for the room it
+// leaves whatever the priority (see ContextWithTenant). When
+// WithMaxQueue's bound is reached, the lowest priority is shed first.
 type Priority int8
 
 // The priorities, highest first. The zero value is PriorityNormal.

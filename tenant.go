@@ -30,6 +30,12 @@ import (
 // without a tenant take no part. Redis keeps nothing per tenant but 17
 // bytes on each of its calls' members. See docs/design.md, "Tenants".
 //
+// Priorities come first in each process's queue: a higher priority's calls
+// queue ahead of every tenant's, and the tenants share within a priority.
+// A tenant held to its share waits for the room its share leaves, whatever
+// its calls' priority, in every process: its high-priority call may go
+// after another tenant's normal one.
+//
 // What each tenant was admitted, and how long its calls waited, is this
 // process's to count: Stats.Tenants, for at most 100 tenants at a time
 // (see TenantStats and tenantstats.go), and WaitInfo.Tenant for an

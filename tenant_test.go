@@ -352,15 +352,15 @@ func TestUncappedFirst(t *testing.T) {
 		return w
 	}
 	hiFlood, flood1, light, flood2, none, flood3, low := mk("flood", PriorityHigh, 0), mk("flood", PriorityNormal, 1), mk("light", PriorityNormal, 2), mk("flood", PriorityNormal, 3), mk("", PriorityNormal, 4), mk("flood", PriorityNormal, 5), mk("light", PriorityLow, 0)
-	q := []*waiter{hiFlood, flood1, light, flood2, none, flood3, low}
+	q := &workerState{queue: []*waiter{hiFlood, flood1, light, flood2, none, flood3, low}}
 	uncappedFirst(q, map[string]bool{flood1.tenantTag(): true})
 	want := []*waiter{hiFlood, light, none, flood1, flood2, flood3, low}
-	if !slices.Equal(q, want) {
-		t.Errorf("order %v, want %v", startTags(q), startTags(want))
+	if !slices.Equal(q.queue, want) {
+		t.Errorf("order %v, want %v", startTags(q.queue), startTags(want))
 	}
 	uncappedFirst(q, nil)
-	if !slices.Equal(q, want) {
-		t.Errorf("with none capped, the order changed to %v", startTags(q))
+	if !slices.Equal(q.queue, want) {
+		t.Errorf("with none capped, the order changed to %v", startTags(q.queue))
 	}
 }
 

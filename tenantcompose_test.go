@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,32 @@ type flooder struct {
 	tenant     string
 	goroutines int
 	call       func(th *Throttler, ctx context.Context) error
+}
+
+// shareBackends runs f as eachBackend does, but on redis-server alone
+// under the race detector. A test of shares judges them over real time,
+// and they are the protocol's only while every replica claims as fast as
+// the quota frees: miniredis runs each script in Go, which the race
+// detector slows many times over, and there the replicas fall behind the
+// quota. In TestTenantSharesAcrossReplicas's world, 3 replicas of 50 per
+// 500ms used about half of it, admitting in bursts; the replica that
+// carries three tenants claimed for each a third of its slower rounds, and
+// the scans of the replica that carries one tenant found the others short
+// with room to spare and took them as asking for less (its log, per 50ms:
+// that replica's cap for its tenant rose from 15 to 38). The tenant on one
+// replica got 14-25% of the calls, in about 1 run of 9 on a quiet machine
+// and in most under load; a clean CI failed on it. Such a share is the
+// speed of miniredis under the race detector, not the library's. The run
+// on redis-server is under the race detector still, and a plain go test
+// runs both.
+func shareBackends(t *testing.T, f func(t *testing.T, dial dialer, key string)) {
+	t.Helper()
+	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+		if raceEnabled && strings.HasSuffix(t.Name(), "/miniredis") {
+			t.Skip("shares are judged on redis-server under the race detector (see shareBackends)")
+		}
+		f(t, dial, key)
+	})
 }
 
 // waitN is a flooder's call of n units.
@@ -142,7 +169,7 @@ func assertShares(t *testing.T, got map[string]int, lo, hi float64, want ...stri
 // b's one, both flooding from two replicas; each gets about half the
 // units (by calls, a would have 5 in 6), and the window holds.
 func TestTenantSharesCountUnits(t *testing.T) {
-	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+	shareBackends(t, func(t *testing.T, dial dialer, key string) {
 		const limit, interval = 50, 250 * time.Millisecond
 		var rec recorder
 		ths := replicasOf(t, dial, key, 2, limit, interval, &rec)
@@ -159,15 +186,18 @@ func TestTenantSharesCountUnits(t *testing.T) {
 	})
 }
 
-// Priorities go first across tenants, and the tenants share within a
-// priority (tenant.go: the calls of one priority are served in a fair
-// order; priority.go: by priority first): on a Throttler whose queue
-// holds a flood of tenant a's normal calls (no slot reserved ahead, so
-// that they stay queued), a high-priority call of a's, then a normal call
-// of tenant b's, are both admitted ahead of most of a's queued calls, a's
-// high one first. (Within one process: across replicas, a tenant held to
-// its cap waits for the room its cap leaves whatever the call's priority;
-// see tenants.go.)
+// Priorities go first across tenants in each process's queue, and the
+// tenants share within a priority (tenant.go: the calls of one priority
+// queue in a fair order; priority.go: by priority first): on a Throttler
+// whose queue holds a flood of tenant a's normal calls (no slot reserved
+// ahead, so that they stay queued), a high-priority call of a's queues
+// ahead of a normal call of tenant b's, and b's ahead of most of a's
+// normal calls; each is admitted ahead of at least half of a's normal
+// calls queued when it joined. Which of the two goes first is the caps':
+// once a scan has seen b's call queued, a is held to its cap, and a capped
+// tenant's calls of any priority wait for the room its cap leaves, in one
+// process as across replicas (see tenants.go; a clean CI saw b's call
+// admitted 6ms before a's high one, where this test wanted it after).
 func TestTenantPriorityFirstAcrossTenants(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dial dialer, key string) {
 		var rec recorder
@@ -185,41 +215,72 @@ func TestTenantPriorityFirstAcrossTenants(t *testing.T) {
 		}
 		waitLocked(t, th, 10*time.Second, "a's flood not queued", func() bool { return len(th.worker.queue) >= flood/2 })
 		// a's high call joins first: were it stamped in a's fair order
-		// only, behind a's queued calls, b's would go ahead of it.
+		// only, behind a's queued calls, b's would queue ahead of it.
 		var high, light *Permit
 		var highErr, lightErr error
-		highDone := make(chan struct{})
+		highDone, lightDone := make(chan struct{}), make(chan struct{})
+		isHigh := func(w *waiter) bool { return w.rank.prio == PriorityHigh }
+		bTag := redisstore.TenantTag(redisstore.TenantSuffix("b", 1))
+		isB := func(w *waiter) bool { return w.tenantTag() == bTag }
+		done := func(c chan struct{}) bool {
+			select {
+			case <-c:
+				return true
+			default:
+				return false
+			}
+		}
+		th.mu.Lock()
+		highQueued := len(th.worker.queue) // a's normal calls queued when its high one joins
+		th.mu.Unlock()
 		wg.Go(func() {
 			defer close(highDone)
 			high, highErr = th.Acquire(ContextWithPriority(actx, PriorityHigh), 1)
 		})
 		waitLocked(t, th, 10*time.Second, "a's high call not queued", func() bool {
-			select {
-			case <-highDone:
-				return true
-			default:
-			}
-			return slices.ContainsFunc(th.worker.queue, func(w *waiter) bool { return w.rank.prio == PriorityHigh })
+			return done(highDone) || slices.ContainsFunc(th.worker.queue, isHigh)
 		})
 		th.mu.Lock()
 		queued := len(th.worker.queue)
 		th.mu.Unlock()
-		wg.Go(func() { light, lightErr = th.Acquire(ContextWithTenant(context.Background(), "b"), 1) })
+		wg.Go(func() {
+			defer close(lightDone)
+			light, lightErr = th.Acquire(ContextWithTenant(context.Background(), "b"), 1)
+		})
+		// The queue's order, as soon as b's call is in it.
+		var order []*waiter
+		waitLocked(t, th, 10*time.Second, "b's call not queued", func() bool {
+			if slices.ContainsFunc(th.worker.queue, isB) {
+				order = slices.Clone(th.worker.queue)
+			}
+			return order != nil || done(lightDone)
+		})
 		wg.Wait()
 		if highErr != nil || lightErr != nil {
 			t.Fatalf("a's high call: %v; b's: %v", highErr, lightErr)
 		}
-		if high.At().After(light.At()) {
-			t.Errorf("a's high-priority call admitted at %s, after b's normal call at %s", high.At().Format(time.StampMicro), light.At().Format(time.StampMicro))
-		}
-		after := 0
-		for _, s := range rec.scores() {
-			if s > light.At().UnixMicro() {
-				after++
+		if b := slices.IndexFunc(order, isB); b >= 0 {
+			if h := slices.IndexFunc(order, isHigh); h > b {
+				t.Errorf("a's high-priority call queued at %d, behind b's normal call at %d", h, b)
+			}
+			if behind := len(order) - 1 - b; behind < (len(order)-1)/2 {
+				t.Errorf("b's call queued ahead of %d of the %d other calls queued: want at least half", behind, len(order)-1)
 			}
 		}
-		if after < queued/2 {
-			t.Errorf("%d of a's normal calls admitted after b's, of %d queued when it joined: want at least half", after, queued)
+		after := func(p *Permit) int {
+			n := 0
+			for _, s := range rec.scores() {
+				if s > p.At().UnixMicro() {
+					n++
+				}
+			}
+			return n
+		}
+		if n := after(high); n < highQueued/2 {
+			t.Errorf("%d of a's normal calls admitted after its high one, of %d queued when it joined: want at least half", n, highQueued)
+		}
+		if n := after(light); n < queued/2 {
+			t.Errorf("%d of a's normal calls admitted after b's, of %d queued when it joined: want at least half", n, queued)
 		}
 		assertWindow(t, rec.scores(), interval+th.opt.buffer, limit)
 	})
@@ -236,7 +297,7 @@ func TestTenantPriorityFirstAcrossTenants(t *testing.T) {
 // detector: at 50 they used a third to a half of it there, and with no
 // quota binding each tenant took what its goroutines could.
 func TestTenantSharesWithinEachGroupCredential(t *testing.T) {
-	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+	shareBackends(t, func(t *testing.T, dial dialer, key string) {
 		q := KeyQuota{Limit: 20, Interval: 250 * time.Millisecond}
 		var rec1, rec2 recorder
 		var cred1, cred2 []*Throttler
@@ -279,7 +340,7 @@ func TestTenantSharesWithinEachGroupCredential(t *testing.T) {
 // are handed out in each process's order, which puts a call that waited
 // for one back at the head of the queue.)
 func TestTenantsWithPlacesInFlight(t *testing.T) {
-	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+	shareBackends(t, func(t *testing.T, dial dialer, key string) {
 		var rec recorder
 		const limit, places = 20, 4
 		interval := 250 * time.Millisecond
@@ -326,7 +387,7 @@ func TestTenantSharesWithSeveralLimits(t *testing.T) {
 		w     time.Duration
 	}{{"loose", 200, 2 * time.Second}, {"binding", 120, 2 * time.Second}} {
 		t.Run(second.name, func(t *testing.T) {
-			eachBackend(t, func(t *testing.T, dial dialer, key string) {
+			shareBackends(t, func(t *testing.T, dial dialer, key string) {
 				var rec recorder
 				const limit = 20
 				interval := 250 * time.Millisecond

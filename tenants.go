@@ -155,7 +155,7 @@ type tenantRider struct{ noRider }
 func (r tenantRider) ask(t *Throttler, a *core.Attempt, in *core.PlanIn) {
 	a.Tenants.Peaks = len(t.known.Tenants.Capped) > 0 && !in.Now.After(t.known.Tenants.Until)
 	if a.Tenants.Peaks {
-		uncappedFirst(t.worker.queue, t.known.Tenants.Capped)
+		uncappedFirst(&t.worker, t.known.Tenants.Capped)
 	}
 	if !flagWaited(t.worker.queue) || !(t.known.Near || len(t.known.Tenants.Capped) > 0) || !t.upkeep.scanDue(in.Now, r.scanGap(t, in.Now)) {
 		return
@@ -257,7 +257,7 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 		// their tenants wait here as much as those queued (the scan no
 		// longer counts the refused claims it removed).
 		r.Tenants = markQueued(r.Tenants, t.worker.queue, rd.batch, rr.refused)
-		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), t.capReach(), now, 2*time.Duration(w)*time.Microsecond, rd.Attempt.Tenants.From+w, w)
+		t.known.LearnTenants(r.Tenants, r.LightPeak, lims[0], spareOf(lims[0]), freeNow(&t.known, len(lims), t.clock.Server(now)), t.capReach(), now, 2*time.Duration(w)*time.Microsecond, rd.Attempt.Tenants.From+w, w)
 		// A cap that rose lets the capped tenant's queued calls go now,
 		// not when the slot the old cap left comes within reach; a tenant
 		// short of its share has the round plan its wake for the next
@@ -377,6 +377,24 @@ func (tenantRider) capsLeaveRoom(t *Throttler, now time.Time) bool {
 	return free > kept
 }
 
+// freeNow is the room every limit of limits leaves at serverNow, as the
+// free slots the last reply told of say (+Inf when unknown), for a scan's
+// shares (see core.FairLevel): with one limit, the window the scan counts
+// is the one that binds, and its own room is the room; with several,
+// another may bind while it has room. The slots a reply tells of are a
+// few shares' worth: when every one of them is free now, the limits leave
+// at least that much, and the window's room stands.
+func freeNow(k *core.Known, limits int, serverNow int64) float64 {
+	if limits < 2 || len(k.Slots) == 0 {
+		return math.Inf(1)
+	}
+	free, _ := slices.BinarySearch(k.Slots, serverNow+1)
+	if free == len(k.Slots) {
+		return math.Inf(1)
+	}
+	return float64(free)
+}
+
 // flagWaited flags each queued call of a tenant as waited when another
 // call of its tenant is queued too (see redisstore.TenantSuffix), and
 // reports whether any call of a tenant is queued.
@@ -400,43 +418,16 @@ func flagWaited(q []*waiter) bool {
 
 // uncappedFirst has the calls of tenants not held to a cap (capped: the
 // tenants that are), and of no tenant, go ahead of the capped tenants'
-// calls of their priority in queue q, each in its fair order (see
-// fairOrder). A capped tenant's call kept its start tag while its cap
-// held it back, and the others' calls went past it; once its cap rose,
-// or lapsed, it went ahead of a call of a tenant within its share that
-// came later (seed 812: a call of a tenant of weight 3, its only call
-// waiting in the fleet, waited 22.9s, 7 windows of 3 units, behind calls
-// of a tenant of weight 0.5 that took 8 of them). A capped tenant has its
-// share in every window; the others ask for less than theirs.
-func uncappedFirst(q []*waiter, capped map[string]bool) {
-	held := func(w *waiter) bool { return w.rank.mark != "" && capped[w.tenantTag()] }
-	sorted := true
-	for i := 1; i < len(q) && sorted; i++ {
-		sorted = !sameClass(q[i-1], q[i]) || held(q[i]) || !held(q[i-1])
-	}
-	if sorted {
-		return
-	}
-	slices.SortStableFunc(q, func(a, b *waiter) int {
-		switch {
-		case !sameClass(a, b):
-			if a.before(b) {
-				return -1
-			}
-			return 1
-		case held(a) == held(b):
-			return 0
-		case held(b):
-			return -1
-		}
-		return 1
-	})
-}
-
-// sameClass reports whether a and b queue by their fair order alone (see
-// waiter.before): alike in how they queue, and of one priority.
-func sameClass(a, b *waiter) bool {
-	return a.now == b.now && a.rank.front == b.rank.front && a.rank.prio == b.rank.prio
+// calls of their priority in q's queue, each in its fair order (see
+// workerState.heldLast). A capped tenant's call kept its start tag while
+// its cap held it back, and the others' calls went past it; once its cap
+// rose, or lapsed, it went ahead of a call of a tenant within its share
+// that came later (seed 812: a call of a tenant of weight 3, its only
+// call waiting in the fleet, waited 22.9s, 7 windows of 3 units, behind
+// calls of a tenant of weight 0.5 that took 8 of them). A capped tenant
+// has its share in every window; the others ask for less than theirs.
+func uncappedFirst(q *workerState, capped map[string]bool) {
+	q.heldLast(func(w *waiter) bool { return w.rank.mark != "" && capped[w.tenantTag()] })
 }
 
 // drained reports whether a tenant of queued (the capped tenants whose

@@ -126,7 +126,7 @@ func replicasOf(t *testing.T, dial dialer, key string, n, limit int, interval ti
 // one on every replica makes three times the round trips of the one on
 // one replica; and no window holds more than the limit.
 func TestTenantSharesAcrossReplicas(t *testing.T) {
-	eachBackend(t, func(t *testing.T, dial dialer, key string) {
+	shareBackends(t, func(t *testing.T, dial dialer, key string) {
 		var rec recorder
 		const limit = 50
 		interval := 500 * time.Millisecond

@@ -436,6 +436,41 @@ func (q *workerState) insert(w *waiter) (first, inline bool) {
 	return first, inline
 }
 
+// heldLast moves the queued calls that held reports behind the others of
+// their class (alike in how they queue, and of one priority: see
+// waiter.before), keeping the order within each part. A rider holds calls
+// back so (see uncappedFirst); insert places a call by before alone, and
+// the next round that holds calls back moves it.
+func (q *workerState) heldLast(held func(*waiter) bool) {
+	sorted := true
+	for i := 1; i < len(q.queue) && sorted; i++ {
+		sorted = !sameClass(q.queue[i-1], q.queue[i]) || held(q.queue[i]) || !held(q.queue[i-1])
+	}
+	if sorted {
+		return
+	}
+	slices.SortStableFunc(q.queue, func(a, b *waiter) int {
+		switch {
+		case !sameClass(a, b):
+			if a.before(b) {
+				return -1
+			}
+			return 1
+		case held(a) == held(b):
+			return 0
+		case held(b):
+			return -1
+		}
+		return 1
+	})
+}
+
+// sameClass reports whether a and b queue by their fair order alone (see
+// waiter.before): alike in how they queue, and of one priority.
+func sameClass(a, b *waiter) bool {
+	return a.now == b.now && a.rank.front == b.rank.front && a.rank.prio == b.rank.prio
+}
+
 // nudge wakes a sleeping worker.
 func (q *workerState) nudge() {
 	select {

@@ -135,6 +135,15 @@ type FairMemory struct {
 // process that scanned as a window's burst left took a tenant at 4 units
 // of its 28 as satisfied, and the others took its room for good.)
 //
+// The room is the window's, and at most free: the room every limit
+// leaves now (+Inf when it is not known). With several limits, another
+// may bind while the first window, the one the scan counts, has room that
+// nobody may take: a tenant short there finds no room, and asks for no
+// less (TestTenantSharesWithSeveralLimits: a replica that carried only the
+// other tenant took it as asking for less, and raised its cap from 9 to
+// 16 of 20, where a second limit of 120 per 2s bound; a clean CI saw the
+// tenant on one replica get 14% of the units).
+//
 // It stays satisfied while it holds no more than it did then (last.Sat:
 // the others fill the room it leaves, and it must not weigh again for
 // that); FairLevel returns the satisfied, and the short, with what they
@@ -143,7 +152,7 @@ type FairMemory struct {
 // and the next scan weighs it again. While the window is full, a tenant
 // below its share is one that finds no room yet (it just came), and keeps
 // its weight: the others' caps make room for it.
-func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemory) (level float64, mem FairMemory, ok bool) {
+func FairLevel(uses []TenantUse, limit int, spare, light, free float64, last FairMemory) (level float64, mem FairMemory, ok bool) {
 	for _, u := range uses {
 		if _, was := last.Heavy[u.Tag]; was && u.Waited == 0 && u.Units > 0 {
 			mem.Heavy = note(mem.Heavy, u.Tag, u.Units)
@@ -172,7 +181,7 @@ func FairLevel(uses []TenantUse, limit int, spare, light float64, last FairMemor
 			break
 		}
 	}
-	room := budget - s.total
+	room := min(budget-s.total, free)
 	for {
 		more := false
 		for _, u := range uses {
@@ -340,8 +349,9 @@ type TenantReach struct {
 
 // LearnTenants keeps what a scan read at now (uses, and light, the most
 // calls of the tenants that are not backlogged in a window) under limit,
-// leaving the share spare to the tenants within their shares, for hold:
-// the shares and the light tenants' most alike.
+// leaving the share spare to the tenants within their shares, with free
+// the room every limit leaves now (see FairLevel), for hold: the shares
+// and the light tenants' most alike.
 //
 // The most light held lately stands for hold, unless every tenant that was
 // light then is backlogged now: its calls are counted in the shares, and
@@ -354,7 +364,7 @@ type TenantReach struct {
 // (TenantShares.Leaves), and a capped tenant none of whose calls is
 // queued here holds a unit less, unless it calls again, once its oldest
 // leaves it (TenantShares.Drops).
-func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, reach TenantReach, now time.Time, hold time.Duration, serverNow, w int64) {
+func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare, free float64, reach TenantReach, now time.Time, hold time.Duration, serverNow, w int64) {
 	lightAt, lightBy := now, lightTenants(uses)
 	if last := k.Tenants; last.Light > light && now.Sub(last.LightAt) < hold && !backlogged(last.LightBy, uses) {
 		light, lightAt, lightBy = last.Light, last.LightAt, last.LightBy
@@ -363,7 +373,7 @@ func (k *Known) LearnTenants(uses []TenantUse, light, limit int, spare float64, 
 	if !now.After(k.Tenants.Until) {
 		last = k.Tenants.Fair
 	}
-	level, mem, ok := FairLevel(uses, limit, spare, float64(light), last)
+	level, mem, ok := FairLevel(uses, limit, spare, float64(light), free, last)
 	s := TenantShares{TenantReach: reach, Level: level, Until: now.Add(hold), Scores: k.Tenants.Scores, Light: light, LightAt: lightAt, LightBy: lightBy, Fair: mem}
 	for _, u := range uses {
 		if _, heavy := mem.Heavy[u.Tag]; ok && (u.Waited > 0 || heavy) {

@@ -59,8 +59,8 @@ func TestFairLevel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Two scans that see the same: a tenant short at both asks
 			// for less.
-			_, mem, _ := FairLevel(tc.uses, 100, 0.02, 0, FairMemory{})
-			level, _, ok := FairLevel(tc.uses, 100, 0.02, 0, mem)
+			_, mem, _ := FairLevel(tc.uses, 100, 0.02, 0, math.Inf(1), FairMemory{})
+			level, _, ok := FairLevel(tc.uses, 100, 0.02, 0, math.Inf(1), mem)
 			if ok != tc.ok || math.Abs(level-tc.level) > 0.01 {
 				t.Fatalf("FairLevel = %g, %v; want %g, %v", level, ok, tc.level, tc.ok)
 			}
@@ -77,7 +77,7 @@ func TestFairLevelHeavy(t *testing.T) {
 	// replica) 70; light 5. Without the rule: t0 and light keep theirs,
 	// and flood gets 98-75 = 23.
 	uses := []TenantUse{use("flood", 20, true), use("t0", 70, false), use("light", 5, false)}
-	level, mem, ok := FairLevel(uses, 100, 0.02, 0, FairMemory{})
+	level, mem, ok := FairLevel(uses, 100, 0.02, 0, math.Inf(1), FairMemory{})
 	if want := (98.0 - 5) / 2; !ok || math.Abs(level-want) > 0.01 {
 		t.Fatalf("FairLevel = %g (ok %v), want %g: flood and t0 share what light leaves", level, ok, want)
 	}
@@ -85,19 +85,19 @@ func TestFairLevelHeavy(t *testing.T) {
 		t.Fatalf("heavy %v, want t0 alone", mem.Heavy)
 	}
 	var k Known
-	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
+	k.LearnTenants(uses, 0, 100, 0.02, math.Inf(1), TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
 	if !k.Tenants.Capped["t0"] || !k.Tenants.Capped["flood"] || k.Tenants.Capped["light"] {
 		t.Fatalf("capped %v, want flood and t0", k.Tenants.Capped)
 	}
 	// Capped, t0 holds its share: heavy still, and still capped.
 	uses[0].Units, uses[1].Units = 46, 46
-	k.LearnTenants(uses, 0, 100, 0.02, TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
+	k.LearnTenants(uses, 0, 100, 0.02, math.Inf(1), TenantReach{}, time.Unix(0, 0), time.Second, 0, 1e6)
 	if !k.Tenants.Capped["t0"] || math.Abs(k.Tenants.Level-46.5) > 0.01 {
 		t.Fatalf("the next scan: capped %v at %g, want t0 still, at 46.5", k.Tenants.Capped, k.Tenants.Level)
 	}
 	// It holds less than half its share: light again, and not capped.
 	uses[0].Units, uses[1].Units = 60, 20
-	if level, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 || math.Abs(level-73) > 0.01 {
+	if level, mem, _ := FairLevel(uses, 100, 0.02, 0, math.Inf(1), mem); len(mem.Heavy) != 0 || math.Abs(level-73) > 0.01 {
 		t.Fatalf("t0 at 20 of a share of 46.5: heavy %v, level %g; want none heavy, flood alone at 98-20-5 = 73", mem.Heavy, level)
 	}
 	// Each tenant turns heavy (or light) at most once a scan, so the
@@ -105,12 +105,12 @@ func TestFairLevelHeavy(t *testing.T) {
 	// of 3 that a light peak of 95 leaves, and turns heavy; the peak then
 	// goes uncounted (it counted x), and y and x share 98 by weight. x,
 	// far below its share now, stays heavy until the next scan.
-	if level, mem, _ := FairLevel([]TenantUse{use("y", 1, true), {Tag: "x", Weight: 0.5, Units: 3}}, 100, 0.02, 95, FairMemory{}); len(mem.Heavy) != 1 || math.Abs(level-98/1.5) > 0.01 {
+	if level, mem, _ := FairLevel([]TenantUse{use("y", 1, true), {Tag: "x", Weight: 0.5, Units: 3}}, 100, 0.02, 95, math.Inf(1), FairMemory{}); len(mem.Heavy) != 1 || math.Abs(level-98/1.5) > 0.01 {
 		t.Fatalf("x at 3 beside a light peak of 95: heavy %v, level %g; want x heavy, level 98/1.5", mem.Heavy, level)
 	}
 	// Its calls stopped: it holds nothing, and is heavy no more.
 	uses[0].Units, uses[1].Units = 46, 0
-	if _, mem, _ := FairLevel(uses, 100, 0.02, 0, mem); len(mem.Heavy) != 0 {
+	if _, mem, _ := FairLevel(uses, 100, 0.02, 0, math.Inf(1), mem); len(mem.Heavy) != 0 {
 		t.Fatalf("t0 gone: heavy %v, want none", mem.Heavy)
 	}
 }
@@ -120,21 +120,21 @@ func TestFairLevelHeavy(t *testing.T) {
 // again.
 func TestFairLevelKeepsTheSatisfied(t *testing.T) {
 	left := []TenantUse{use("a", 33, true), use("b", 32, true), use("c", 10, true)}
-	_, mem, _ := FairLevel(left, 100, 0.02, 0, FairMemory{})
-	level, mem, ok := FairLevel(left, 100, 0.02, 0, mem)
+	_, mem, _ := FairLevel(left, 100, 0.02, 0, math.Inf(1), FairMemory{})
+	level, mem, ok := FairLevel(left, 100, 0.02, 0, math.Inf(1), mem)
 	if !ok || math.Abs(level-44) > 0.01 || mem.Sat["c"] != 10 || len(mem.Sat) != 1 {
 		t.Fatalf("c left: FairLevel = %g, %v, %v; want 44, c satisfied with 10", level, mem.Sat, ok)
 	}
 	// a and b took the room: no room is left.
 	full := []TenantUse{use("a", 44, true), use("b", 44, true), use("c", 8, true)}
-	if level, mem, _ := FairLevel(full, 100, 0.02, 0, mem); math.Abs(level-45) > 0.01 || mem.Sat["c"] != 8 {
+	if level, mem, _ := FairLevel(full, 100, 0.02, 0, math.Inf(1), mem); math.Abs(level-45) > 0.01 || mem.Sat["c"] != 8 {
 		t.Errorf("the room taken: FairLevel = %g, %v; want 45, c satisfied with 8", level, mem.Sat)
 	}
-	if level, mem, _ := FairLevel(full, 100, 0.02, 0, FairMemory{}); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 {
+	if level, mem, _ := FairLevel(full, 100, 0.02, 0, math.Inf(1), FairMemory{}); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 {
 		t.Errorf("the room taken, c not known as satisfied: FairLevel = %g, %v; want 32.67, none satisfied", level, mem.Sat)
 	}
 	back := []TenantUse{use("a", 44, true), use("b", 40, true), use("c", 12, true)}
-	if level, mem, _ := FairLevel(back, 100, 0.02, 0, FairMemory{Sat: map[string]int{"c": 8}}); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 {
+	if level, mem, _ := FairLevel(back, 100, 0.02, 0, math.Inf(1), FairMemory{Sat: map[string]int{"c": 8}}); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 {
 		t.Errorf("c back: FairLevel = %g, %v; want 32.67, none satisfied", level, mem.Sat)
 	}
 }
@@ -146,23 +146,44 @@ func TestFairLevelKeepsTheSatisfied(t *testing.T) {
 // old calls left and its next have not come yet does not.
 func TestFairLevelTwoScansShort(t *testing.T) {
 	short := []TenantUse{use("a", 33, true), use("b", 32, true), use("c", 20, true)}
-	level, mem, _ := FairLevel(short, 100, 0.02, 0, FairMemory{})
+	level, mem, _ := FairLevel(short, 100, 0.02, 0, math.Inf(1), FairMemory{})
 	if math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 || mem.Short["c"] != 20 {
 		t.Fatalf("first scan: FairLevel = %g, sat %v, short %v; want 32.67, none satisfied, c short with 20", level, mem.Sat, mem.Short)
 	}
-	if level, mem, _ := FairLevel(short, 100, 0.02, 0, mem); math.Abs(level-39) > 0.01 || mem.Sat["c"] != 20 {
+	if level, mem, _ := FairLevel(short, 100, 0.02, 0, math.Inf(1), mem); math.Abs(level-39) > 0.01 || mem.Sat["c"] != 20 {
 		t.Errorf("second scan: FairLevel = %g, sat %v; want 39, c satisfied with 20", level, mem.Sat)
 	}
 	// c took some of the room: it asks for its share.
 	grew := []TenantUse{use("a", 33, true), use("b", 32, true), use("c", 24, true)}
-	if level, mem, _ := FairLevel(grew, 100, 0.02, 0, mem); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 {
+	if level, mem, _ := FairLevel(grew, 100, 0.02, 0, math.Inf(1), mem); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 {
 		t.Errorf("c grew: FairLevel = %g, sat %v; want 32.67, none satisfied", level, mem.Sat)
 	}
 	// No room for the rest of its share: it is not short, whatever the
 	// last scan saw.
 	fullish := []TenantUse{use("a", 40, true), use("b", 38, true), use("c", 20, true)}
-	if level, mem, _ := FairLevel(fullish, 100, 0.02, 0, FairMemory{Short: map[string]int{"c": 20}}); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 || len(mem.Short) != 0 {
+	if level, mem, _ := FairLevel(fullish, 100, 0.02, 0, math.Inf(1), FairMemory{Short: map[string]int{"c": 20}}); math.Abs(level-98.0/3) > 0.01 || len(mem.Sat) != 0 || len(mem.Short) != 0 {
 		t.Errorf("no room: FairLevel = %g, sat %v, short %v; want 32.67, none satisfied or short", level, mem.Sat, mem.Short)
+	}
+}
+
+// With several limits, another may bind while the first window has room:
+// a tenant short there, where the limits leave no room now (free), finds
+// no room for the rest of its share, and two scans that see it short do
+// not take it as asking for less; with room under every limit, they do.
+func TestFairLevelFreeUnderEveryLimit(t *testing.T) {
+	// c lacks 29 units of its share of 49, and the window has 18 free: it
+	// is short when the limits leave it half of what it lacks, 12.25.
+	short := []TenantUse{use("a", 60, true), use("c", 20, true)}
+	for _, tc := range []struct {
+		free  float64
+		sat   bool
+		level float64
+	}{{0, false, 49}, {8, false, 49}, {16, true, 78}, {math.Inf(1), true, 78}} {
+		_, mem, _ := FairLevel(short, 100, 0.02, 0, tc.free, FairMemory{})
+		level, mem, _ := FairLevel(short, 100, 0.02, 0, tc.free, mem)
+		if _, sat := mem.Sat["c"]; sat != tc.sat || math.Abs(level-tc.level) > 0.01 {
+			t.Errorf("free %g: FairLevel = %g, c satisfied %v; want %g, %v", tc.free, level, sat, tc.level, tc.sat)
+		}
 	}
 }
 
@@ -179,7 +200,7 @@ func TestFairLevelQueuedIsNotShort(t *testing.T) {
 	var mem FairMemory
 	var level float64
 	for scan := range 2 {
-		level, mem, _ = FairLevel(uses, 192, 0.02, 0, mem)
+		level, mem, _ = FairLevel(uses, 192, 0.02, 0, math.Inf(1), mem)
 		if _, short := mem.Short["a"]; short {
 			t.Fatalf("scan %d: a, with calls queued, is short (%v)", scan, mem.Short)
 		}
@@ -192,7 +213,7 @@ func TestFairLevelQueuedIsNotShort(t *testing.T) {
 	uses[0].Queued = false
 	mem = FairMemory{}
 	for range 2 {
-		level, mem, _ = FairLevel(uses, 192, 0.02, 0, mem)
+		level, mem, _ = FairLevel(uses, 192, 0.02, 0, math.Inf(1), mem)
 	}
 	if len(mem.Sat) != 2 {
 		t.Errorf("not queued: sat %v, want a and b", mem.Sat)
@@ -440,24 +461,24 @@ func TestLearnTenantsLightGivesWayWhenItsTenantsAreBacklogged(t *testing.T) {
 	hold := 10 * time.Second
 	var k Known
 	// t2 holds 4 calls, none of them waited: light.
-	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, 0, 1e6)
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t1", 6, true), use("t2", 4, false)}, 4, 22, 0, math.Inf(1), TenantReach{}, at, hold, 0, 1e6)
 	if k.Tenants.Light != 4 {
 		t.Fatalf("light %d, want 4", k.Tenants.Light)
 	}
 	// A scan later, t2 is backlogged, and nothing is light.
 	uses := []TenantUse{use("t0", 4, true), use("t1", 4, true), use("t2", 4, true)}
 	mem := k.Tenants.Fair
-	k.LearnTenants(uses, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
+	k.LearnTenants(uses, 0, 22, 0, math.Inf(1), TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
 	if k.Tenants.Light != 0 {
 		t.Fatalf("light %d once t2, light before, is backlogged: want 0", k.Tenants.Light)
 	}
-	if want, _, _ := FairLevel(uses, 22, 0, 0, mem); math.Abs(k.Tenants.Level-want) > 0.01 {
+	if want, _, _ := FairLevel(uses, 22, 0, 0, math.Inf(1), mem); math.Abs(k.Tenants.Level-want) > 0.01 {
 		t.Fatalf("level %g, want %g: nothing kept for light calls", k.Tenants.Level, want)
 	}
 	// A light tenant gone quiet (no call in the window) keeps its room.
 	k = Known{}
-	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, TenantReach{}, at, hold, 0, 1e6)
-	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
+	k.LearnTenants([]TenantUse{use("t0", 8, true), use("t2", 4, false)}, 4, 22, 0, math.Inf(1), TenantReach{}, at, hold, 0, 1e6)
+	k.LearnTenants([]TenantUse{use("t0", 8, true)}, 0, 22, 0, math.Inf(1), TenantReach{}, at.Add(time.Second), hold, 1e6, 1e6)
 	if k.Tenants.Light != 4 {
 		t.Fatalf("light %d after t2 went quiet, want the 4 it held, for the hold", k.Tenants.Light)
 	}
@@ -486,7 +507,7 @@ func TestLearnTenantsLeavesAndDrops(t *testing.T) {
 			scores(use("t1", 10, true), 9_300_000, 9_600_000, false),
 			scores(use("t2", 3, false), 9_200_000, 9_900_000, false),
 		}
-		k.LearnTenants(uses, 3, 100, 0.05, reach, at.Add(time.Duration(i)*50*time.Millisecond), 2*time.Second, serverNow, w)
+		k.LearnTenants(uses, 3, 100, 0.05, math.Inf(1), reach, at.Add(time.Duration(i)*50*time.Millisecond), 2*time.Second, serverNow, w)
 	}
 	if _, sat := k.Tenants.Fair.Sat["t1"]; !sat {
 		t.Fatalf("t1 not satisfied: %+v", k.Tenants.Fair)
@@ -498,7 +519,7 @@ func TestLearnTenantsLeavesAndDrops(t *testing.T) {
 		t.Errorf("Drops %d, want %d: t1, capped and queued nowhere here, holds a unit less then unless it calls again (t0 is queued here, t2 light)", k.Tenants.Drops, want)
 	}
 	// Once t1's calls have all left, neither.
-	k.LearnTenants([]TenantUse{scores(use("t0", 40, true), 10_700_000, 10_700_000, true), scores(use("t1", 0, true), 0, 9_600_000, false)}, 0, 100, 0.05, reach, at.Add(time.Second), 2*time.Second, 10_600_000+w, w)
+	k.LearnTenants([]TenantUse{scores(use("t0", 40, true), 10_700_000, 10_700_000, true), scores(use("t1", 0, true), 0, 9_600_000, false)}, 0, 100, 0.05, math.Inf(1), reach, at.Add(time.Second), 2*time.Second, 10_600_000+w, w)
 	if k.Tenants.Leaves != 0 || k.Tenants.Drops != 0 {
 		t.Errorf("Leaves %d, Drops %d once t1's calls left: want neither", k.Tenants.Leaves, k.Tenants.Drops)
 	}
