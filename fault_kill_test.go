@@ -131,7 +131,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		now := serverMicros(t, client)
 		ahead := map[string]int{}
-		for m, score := range keyMembers(t, client, f.base.Key) {
+		for m, score := range calls(t, client, f.base.Key) {
 			if score > now {
 				ahead[m[:min(len(m), prefixLen)]]++
 			}
@@ -159,7 +159,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 	victimPrefix := victim.prefix
 	f.mu.Unlock()
 	held, furthest := 0, int64(0)
-	for m, score := range keyMembers(t, client, f.base.Key) {
+	for m, score := range calls(t, client, f.base.Key) {
 		if strings.HasPrefix(m, victimPrefix) && score > k {
 			held++
 			furthest = max(furthest, score-k)
@@ -177,7 +177,7 @@ func TestFaultReplicasKilled(t *testing.T) {
 	// (b1) At the crash bound, nothing of a dead replica counts any more.
 	now := serverMicros(t, client)
 	behind := 0
-	for m, score := range keyMembers(t, client, f.base.Key) {
+	for m, score := range calls(t, client, f.base.Key) {
 		at, dead := isDead(m[:min(len(m), prefixLen)])
 		if !dead {
 			continue
@@ -194,12 +194,15 @@ func TestFaultReplicasKilled(t *testing.T) {
 	// last clock reading, up to clockEvery old: a member can outlive its
 	// second by that much, plus a round trip. (A 500ms slack failed about
 	// one run in three, on the code before and after the core was split
-	// into plan and resolve: members 2.07-2.17s old against 2.05s.)
+	// into plan and resolve: members 2.07-2.17s old against 2.05s.) Only
+	// calls are judged (see calls): a clean CI failed on the margin's
+	// members, which a replica that widened its margin under load wrote,
+	// and whose scores hold the margin, not a time.
 	const slack = core.QuietFloor + clockEvery + 100*time.Millisecond
 	time.Sleep(time.Until(lastKill.Add(bound + time.Second + minTrimEvery + slack)))
 	now = serverMicros(t, client)
 	left, oldest := 0, now
-	for m, score := range keyMembers(t, client, f.base.Key) {
+	for m, score := range calls(t, client, f.base.Key) {
 		oldest = min(oldest, score)
 		if _, dead := isDead(m[:min(len(m), prefixLen)]); dead {
 			left++
