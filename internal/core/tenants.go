@@ -141,8 +141,7 @@ type FairMemory struct {
 // nobody may take: a tenant short there finds no room, and asks for no
 // less (TestTenantSharesWithSeveralLimits: a replica that carried only the
 // other tenant took it as asking for less, and raised its cap from 9 to
-// 16 of 20, where a second limit of 120 per 2s bound; a clean CI saw the
-// tenant on one replica get 14% of the units).
+// 16 of 20, where a second limit of 120 per 2s bound).
 //
 // It stays satisfied while it holds no more than it did then (last.Sat:
 // the others fill the room it leaves, and it must not weigh again for
