@@ -30,7 +30,9 @@ type owed struct {
 	// requests of newer ones, in any order. So what a failed round trip
 	// added for its batch, or was to give back, is given back again by a
 	// round trip planned after one succeeded, which reaches the server
-	// after every request it read before that success. A set, each member
+	// after every request it read before that success (one still on its
+	// way may come later: what it writes then counts no longer than a
+	// crash's calls do, but see far). A set, each member
 	// with the server time (µs) after which it counts nowhere and is
 	// dropped: an outage of hours, with callers retrying through it, must
 	// cost each round trip no more than a short one does (seed 21213).
@@ -38,6 +40,19 @@ type owed struct {
 	recheckDue bool  // one did: the next round trips carry recheck, recheckChunk at a time
 	pruneAt    int   // the size of recheck at which prune next looks
 	pruneBy    int64 // server µs: when prune next looks, whatever the size
+
+	// The same for members scored further ahead than reserve-ahead, by a
+	// clock estimate a step had made wrong: such a member, applied after
+	// the round trip that gave it back again, would hold its slot past
+	// the crash bound, until its own score leaves the window (seed 60797:
+	// a stalled server applied a request of 134ms, scored 8.43s ahead by
+	// a stepped clock, after two newer round trips that gave it back). So
+	// it stays listed, and goes with a round trip every farEvery of the
+	// runtime's clock, until it counts nowhere. Only clock errors make
+	// such members: the list is empty otherwise.
+	far     map[string]int64
+	farDue  bool      // a round trip succeeded since the last failure
+	farNext time.Time // the runtime's clock: when far goes again
 }
 
 // recheckChunk is the most members of recheck one round trip carries, so
@@ -47,7 +62,7 @@ const recheckChunk = 1024
 
 // pending reports whether anything is left to write.
 func (o *owed) pending() bool {
-	return len(o.giveBack) > 0 || len(o.returned) > 0 || len(o.replay) > 0 || len(o.unscored) > 0 || o.healPause > 0 || len(o.recheck) > 0
+	return len(o.giveBack) > 0 || len(o.returned) > 0 || len(o.replay) > 0 || len(o.unscored) > 0 || o.healPause > 0 || len(o.recheck) > 0 || len(o.far) > 0
 }
 
 // doubt notes what failed attempt a may still write late: the members it
@@ -60,7 +75,8 @@ func (o *owed) pending() bool {
 // once the longest window (w µs) has passed its score; one to give back,
 // whose score it does not know, once reserve-ahead and w (horizon µs) have
 // passed serverNow, the server's time now, for no call of ours is scored
-// further ahead.
+// further ahead. One whose score lies further ahead than that is listed in
+// far (see owed).
 func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int64, compacts bool) {
 	if o.recheck == nil {
 		o.recheck = map[string]int64{}
@@ -72,16 +88,32 @@ func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int
 	}
 	if !compacts {
 		for _, e := range a.GiveBack { // each was a plain removal
-			o.recheck[e.Member] = max(o.recheck[e.Member], e.Score+w)
+			o.doubtScored(e, serverNow, w, horizon)
 		}
 	}
 	for _, e := range a.Adds {
 		if isOurs(e.Member, batch) {
-			o.recheck[e.Member] = max(o.recheck[e.Member], e.Score+w)
+			o.doubtScored(e, serverNow, w, horizon)
 		}
 	}
-	o.recheckDue = false
+	o.recheckDue, o.farDue = false, false
 	o.prune(serverNow, w) // after: a member a probe carried again keeps its time
+}
+
+// doubtScored lists e, a member a failed round trip may write at its score:
+// in far when the score lies beyond serverNow plus reserve-ahead (horizon
+// less w), else in recheck.
+func (o *owed) doubtScored(e core.Entry, serverNow, w, horizon int64) {
+	until := e.Score + w
+	if until <= serverNow+horizon {
+		o.recheck[e.Member] = max(o.recheck[e.Member], until)
+		return
+	}
+	if o.far == nil {
+		o.far = map[string]int64{}
+	}
+	o.far[e.Member] = max(o.far[e.Member], until)
+	delete(o.recheck, e.Member)
 }
 
 // prune drops the members of recheck that count nowhere by serverNow,
@@ -94,6 +126,10 @@ func (o *owed) prune(serverNow, w int64) {
 		return
 	}
 	maps.DeleteFunc(o.recheck, func(_ string, until int64) bool { return until <= serverNow })
+	maps.DeleteFunc(o.far, func(_ string, until int64) bool { return until <= serverNow })
+	if len(o.far) == 0 {
+		o.far = nil
+	}
 	o.pruneAt, o.pruneBy = max(2*len(o.recheck), recheckChunk), serverNow+w/16
 	if len(o.recheck) == 0 {
 		o.recheck, o.recheckDue = nil, false
@@ -136,17 +172,55 @@ func (o *owed) sent(a *core.Attempt) {
 		o.healPause = 0
 	}
 	o.recheckDue = len(o.recheck) > 0
+	o.farDue = len(o.far) > 0
 	o.giveUpAt = time.Time{}
+}
+
+// takeFar returns the members of far to give back again (see owed): those
+// that still count at serverNow (server µs), at most recheckChunk, when
+// farEvery has passed on the runtime's clock (rtNow) since they last went,
+// and a round trip succeeded since the last failure, or probe (as for
+// takeRecheck). They stay listed until they count nowhere.
+func (o *owed) takeFar(probe bool, rtNow time.Time, serverNow int64, farEvery time.Duration) []string {
+	maps.DeleteFunc(o.far, func(_ string, until int64) bool { return until <= serverNow })
+	if len(o.far) == 0 {
+		o.far, o.farDue = nil, false
+		return nil
+	}
+	if !o.farDue && !probe || rtNow.Before(o.farNext) {
+		return nil
+	}
+	o.farNext = rtNow.Add(farEvery)
+	r := make([]string, 0, min(len(o.far), recheckChunk))
+	for m := range o.far {
+		if len(r) == recheckChunk {
+			break
+		}
+		r = append(r, m)
+	}
+	return r
+}
+
+// farWait is how long a worker with nothing else to send sleeps before far
+// goes again (0 when far is empty; at least a millisecond otherwise).
+func (o *owed) farWait(rtNow time.Time) time.Duration {
+	if len(o.far) == 0 {
+		return 0
+	}
+	return max(o.farNext.Sub(rtNow), time.Millisecond)
 }
 
 // take returns what the next round trip writes, and leaves it to it: the
 // members to remove (with those a failure doubts, see takeRecheck), the
 // calls to give back that were written for sure, and the calls to count
 // that went without Redis, appended to replay. queued says that callers
-// wait, whose claims may give the round trip something to send.
-func (o *owed) take(replay []core.Entry, queued bool) (core.Removals, []core.Entry) {
+// wait, whose claims may give the round trip something to send; rtNow
+// and serverNow are the runtime's clock and the server's time (µs), and
+// far members go again every farEvery (see takeFar).
+func (o *owed) take(replay []core.Entry, queued bool, rtNow time.Time, serverNow int64, farEvery time.Duration) (core.Removals, []core.Entry) {
 	probe := !queued && len(o.giveBack) == 0 && len(o.returned) == 0 && len(o.replay) == 0
-	out := core.Removals{Remove: append(o.giveBack, o.takeRecheck(probe)...), GiveBack: o.returned}
+	remove := append(o.giveBack, o.takeRecheck(probe)...)
+	out := core.Removals{Remove: append(remove, o.takeFar(probe, rtNow, serverNow, farEvery)...), GiveBack: o.returned}
 	replay = append(replay, o.replay...)
 	o.giveBack, o.returned, o.replay = nil, nil, nil
 	return out, replay
@@ -193,6 +267,7 @@ func (o *owed) markLater(mark bool) { o.mark = o.mark || mark }
 // written again.
 func (o *owed) forget() {
 	o.replay, o.unscored, o.healPause, o.giveBack, o.returned, o.recheck, o.recheckDue = nil, nil, 0, nil, nil, nil, false
+	o.far, o.farDue = nil, false
 }
 
 // giveUp drops, after a failure, the members still to give back once they

@@ -132,12 +132,67 @@ func TestOwedGiveUpKeepsWhatStillCounts(t *testing.T) {
 	if _, ok := o.recheck["near"]; ok {
 		t.Fatal("giveUp kept a member whose score left the longest window")
 	}
-	if _, ok := o.recheck["far"]; !ok {
+	if _, ok := o.far["far"]; !ok {
 		t.Fatal("giveUp dropped a member scored ahead that still counts")
 	}
 	o.giveUp(time.Unix(0, 0), 0, w, 61_000_000)
 	if o.pending() {
 		t.Fatal("giveUp kept a member that counts nowhere")
+	}
+}
+
+// TestOwedFarGoesAgainUntilItCountsNowhere: a member a failed round trip
+// scored further ahead than reserve-ahead (a stepped clock's estimate) may
+// be applied after any number of round trips that gave it back (seed
+// 60797): once one succeeded, it goes again every farEvery, not once, and
+// leaves the list when its score has left the window, or when the client
+// is closed.
+func TestOwedFarGoesAgainUntilItCountsNowhere(t *testing.T) {
+	const w, horizon = 1_000_000, 2_000_000 // a 1s window, 1s ahead (µs)
+	const every = 500 * time.Millisecond
+	batch := []*waiter{{res: reservation{members: []string{"near", "far"}}}}
+	failed := &core.Attempt{Adds: []core.Entry{{Member: "near", Score: 500_000}, {Member: "far", Score: 8_000_000}}}
+	var o owed
+	o.doubt(failed, batch, 0, w, horizon, false)
+	rt := time.Unix(100, 0)
+	if got := o.takeFar(false, rt, 0, every); got != nil {
+		t.Fatalf("takeFar before any round trip succeeded = %v, want none", got)
+	}
+	if got := o.takeFar(true, rt, 0, every); !slices.Equal(got, []string{"far"}) {
+		t.Fatalf("takeFar(probe) = %v, want [far]", got)
+	}
+	o.sent(&core.Attempt{})
+	if got := o.takeRecheck(false); !slices.Equal(got, []string{"near"}) {
+		t.Fatalf("takeRecheck after a success = %v, want [near]: far is listed apart", got)
+	}
+	if got := o.takeFar(false, rt.Add(every/2), 1_000_000, every); got != nil {
+		t.Fatalf("takeFar within farEvery of the last = %v, want none", got)
+	}
+	sends := 0
+	for i := 1; i <= 20; i++ {
+		serverNow := int64(i) * every.Microseconds()
+		got := o.takeFar(false, rt.Add(time.Duration(i)*every), serverNow, every)
+		if serverNow < 9_000_000 {
+			if !slices.Equal(got, []string{"far"}) {
+				t.Fatalf("at %dµs, while it counts: takeFar = %v, want [far]", serverNow, got)
+			}
+			sends++
+			if !o.pending() {
+				t.Fatal("pending() = false while a far member counts")
+			}
+			continue
+		}
+		if got != nil || o.pending() {
+			t.Fatalf("at %dµs, once its score left the window: takeFar = %v, pending %v", serverNow, got, o.pending())
+		}
+	}
+	if sends != 17 {
+		t.Fatalf("far went %d times, want 17 (every 500ms until 9s)", sends)
+	}
+	o.doubt(failed, batch, 0, w, horizon, false)
+	o.forget()
+	if o.pending() {
+		t.Fatal("forget kept a far member")
 	}
 }
 

@@ -101,8 +101,12 @@ func (t *Throttler) round() (time.Duration, bool) {
 	if len(a.Adds) == 0 && len(a.Remove) == 0 && len(a.GiveBack) == 0 && a.Learn.Slots == 0 && !roundRiders.hold(a) {
 		t.mu.Lock()
 		roundRiders.unsent(t, a) // not sent: still to write
+		sleep := rd.sleep
+		if sleep == 0 { // nothing queued: what keeps the worker is a far member not due yet
+			sleep = t.owed.farWait(time.Now())
+		}
 		t.mu.Unlock()
-		return rd.sleep, true
+		return sleep, true
 	}
 
 	r, err := t.send(context.Background(), a)
@@ -179,7 +183,8 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	a := rd.Attempt
 	t.owed.scoreUnscored(t.clock, t.ids)
 	// A new attempt on the last one's buffers.
-	removals, adds := t.owed.take(a.Adds[:0], len(t.worker.queue) > 0)
+	rtNow := time.Now()
+	removals, adds := t.owed.take(a.Adds[:0], len(t.worker.queue) > 0, rtNow, t.clock.ServerByRuntime(rtNow, now), t.rules.Quiet())
 	*a = core.Attempt{Adds: adds, Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims),
 		Learn:    core.Learning{LowCaps: a.Learn.LowCaps},
 		Removals: removals,

@@ -34,6 +34,11 @@ type Store struct {
 	// PlaceScript ran here (see place.go): rounds call it by its digest,
 	// rather than send its text, until the server says it lost it.
 	placeLoaded atomic.Bool
+	// Poll is how long a subscription's goroutine waits for a message
+	// before it looks whether it should stop (0: subscriptionPoll). Set it
+	// before anything subscribes. The simulator lengthens it: its runs
+	// span virtual hours, and each poll costs real time there.
+	Poll time.Duration
 }
 
 // NewStore returns the Store on c for the limits wins (wins[0] is the

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -41,11 +42,12 @@ func (s *Store) subscribe(channel string, keep func(payload string) bool) *Subsc
 	w := &Subscription{Ready: make(chan struct{}, 1), Heard: make(chan struct{}, 1), Done: make(chan struct{})}
 	ctx := context.Background()
 	ps := s.rdb.Subscribe(ctx, channel)
+	poll := cmp.Or(s.Poll, subscriptionPoll)
 	go func() {
 		defer close(w.Done)
 		defer ps.Close()
 		for !w.stop.Load() {
-			m, err := ps.ReceiveTimeout(ctx, subscriptionPoll)
+			m, err := ps.ReceiveTimeout(ctx, poll)
 			var ne net.Error
 			switch {
 			case errors.As(err, &ne) && ne.Timeout():
@@ -82,7 +84,7 @@ func (w *Subscription) Take() []string {
 }
 
 // Close ends the subscription and waits for its goroutine, at most about
-// subscriptionPoll (or a reconnect's timeouts, when one is under way).
+// the poll (subscriptionPoll, or Store.Poll; or a reconnect's timeouts, when one is under way).
 func (w *Subscription) Close() {
 	w.stop.Store(true)
 	<-w.Done
