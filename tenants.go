@@ -373,8 +373,7 @@ func (tenantRider) capsLeaveRoom(t *Throttler, now time.Time) bool {
 	var buf [4]int
 	lim := t.shared.limits(t.rules.Wins, serverNow, buf[:0])[0]
 	kept := int(math.Ceil(spareOf(lim)*float64(lim))) + k.Tenants.Light + len(k.Tenants.Capped) + 1
-	free, _ := slices.BinarySearch(k.Slots, serverNow+1)
-	return free > kept
+	return k.FreeAt(serverNow) > kept
 }
 
 // freeNow is the room every limit of limits leaves at serverNow, as the
@@ -388,7 +387,7 @@ func freeNow(k *core.Known, limits int, serverNow int64) float64 {
 	if limits < 2 || len(k.Slots) == 0 {
 		return math.Inf(1)
 	}
-	free, _ := slices.BinarySearch(k.Slots, serverNow+1)
+	free := k.FreeAt(serverNow)
 	if free == len(k.Slots) {
 		return math.Inf(1)
 	}

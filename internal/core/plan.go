@@ -454,6 +454,14 @@ func (k *Known) Doubt() { k.Near = true }
 // Learn takes the free slots a reply told of (see ResolveOut.Slots).
 func (k *Known) Learn(o ResolveOut) { k.Slots, k.Capped = o.Slots, o.Capped }
 
+// FreeAt is how many of the free slots k knows of are free at serverNow
+// (server µs): those due by then. A slot is a unit of room under every
+// limit the reply counted.
+func (k *Known) FreeAt(serverNow int64) int {
+	n, _ := slices.BinarySearch(k.Slots, serverNow+1)
+	return n
+}
+
 // Claimed takes what a round that claimed slots found of the room left
 // (see ResolveOut.Near): a round that claimed nothing says nothing of it.
 func (k *Known) Claimed(o ResolveOut) { k.Near = o.Near }

@@ -331,3 +331,18 @@ func TestFairShare(t *testing.T) {
 		}
 	}
 }
+
+func TestKnownFreeAt(t *testing.T) {
+	k := Known{Slots: []int64{0, 0, 100, 200, 200, 300}}
+	for _, c := range []struct {
+		at   int64
+		want int
+	}{{0, 2}, {99, 2}, {100, 3}, {199, 3}, {200, 5}, {300, 6}, {1000, 6}} {
+		if got := k.FreeAt(c.at); got != c.want {
+			t.Errorf("FreeAt(%d) = %d, want %d", c.at, got, c.want)
+		}
+	}
+	if got := (&Known{}).FreeAt(100); got != 0 {
+		t.Errorf("no slots known: FreeAt = %d, want 0", got)
+	}
+}
