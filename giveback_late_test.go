@@ -195,14 +195,22 @@ func TestGiveBackNotResentOnAKeyAnotherCompacts(t *testing.T) {
 		if mayCompact(&th.rules, th.st) {
 			t.Fatal("th takes the key for compacted before any process compacted it")
 		}
-		for range 3 {
-			if r, err := other.Allow(ctx); err != nil || !r.Allowed {
-				t.Fatalf("Allow: %+v, %v", r, err)
+		// An Allow woken late for its slot goes back, refused, and counts
+		// nothing (under the race detector on a loaded machine, 2 runs of
+		// 40): the test needs 3 calls compacted, not 3 Allows admitted.
+		for admitted, tries := 0, 0; admitted < 3; tries++ {
+			r, err := other.Allow(ctx)
+			if err != nil || tries == 10 {
+				t.Fatalf("Allow: %+v, %v (%d admitted in %d tries)", r, err, admitted, tries)
+			}
+			if r.Allowed {
+				admitted++
 			}
 		}
 		waitIdle(t, other)
-		if r, err := th.Allow(ctx); err != nil || !r.Allowed {
-			t.Fatalf("Allow: %+v, %v", r, err)
+		// Admitted or not, its round trip read the key.
+		if _, err := th.Allow(ctx); err != nil {
+			t.Fatalf("Allow: %v", err)
 		}
 		if !mayCompact(&th.rules, th.st) {
 			t.Error("th reads a key another process compacts, and would send a give-back written for sure again")

@@ -48,12 +48,28 @@ type owed struct {
 	// a stalled server applied a request of 134ms, scored 8.43s ahead by
 	// a stepped clock, after two newer round trips that gave it back). So
 	// it stays listed, and goes with a round trip every farEvery of the
-	// runtime's clock, until it counts nowhere. Only clock errors make
-	// such members: the list is empty otherwise.
+	// runtime's clock, for farTail after the first round trip that
+	// succeeded since the last failure, or until it counts nowhere if that
+	// comes first. A server that answered a newer round trip reads again;
+	// what the network still held of the failed one reaches it within
+	// farTail (the simulator delays a request by at most 3s): one held
+	// longer holds its slot until its score leaves the window, the clock's
+	// error past the crash bound. Only clock errors make such members: the
+	// list is empty otherwise.
 	far     map[string]int64
 	farDue  bool      // a round trip succeeded since the last failure
 	farNext time.Time // the runtime's clock: when far goes again
+	farEnd  time.Time // the runtime's clock: when far is dropped (zero: no success yet)
 }
+
+// farEvery is how often far goes again (see owed), and farTail for how long
+// after the first round trip that succeeded since the last failure: ten
+// round trips, after a failure only, and only when a clock step scored a
+// call beyond reserve-ahead.
+const (
+	farEvery = 500 * time.Millisecond
+	farTail  = 5 * time.Second
+)
 
 // recheckChunk is the most members of recheck one round trip carries, so
 // that giving back what a long outage doubted does not make one command of
@@ -96,7 +112,7 @@ func (o *owed) doubt(a *core.Attempt, batch []*waiter, serverNow, w, horizon int
 			o.doubtScored(e, serverNow, w, horizon)
 		}
 	}
-	o.recheckDue, o.farDue = false, false
+	o.recheckDue, o.farDue, o.farEnd = false, false, time.Time{}
 	o.prune(serverNow, w) // after: a member a probe carried again keeps its time
 }
 
@@ -180,11 +196,15 @@ func (o *owed) sent(a *core.Attempt) {
 // that still count at serverNow (server µs), at most recheckChunk, when
 // farEvery has passed on the runtime's clock (rtNow) since they last went,
 // and a round trip succeeded since the last failure, or probe (as for
-// takeRecheck). They stay listed until they count nowhere.
-func (o *owed) takeFar(probe bool, rtNow time.Time, serverNow int64, farEvery time.Duration) []string {
+// takeRecheck). They stay listed until they count nowhere, or farTail
+// after the first success since the last failure.
+func (o *owed) takeFar(probe bool, rtNow time.Time, serverNow int64) []string {
 	maps.DeleteFunc(o.far, func(_ string, until int64) bool { return until <= serverNow })
-	if len(o.far) == 0 {
-		o.far, o.farDue = nil, false
+	if o.farDue && o.farEnd.IsZero() {
+		o.farEnd = rtNow.Add(farTail)
+	}
+	if len(o.far) == 0 || o.farDue && rtNow.After(o.farEnd) {
+		o.far, o.farDue, o.farEnd = nil, false, time.Time{}
 		return nil
 	}
 	if !o.farDue && !probe || rtNow.Before(o.farNext) {
@@ -202,12 +222,17 @@ func (o *owed) takeFar(probe bool, rtNow time.Time, serverNow int64, farEvery ti
 }
 
 // farWait is how long a worker with nothing else to send sleeps before far
-// goes again (0 when far is empty; at least a millisecond otherwise).
+// goes again, or is dropped (0 when far is empty; at least a millisecond
+// otherwise).
 func (o *owed) farWait(rtNow time.Time) time.Duration {
 	if len(o.far) == 0 {
 		return 0
 	}
-	return max(o.farNext.Sub(rtNow), time.Millisecond)
+	next := o.farNext
+	if o.farDue && !o.farEnd.IsZero() && o.farEnd.Before(next) {
+		next = o.farEnd.Add(time.Millisecond) // takeFar drops it after farEnd
+	}
+	return max(next.Sub(rtNow), time.Millisecond)
 }
 
 // take returns what the next round trip writes, and leaves it to it: the
@@ -215,12 +240,12 @@ func (o *owed) farWait(rtNow time.Time) time.Duration {
 // calls to give back that were written for sure, and the calls to count
 // that went without Redis, appended to replay. queued says that callers
 // wait, whose claims may give the round trip something to send; rtNow
-// and serverNow are the runtime's clock and the server's time (µs), and
-// far members go again every farEvery (see takeFar).
-func (o *owed) take(replay []core.Entry, queued bool, rtNow time.Time, serverNow int64, farEvery time.Duration) (core.Removals, []core.Entry) {
+// and serverNow are the runtime's clock and the server's time (µs), for
+// far (see takeFar).
+func (o *owed) take(replay []core.Entry, queued bool, rtNow time.Time, serverNow int64) (core.Removals, []core.Entry) {
 	probe := !queued && len(o.giveBack) == 0 && len(o.returned) == 0 && len(o.replay) == 0
 	remove := append(o.giveBack, o.takeRecheck(probe)...)
-	out := core.Removals{Remove: append(remove, o.takeFar(probe, rtNow, serverNow, farEvery)...), GiveBack: o.returned}
+	out := core.Removals{Remove: append(remove, o.takeFar(probe, rtNow, serverNow)...), GiveBack: o.returned}
 	replay = append(replay, o.replay...)
 	o.giveBack, o.returned, o.replay = nil, nil, nil
 	return out, replay
@@ -267,7 +292,7 @@ func (o *owed) markLater(mark bool) { o.mark = o.mark || mark }
 // written again.
 func (o *owed) forget() {
 	o.replay, o.unscored, o.healPause, o.giveBack, o.returned, o.recheck, o.recheckDue = nil, nil, 0, nil, nil, nil, false
-	o.far, o.farDue = nil, false
+	o.far, o.farDue, o.farEnd = nil, false, time.Time{}
 }
 
 // giveUp drops, after a failure, the members still to give back once they

@@ -141,58 +141,72 @@ func TestOwedGiveUpKeepsWhatStillCounts(t *testing.T) {
 	}
 }
 
-// TestOwedFarGoesAgainUntilItCountsNowhere: a member a failed round trip
-// scored further ahead than reserve-ahead (a stepped clock's estimate) may
-// be applied after any number of round trips that gave it back (seed
-// 60797): once one succeeded, it goes again every farEvery, not once, and
-// leaves the list when its score has left the window, or when the client
-// is closed.
-func TestOwedFarGoesAgainUntilItCountsNowhere(t *testing.T) {
+// TestOwedFarGoesAgainForATail: a member a failed round trip scored
+// further ahead than reserve-ahead (a stepped clock's estimate) may be
+// applied after any number of round trips that gave it back (seed 60797):
+// once one succeeded, it goes again every farEvery, not once, for farTail
+// (the network's delay) or until its score has left the window, whichever
+// comes first, and leaves the list when the client is closed. A window of
+// an hour must not keep the worker sending for an hour (it did: the test
+// TestFailOpenCountsFailedBatchWhenItGoes waited for an idle worker).
+func TestOwedFarGoesAgainForATail(t *testing.T) {
 	const w, horizon = 1_000_000, 2_000_000 // a 1s window, 1s ahead (µs)
-	const every = 500 * time.Millisecond
 	batch := []*waiter{{res: reservation{members: []string{"near", "far"}}}}
-	failed := &core.Attempt{Adds: []core.Entry{{Member: "near", Score: 500_000}, {Member: "far", Score: 8_000_000}}}
-	var o owed
-	o.doubt(failed, batch, 0, w, horizon, false)
-	rt := time.Unix(100, 0)
-	if got := o.takeFar(false, rt, 0, every); got != nil {
-		t.Fatalf("takeFar before any round trip succeeded = %v, want none", got)
-	}
-	if got := o.takeFar(true, rt, 0, every); !slices.Equal(got, []string{"far"}) {
-		t.Fatalf("takeFar(probe) = %v, want [far]", got)
-	}
-	o.sent(&core.Attempt{})
-	if got := o.takeRecheck(false); !slices.Equal(got, []string{"near"}) {
-		t.Fatalf("takeRecheck after a success = %v, want [near]: far is listed apart", got)
-	}
-	if got := o.takeFar(false, rt.Add(every/2), 1_000_000, every); got != nil {
-		t.Fatalf("takeFar within farEvery of the last = %v, want none", got)
-	}
-	sends := 0
-	for i := 1; i <= 20; i++ {
-		serverNow := int64(i) * every.Microseconds()
-		got := o.takeFar(false, rt.Add(time.Duration(i)*every), serverNow, every)
-		if serverNow < 9_000_000 {
-			if !slices.Equal(got, []string{"far"}) {
-				t.Fatalf("at %dµs, while it counts: takeFar = %v, want [far]", serverNow, got)
+	for _, tc := range []struct {
+		name  string
+		score int64 // µs: the far member's
+		sends int
+	}{
+		{"a tail", 60_000_000, int(farTail/farEvery) + 1}, // counts for a minute: the tail ends it
+		{"its window", 3_000_000, 8},                      // counts until 4s: every 500ms from 0 to 3.5s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failed := &core.Attempt{Adds: []core.Entry{{Member: "near", Score: 500_000}, {Member: "far", Score: tc.score}}}
+			var o owed
+			o.doubt(failed, batch, 0, w, horizon, false)
+			rt := time.Unix(100, 0)
+			if got := o.takeFar(false, rt, 0); got != nil {
+				t.Fatalf("takeFar before any round trip succeeded = %v, want none", got)
 			}
-			sends++
-			if !o.pending() {
-				t.Fatal("pending() = false while a far member counts")
+			if got := o.takeFar(true, rt, 0); !slices.Equal(got, []string{"far"}) {
+				t.Fatalf("takeFar(probe) = %v, want [far]", got)
 			}
-			continue
-		}
-		if got != nil || o.pending() {
-			t.Fatalf("at %dµs, once its score left the window: takeFar = %v, pending %v", serverNow, got, o.pending())
-		}
-	}
-	if sends != 17 {
-		t.Fatalf("far went %d times, want 17 (every 500ms until 9s)", sends)
-	}
-	o.doubt(failed, batch, 0, w, horizon, false)
-	o.forget()
-	if o.pending() {
-		t.Fatal("forget kept a far member")
+			rt = rt.Add(time.Minute) // an outage: the tail runs from the first success
+			o.sent(&core.Attempt{})
+			if got := o.takeRecheck(false); !slices.Equal(got, []string{"near"}) {
+				t.Fatalf("takeRecheck after a success = %v, want [near]: far is listed apart", got)
+			}
+			sends := 0
+			for i := 0; i <= 40; i++ {
+				at := rt.Add(time.Duration(i) * farEvery)
+				serverNow := int64(i) * farEvery.Microseconds()
+				got := o.takeFar(false, at, serverNow)
+				if busy := o.pending(); busy != (got != nil) {
+					t.Fatalf("at +%s: pending() = %v while takeFar = %v", at.Sub(rt), busy, got)
+				}
+				if got == nil {
+					continue
+				}
+				sends++
+				if !slices.Equal(got, []string{"far"}) {
+					t.Fatalf("takeFar at +%s = %v, want [far]", at.Sub(rt), got)
+				}
+				if wait := o.farWait(at); wait <= 0 || wait > farEvery {
+					t.Fatalf("farWait at +%s = %s, want within (0, %s]", at.Sub(rt), wait, farEvery)
+				}
+				if half := o.takeFar(false, at.Add(farEvery/2), serverNow); half != nil {
+					t.Fatalf("takeFar within farEvery of the last = %v, want none", half)
+				}
+			}
+			if sends != tc.sends {
+				t.Fatalf("far went %d times, want %d", sends, tc.sends)
+			}
+			o.doubt(failed, batch, 0, w, horizon, false)
+			o.forget()
+			if o.pending() {
+				t.Fatal("forget kept a far member")
+			}
+		})
 	}
 }
 

@@ -184,7 +184,7 @@ func (t *Throttler) planLocked(now time.Time) *round {
 	t.owed.scoreUnscored(t.clock, t.ids)
 	// A new attempt on the last one's buffers.
 	rtNow := time.Now()
-	removals, adds := t.owed.take(a.Adds[:0], len(t.worker.queue) > 0, rtNow, t.clock.ServerByRuntime(rtNow, now), t.rules.Quiet())
+	removals, adds := t.owed.take(a.Adds[:0], len(t.worker.queue) > 0, rtNow, t.clock.ServerByRuntime(rtNow, now))
 	*a = core.Attempt{Adds: adds, Checks: a.Checks[:0], Lims: t.shared.limits(t.rules.Wins, serverNow, a.Lims),
 		Learn:    core.Learning{LowCaps: a.Learn.LowCaps},
 		Removals: removals,
