@@ -84,7 +84,9 @@ type Throttler struct {
 // has calls waiting or something to write to Redis, and exit on their own;
 // a Throttler no longer used is garbage collected. Closing the client ends
 // it: calls then fail with an error wrapping ErrRedis (or follow the
-// failure policy).
+// failure policy), and the goroutine exits at its next round trip (up to
+// a second later, after a failure: a test that checks for leaked
+// goroutines once the client is closed should allow for it).
 //
 // New checks its arguments and options and returns an error wrapping
 // ErrInvalidArgument when one is bad. It does no network I/O.

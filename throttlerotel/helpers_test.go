@@ -16,13 +16,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.uber.org/goleak"
 
 	"github.com/go-throttler/throttler"
+	"github.com/go-throttler/throttler/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	redistest.VerifyTestMain(m, nil)
 }
 
 // newRedis returns a client of a fresh miniredis, both closed with the
