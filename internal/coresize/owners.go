@@ -46,8 +46,7 @@ func strayWrites(root string, table []owner) ([]string, error) {
 	}
 	var stray []string
 	for _, dir := range riderPackages {
-		fset := token.NewFileSet()
-		parsed, info, err := typeCheck(fset, filepath.Join(root, dir))
+		fset, parsed, info, err := typeCheck(filepath.Join(root, dir))
 		if err != nil {
 			return nil, err
 		}
