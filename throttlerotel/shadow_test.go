@@ -38,13 +38,22 @@ func TestShadowWait(t *testing.T) {
 	waitFor(t, "the undecided call not written", func() bool { return members() > before })
 
 	got := s.collect(t)
+	// A claim woken too late for its slot (a loaded machine) gives it back
+	// and would have reserved again: one of the two that go then counts
+	// as a wait, with the late wake in Stats (CI under load, once).
+	late := th.Stats().Sends.LateWakes
+	counts := map[string]uint64{}
 	for decision, want := range map[string]uint64{"go": 2, "wait": 1, "refuse": 1, "undecided": 1} {
 		n, sum := got.count(t, "throttler.shadow.wait", KeyAttribute.String("shadow"), ShadowDecisionAttribute.String(decision))
-		if n != want {
+		counts[decision] = n
+		if n != want && (decision == "refuse" || decision == "undecided") {
 			t.Errorf("%s: %d calls, want %d", decision, n, want)
 		}
 		if decision == "wait" && sum < 5 {
 			t.Errorf("the call over the limit would have waited %.1fs, want about 10s", sum)
 		}
+	}
+	if counts["go"]+counts["wait"] != 3 || counts["go"]+min(late, 2) < 2 {
+		t.Errorf("go: %d calls, wait: %d, want 2 and 1 (or one more wait for each of %d late wakes)", counts["go"], counts["wait"], late)
 	}
 }
