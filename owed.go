@@ -63,8 +63,8 @@ type owed struct {
 }
 
 // farEvery is how often far goes again (see owed), and farTail for how long
-// after the first round trip that succeeded since the last failure: ten
-// round trips, after a failure only, and only when a clock step scored a
+// after the first round trip that succeeded since the last failure: eleven
+// round trips at most, after a failure only, and only when a clock step scored a
 // call beyond reserve-ahead.
 const (
 	farEvery = 500 * time.Millisecond
@@ -229,7 +229,7 @@ func (o *owed) farWait(rtNow time.Time) time.Duration {
 		return 0
 	}
 	next := o.farNext
-	if o.farDue && !o.farEnd.IsZero() && o.farEnd.Before(next) {
+	if !o.farEnd.IsZero() && o.farEnd.Before(next) { // set once a success came (see takeFar)
 		next = o.farEnd.Add(time.Millisecond) // takeFar drops it after farEnd
 	}
 	return max(next.Sub(rtNow), time.Millisecond)

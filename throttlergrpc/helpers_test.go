@@ -27,7 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	redistest.VerifyTestMain(m, nil)
+	redistest.VerifyTestMain(m)
 }
 
 // dialer returns a new client of the backend under test, as each replica

@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	redistest.VerifyTestMain(m, nil)
+	redistest.VerifyTestMain(m)
 }
 
 // newRedis returns a client of a fresh miniredis, both closed with the

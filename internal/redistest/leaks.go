@@ -20,8 +20,8 @@ const LeakGrace = 3 * time.Second
 
 // VerifyTestMain runs m's tests and exits with their code, or 1 when
 // goroutines are still running LeakGrace after they ended (see
-// goleak.Find). cleanup, when not nil, runs before the exit.
-func VerifyTestMain(m *testing.M, cleanup func()) {
+// goleak.Find).
+func VerifyTestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
 		deadline := time.Now().Add(LeakGrace)
@@ -33,9 +33,6 @@ func VerifyTestMain(m *testing.M, cleanup func()) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	}
-	if cleanup != nil {
-		cleanup()
 	}
 	os.Exit(code)
 }
