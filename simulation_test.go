@@ -32,7 +32,7 @@ import (
 // in virtual time, one seed per run; see internal/sim.
 //
 //	go test -run '^TestSimulation$' .                      the regression seeds
-//	go test -run '^TestSimulation$' -sim.ci -timeout 25m .   the CI seed set
+//	go test -run '^TestSimulation$' -sim.ci -timeout 40m .   the CI seed set
 //	go test -run '^TestSimulation$' -sim.seeds 100000 -timeout 0 .   a long run
 //	go test -run '^TestSimulation$' -sim.seed 4242 -v .    one seed, with its trace
 var (
