@@ -235,6 +235,18 @@ func (o *owed) farWait(rtNow time.Time) time.Duration {
 	return max(next.Sub(rtNow), time.Millisecond)
 }
 
+// farLast is how long far may go on as it stands: the latest score by
+// which its members count nowhere (the server's clock, in µs; 0 when far is
+// empty), and farEnd, after which it is dropped whatever the scores (the
+// runtime's clock; zero until a round trip succeeded since the last
+// failure).
+func (o *owed) farLast() (until int64, end time.Time) {
+	for _, u := range o.far {
+		until = max(until, u)
+	}
+	return until, o.farEnd
+}
+
 // take returns what the next round trip writes, and leaves it to it: the
 // members to remove (with those a failure doubts, see takeRecheck), the
 // calls to give back that were written for sure, and the calls to count

@@ -171,6 +171,9 @@ func TestOwedFarGoesAgainForATail(t *testing.T) {
 			if got := o.takeFar(true, rt, 0); !slices.Equal(got, []string{"far"}) {
 				t.Fatalf("takeFar(probe) = %v, want [far]", got)
 			}
+			if until, end := o.farLast(); until != tc.score+w || !end.IsZero() {
+				t.Fatalf("farLast before a success = %d, %v; want %d and no end", until, end, tc.score+w)
+			}
 			rt = rt.Add(time.Minute) // an outage: the tail runs from the first success
 			o.sent(&core.Attempt{})
 			if got := o.takeRecheck(false); !slices.Equal(got, []string{"near"}) {
@@ -188,6 +191,9 @@ func TestOwedFarGoesAgainForATail(t *testing.T) {
 					continue
 				}
 				sends++
+				if until, end := o.farLast(); until != tc.score+w || !end.Equal(rt.Add(farTail)) {
+					t.Fatalf("farLast at +%s = %d, %v; want %d and the tail's end, %v", at.Sub(rt), until, end, tc.score+w, rt.Add(farTail))
+				}
 				if !slices.Equal(got, []string{"far"}) {
 					t.Fatalf("takeFar at +%s = %v, want [far]", at.Sub(rt), got)
 				}
@@ -200,6 +206,9 @@ func TestOwedFarGoesAgainForATail(t *testing.T) {
 			}
 			if sends != tc.sends {
 				t.Fatalf("far went %d times, want %d", sends, tc.sends)
+			}
+			if until, end := o.farLast(); until != 0 || !end.IsZero() {
+				t.Fatalf("farLast once far was dropped = %d, %v; want 0 and no end", until, end)
 			}
 			o.doubt(failed, batch, 0, w, horizon, false)
 			o.forget()

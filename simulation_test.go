@@ -1332,14 +1332,15 @@ func (w *simWorld) checkIdle() {
 			continue
 		}
 		r.th.mu.Lock()
-		for _, until := range r.th.owed.far {
+		until, farEnd := r.th.owed.farLast()
+		r.th.mu.Unlock()
+		if until > 0 {
 			end := time.UnixMicro(until)
-			if e := r.th.owed.farEnd; !e.IsZero() && e.Before(end) {
-				end = e
+			if !farEnd.IsZero() && farEnd.Before(end) {
+				end = farEnd
 			}
 			deadline = maxTime(deadline, end.Add(farEvery+time.Second))
 		}
-		r.th.mu.Unlock()
 	}
 	for {
 		busy := ""
