@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"time"
@@ -79,4 +81,92 @@ func ExampleTenantStats() {
 	// Output:
 	// acme: 5 units in 2 waits, 2 seen by the Observer
 	// globex: 1 units in 1 waits, 1 seen by the Observer
+}
+
+// A paying customer's calls weigh twice a free one's: while both have
+// calls waiting, the paying one is served about twice as many, in the
+// process's order and in the shares across replicas.
+func ExampleWithTenantWeight() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	weight := func(tenant string) float64 {
+		if tenant == "paying" {
+			return 2
+		}
+		return 1
+	}
+	t, err := throttler.New(rdb, "openai-org", 6, 100*time.Millisecond, throttler.WithTenantWeight(weight))
+	if err != nil {
+		panic(err)
+	}
+	// The window is full: the calls below queue, and go in the fair order.
+	if err := t.WaitN(context.Background(), 6); err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	var went []string
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"paying", "free"} {
+		ctx := throttler.ContextWithTenant(context.Background(), tenant)
+		for range 12 {
+			wg.Go(func() {
+				if err := t.Wait(ctx); err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				went = append(went, tenant) // make the call here
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	paying := 0
+	for _, tenant := range went[:12] {
+		if tenant == "paying" {
+			paying++
+		}
+	}
+	fmt.Println("of the first 12 calls, the paying customer's are 7 to 9:", paying >= 7 && paying <= 9)
+	// Output:
+	// of the first 12 calls, the paying customer's are 7 to 9: true
+}
+
+// A Transport names each request's tenant from the request itself, here a
+// header, when its context carries none; a request without the header is
+// of no tenant.
+func ExampleTransport_tenant() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer api.Close()
+	t, err := throttler.New(rdb, "partner-api", 100, time.Second)
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &throttler.Transport{
+		Route:  t.Route(),
+		Tenant: func(r *http.Request) string { return r.Header.Get("X-Merchant") },
+	}}
+	for _, merchant := range []string{"m-17", "m-42", "m-17", ""} {
+		req, _ := http.NewRequest("GET", api.URL, nil)
+		if merchant != "" {
+			req.Header.Set("X-Merchant", merchant)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+	}
+	s := t.Stats()
+	for _, merchant := range slices.Sorted(maps.Keys(s.Tenants.ByTenant)) {
+		fmt.Printf("%s: %d calls\n", merchant, s.Tenants.ByTenant[merchant].Admitted)
+	}
+	fmt.Println("all calls:", s.Admitted)
+	// Output:
+	// m-17: 2 calls
+	// m-42: 1 calls
+	// all calls: 4
 }

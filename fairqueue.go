@@ -28,8 +28,7 @@ import "github.com/go-throttler/throttler/internal/core"
 // Its fields are under the Throttler's mutex, and change only through its
 // methods.
 type fairOrder struct {
-	weight func(tenant string) float64 // WithTenantWeight; nil: all weigh 1
-	level  [core.Levels]fairTags
+	level [core.Levels]fairTags
 }
 
 // fairTags are one priority's tags.
@@ -40,9 +39,9 @@ type fairTags struct {
 }
 
 // stamp returns the start tag of a call of n units of tenant's, of
-// priority p, joining the queue; fresh when no call waited before it (the
-// order starts afresh).
-func (f *fairOrder) stamp(p core.Level, tenant string, n int, fresh bool) float64 {
+// weight weight (see rank; 0 counts as 1), of priority p, joining the
+// queue; fresh when no call waited before it (the order starts afresh).
+func (f *fairOrder) stamp(p core.Level, tenant string, weight float64, n int, fresh bool) float64 {
 	if fresh {
 		f.reset()
 	}
@@ -51,7 +50,10 @@ func (f *fairOrder) stamp(p core.Level, tenant string, n int, fresh bool) float6
 		l.finish = map[string]float64{}
 	}
 	start := max(l.virtual, l.finish[tenant])
-	l.finish[tenant] = start + float64(n)/weightOf(f.weight, tenant)
+	if weight <= 0 {
+		weight = 1
+	}
+	l.finish[tenant] = start + float64(n)/weight
 	if len(l.finish) > 2*l.swept+16 {
 		l.sweep()
 	}

@@ -210,7 +210,7 @@ func (p *Permit) settle(ctx context.Context, actual int) error {
 	}
 	excess := min(actual-p.estimate, maxDebt(t.rules.Wins))
 	t.stats.debt.Add(uint64(excess))
-	return t.addDebt(ctx, p.score, excess)
+	return t.addDebt(ctx, p.score, excess, t.debtMark(nil, p.members))
 }
 
 // maxDebt is the most debt one settle writes: the largest limit of wins,
@@ -235,15 +235,17 @@ func maxDebt(wins []core.Window) int {
 func debtNow(t *Throttler) int64 { return t.clock.ServerByRuntime(time.Now(), t.now()) }
 
 // addDebt adds n units as debt at score (server µs): members every later
-// call counts, never given back, that leave with the window. What Redis
+// call counts, never given back, that leave with the window, ending in
+// mark, the suffix of their call's tenant ("" for none: see debtMark),
+// so that its share counts them. What Redis
 // does not take (the error is returned, wrapping ErrRedis) is written by
 // the next round trip that works, and counts in this process's own calls
 // meanwhile.
-func (t *Throttler) addDebt(ctx context.Context, score int64, n int) error {
+func (t *Throttler) addDebt(ctx context.Context, score int64, n int, mark string) error {
 	debt := make([]core.Entry, n)
 	members := make([]string, n)
 	for i := range debt {
-		members[i] = core.DebtPrefix + t.ids.next()
+		members[i] = core.DebtPrefix + t.ids.next() + mark
 		debt[i] = core.Entry{Score: score, Member: members[i]}
 	}
 	t.mu.Lock()

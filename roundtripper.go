@@ -125,8 +125,9 @@ type Transport struct {
 
 	// Tenant, when set, names the tenant of each request whose context
 	// carries none (see ContextWithTenant): by a header, the path, or
-	// anything else in it. A request's context wins over Tenant. Nil (the
-	// default): a request's tenant is its context's.
+	// anything else in it; "" (a header that is missing) is no tenant. A
+	// request's context wins over Tenant. Nil (the default): a request's
+	// tenant is its context's.
 	Tenant func(*http.Request) string
 
 	// Retries is how many times a refused request is sent again: one
@@ -256,7 +257,9 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if tr.Tenant != nil {
 		if _, ok := TenantFromContext(req.Context()); !ok {
-			req = req.WithContext(ContextWithTenant(req.Context(), tr.Tenant(req)))
+			if tenant := tr.Tenant(req); tenant != "" {
+				req = req.WithContext(ContextWithTenant(req.Context(), tenant))
+			}
 		}
 	}
 	send := req

@@ -154,6 +154,6 @@ func shadowDecide(t *Throttler, ctx context.Context, n int, prio Priority) (rese
 		s.Wait = max(res.retry.Sub(now), time.Nanosecond)
 	}
 	// It goes all the same: counted where it goes, now.
-	_ = t.addDebt(context.WithoutCancel(ctx), debtNow(t), n)
+	_ = t.addDebt(context.WithoutCancel(ctx), debtNow(t), n, w.rank.mark)
 	return reservation{state: stAdmitted, at: now, immediate: true, remaining: res.remaining}, s
 }

@@ -2,10 +2,13 @@ package throttler
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,10 +74,11 @@ func TestFairOrderShares(t *testing.T) {
 		{"units", nil, 2, 10}, // a's calls take 2 units each: 10 calls, 20 units, against b's 10
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := workerState{fair: fairOrder{weight: tc.weight}}
+			var q workerState
+			o := orderOptions{weight: tc.weight}
 			for range 30 {
-				q.insert(&waiter{n: tc.nA, rank: rank{tenant: "a"}})
-				q.insert(&waiter{n: 1, rank: rank{tenant: "b"}})
+				q.insert(&waiter{n: tc.nA, rank: o.rankOf(ContextWithTenant(context.Background(), "a"), PriorityNormal, false)})
+				q.insert(&waiter{n: 1, rank: o.rankOf(ContextWithTenant(context.Background(), "b"), PriorityNormal, false)})
 			}
 			a := 0
 			for _, w := range q.queue[:30] {
@@ -95,17 +99,17 @@ func TestFairOrderShares(t *testing.T) {
 func TestFairOrderForgetsServedTenants(t *testing.T) {
 	var f fairOrder
 	n := core.Level(1)
-	f.stamp(n, "x", 1, true)
+	f.stamp(n, "x", 0, 1, true)
 	for i := range 1000 {
 		// One call at a time, each served before the next tenant's joins:
 		// each tenant's finish tag is passed at once.
-		tag := f.stamp(n, string(rune('a'+i%26))+string(rune(i)), 1, false)
+		tag := f.stamp(n, string(rune('a'+i%26))+string(rune(i)), 0, 1, false)
 		f.served(n, tag+1)
 	}
 	if l := f.level[n]; len(l.finish) > 40 {
 		t.Fatalf("the order keeps %d tenants after 1,000 served one call each", len(l.finish))
 	}
-	f.stamp(n, "y", 1, true)
+	f.stamp(n, "y", 0, 1, true)
 	if l := f.level[n]; len(l.finish) != 1 || l.virtual != 0 {
 		t.Fatalf("an empty queue left %d tenants at virtual time %g", len(l.finish), l.virtual)
 	}
@@ -186,7 +190,7 @@ func TestTenantServedAheadOfAFlood(t *testing.T) {
 }
 
 // A Transport's Tenant names the tenant of requests whose context carries
-// none; a context's tenant wins.
+// none; a context's tenant wins; a Tenant of "" is no tenant.
 func TestTransportTenant(t *testing.T) {
 	var seen []string
 	var mu sync.Mutex
@@ -195,7 +199,10 @@ func TestTransportTenant(t *testing.T) {
 		Route:  th.Route(),
 		Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
 		Base: rtFunc(func(r *http.Request) (*http.Response, error) {
-			tenant, _ := TenantFromContext(r.Context())
+			tenant, ok := TenantFromContext(r.Context())
+			if !ok {
+				tenant = "none"
+			}
 			mu.Lock()
 			seen = append(seen, tenant)
 			mu.Unlock()
@@ -203,16 +210,19 @@ func TestTransportTenant(t *testing.T) {
 		}),
 	}
 	c := &http.Client{Transport: tr}
-	for _, ctx := range []context.Context{context.Background(), ContextWithTenant(context.Background(), "ctx")} {
+	for i, ctx := range []context.Context{context.Background(), ContextWithTenant(context.Background(), "ctx"), context.Background()} {
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://api.example/x", nil)
-		req.Header.Set("X-Tenant", "header")
+		if i < 2 {
+			req.Header.Set("X-Tenant", "header")
+		}
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 	}
-	if want := []string{"header", "ctx"}; !slices.Equal(seen, want) {
+	// The last request has no header: Tenant names "", no tenant.
+	if want := []string{"header", "ctx", "none"}; !slices.Equal(seen, want) {
 		t.Fatalf("tenants %v, want %v", seen, want)
 	}
 }
@@ -422,5 +432,98 @@ func TestLightCallsRoundLeavesTheScan(t *testing.T) {
 		if got := send(tc.batch...); got != tc.scans {
 			t.Errorf("round %d: scans %v, want %v", i, got, tc.scans)
 		}
+	}
+}
+
+// The empty tenant is no tenant, whoever set it; a nil context carries
+// none and takes one.
+func TestEmptyTenantIsNoTenant(t *testing.T) {
+	if tenant, ok := TenantFromContext(nil); tenant != "" || ok { //nolint:staticcheck // a nil context is bad input we take
+		t.Fatalf("TenantFromContext(nil) = %q, %v; want \"\", false", tenant, ok)
+	}
+	if tenant, ok := TenantFromContext(ContextWithTenant(nil, "a")); tenant != "a" || !ok { //nolint:staticcheck
+		t.Fatalf("ContextWithTenant(nil, a) carries %q, %v; want a, true", tenant, ok)
+	}
+	cleared := ContextWithTenant(ContextWithTenant(context.Background(), "a"), "")
+	if tenant, ok := TenantFromContext(cleared); tenant != "" || ok {
+		t.Fatalf("ContextWithTenant(a's, \"\") carries %q, %v; want \"\", false", tenant, ok)
+	}
+	var o orderOptions
+	if r := o.rankOf(cleared, PriorityNormal, false); r.tenant != "" || r.mark != "" {
+		t.Fatalf("rankOf the empty tenant = %q, mark %q; want neither", r.tenant, r.mark)
+	}
+	if r := o.rankOf(ContextWithTenant(context.Background(), "a"), PriorityNormal, false); r.tenant != "a" || r.mark != redisstore.TenantSuffix("a", 1) {
+		t.Fatalf("rankOf tenant a = %q, mark %q", r.tenant, r.mark)
+	}
+}
+
+// What Settle adds past the estimate is the tenant's, as the call's own
+// members are: its share counts it. A call of no tenant adds plain debt.
+func TestSettleDebtCarriesTheTenant(t *testing.T) {
+	for _, tc := range []struct{ tenant, mark string }{{"acme", redisstore.TenantSuffix("acme", 1)}, {"", ""}} {
+		mr := miniredis.RunT(t)
+		th := mustNew(t, miniDialer(t, mr)(), "quota", 100, time.Minute)
+		ctx := ContextWithTenant(context.Background(), tc.tenant)
+		p, err := th.Acquire(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Settle(context.Background(), 5); err != nil {
+			t.Fatal(err)
+		}
+		keys := mr.Keys()
+		if len(keys) != 1 {
+			t.Fatalf("keys %q, want the quota's alone", keys)
+		}
+		members, err := mr.ZMembers(keys[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		debt, calls := 0, 0
+		for _, m := range members {
+			if strings.HasPrefix(m, "\x00") && !strings.HasPrefix(m, core.DebtPrefix) {
+				continue // the key's own (see redisstore's meta.go)
+			}
+			calls++
+			if strings.HasPrefix(m, core.DebtPrefix) {
+				debt++
+			}
+			if got := redisstore.TenantSuffixOf(m); got != tc.mark {
+				t.Errorf("tenant %q: member %q carries %q, want %q", tc.tenant, m, got, tc.mark)
+			}
+		}
+		if calls != 5 || debt != 3 {
+			t.Fatalf("tenant %q: %d members of calls, %d of them debt; want 5 and 3", tc.tenant, calls, debt)
+		}
+	}
+}
+
+// A tenant's weight is asked once per call, and counts in the process's
+// order as its members' marks count it in Redis: in thousandths, from
+// 0.001 to 999.999.
+func TestTenantWeightOnceAndAsRedisCountsIt(t *testing.T) {
+	for _, tc := range []struct{ give, want float64 }{
+		{2, 2}, {1.23456, 1.235}, {5000, 999.999}, {0.0001, 0.001},
+		{0, 1}, {-3, 1}, {math.NaN(), 1}, {math.Inf(1), 1},
+	} {
+		got := weightOf(func(string) float64 { return tc.give }, "a")
+		if got != tc.want {
+			t.Errorf("weight %v counts as %v, want %v", tc.give, got, tc.want)
+		}
+		if mark, want := redisstore.TenantSuffix("a", got), redisstore.TenantSuffix("a", tc.give); tc.want != 1 && mark != want {
+			t.Errorf("weight %v: the process's weight %v marks %q, Redis's %q", tc.give, got, mark, want)
+		}
+	}
+	var asked atomic.Int64
+	th := mustNew(t, miniDialer(t, miniredis.RunT(t))(), "quota", 100, time.Second,
+		WithTenantWeight(func(string) float64 { asked.Add(1); return 2 }))
+	ctx := ContextWithTenant(context.Background(), "a")
+	for range 20 {
+		if err := th.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := asked.Load(); n != 20 {
+		t.Fatalf("the weight was asked %d times for 20 waits, want 20", n)
 	}
 }

@@ -92,10 +92,26 @@ func (c *config) capReach() core.TenantReach {
 func (o *orderOptions) rankOf(ctx context.Context, prio Priority, front bool) rank {
 	r := rank{prio: prio, front: front}
 	if tenant, ok := TenantFromContext(ctx); ok {
-		r.tenant = tenant
-		r.mark = redisstore.TenantSuffix(tenant, weightOf(o.weight, tenant))
+		r.tenant, r.weight = tenant, weightOf(o.weight, tenant)
+		r.mark = redisstore.TenantSuffix(tenant, r.weight)
 	}
 	return r
+}
+
+// debtMark is the suffix of the tenant whose units a settle or a late
+// send adds as debt: that of the call's members when they carry one, else
+// of the tenant ctx carries (nil: none), so that the tenant's share counts
+// what its call used past its slot.
+func (t *Throttler) debtMark(ctx context.Context, members []string) string {
+	if len(members) > 0 {
+		if mark := redisstore.TenantSuffixOf(members[0]); mark != "" {
+			return mark
+		}
+	}
+	if ctx == nil {
+		return ""
+	}
+	return t.opt.order.rankOf(ctx, 0, false).mark
 }
 
 // scanEvery is how often a round trip counts the tenants' calls: every

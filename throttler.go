@@ -21,6 +21,49 @@
 // or that waited for a place in flight (WithInFlight), goes back to the
 // head of the queue, ahead of waiters of any priority. Their reservations
 // are batched: one Redis round trip serves as many as fit.
+//
+// # Tenants
+//
+// One quota often serves many tenants: the customers behind the chat
+// completions made with one organisation key. A call's tenant comes from
+// its context (ContextWithTenant), so that Wait, Do, Wrap, Acquire and its
+// Settle, and the Transport carry it; a Transport may also name each
+// request's tenant itself (Transport.Tenant). The empty tenant is no
+// tenant, and AllowN's calls have none (but under WithShadow).
+//
+// Within one process, the calls of one priority that wait are served in a
+// fair order across their tenants: start-time fair queuing in units, by
+// each tenant's weight (WithTenantWeight). A tenant that queues one call
+// behind another's flood is served next, not after the flood.
+//
+// Across replicas, a tenant whose calls wait behind its own (backlogged)
+// is held to a fair share of each window, checked in Redis in the same
+// round trip as its claims: the backlogged tenants share by weight what
+// the other tenants use of the limit, less a spare left free for their
+// next calls; a tenant that asks for less than its share gets what it
+// asks, and a tenant alone is held to nothing. The limit holds whatever
+// the tenants.
+//
+// How tenants compose with the rest:
+//   - Priorities come first: a higher priority's calls queue ahead of
+//     every tenant's, and the tenants share within a priority; a tenant
+//     held to its share waits for the room its share leaves, whatever its
+//     calls' priority.
+//   - A share counts units: WaitN(ctx, 5) counts 5, and what Settle adds
+//     past an estimate counts for the call's tenant.
+//   - Under Group, each credential's Throttler has shares of its own: a
+//     tenant's share of one credential takes nothing of another's.
+//   - With WithInFlight, places go in each process's order; the shares
+//     are of the rate.
+//   - Under several limits (WithLimit), the shares are those of the first
+//     limit's key, and every limit holds; a compacted window's older calls
+//     are not counted in them (WithCompactFrom).
+//
+// Redis keeps nothing per tenant but 17 bytes on each of its calls'
+// members, which leave with them; a process keeps a tenant while its
+// calls wait, and in Stats.Tenants among at most 100 (TenantStats); an
+// Observer sees each wait's tenant (WaitInfo.Tenant). See
+// docs/design.md, "Tenants", for how the shares are worked out.
 package throttler
 
 import (
@@ -107,7 +150,6 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 		worker: workerState{
 			kick: make(chan struct{}, 1),
 			rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-			fair: fairOrder{weight: o.order.weight},
 		},
 		known: core.Known{Near: true},
 		clock: o.clockSync(),

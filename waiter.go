@@ -84,6 +84,7 @@ type rank struct {
 	front  bool    // queues ahead of every WaitN (see wantFront)
 	tenant string  // see ContextWithTenant
 	mark   string  // its tenant's mark, the suffix of its members' names ("" without a tenant: see tenants.go)
+	weight float64 // its tenant's weight, as mark carries it (0 without a tenant: see weightOf)
 	tag    float64 // its start tag in the fair order, stamped as it joins the queue
 }
 

@@ -424,7 +424,7 @@ type workerState struct {
 // round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
 	if !w.now && !w.rank.front {
-		w.rank.tag = q.fair.stamp(w.rank.prio.level(), w.rank.tenant, w.n, q.idle())
+		w.rank.tag = q.fair.stamp(w.rank.prio.level(), w.rank.tenant, w.rank.weight, w.n, q.idle())
 	}
 	i := len(q.queue)
 	for i > 0 && w.before(q.queue[i-1]) {

@@ -47,6 +47,19 @@ func TenantWaited(suffix string, waited bool) string {
 // TenantTag returns the tag a suffix ends with: its tenant and weight.
 func TenantTag(suffix string) string { return suffix[len(suffix)-tenantTagLen:] }
 
+// TenantSuffixOf returns the suffix member ends with, "" when it is not a
+// tenant's call's.
+func TenantSuffixOf(member string) string {
+	if len(member) <= TenantSuffixLen {
+		return ""
+	}
+	suffix := member[len(member)-TenantSuffixLen:]
+	if suffix[:2] != "\x00t" {
+		return ""
+	}
+	return suffix
+}
+
 // scanLua defines scanTenants, which TenantScript and TenantPeakScript
 // share. scanTenants(r, from, w, skip) counts the members of r (a
 // ZRANGEBYSCORE WITHSCORES answer, ascending) scored after from - w
