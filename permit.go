@@ -210,7 +210,7 @@ func (p *Permit) settle(ctx context.Context, actual int) error {
 	}
 	excess := min(actual-p.estimate, maxDebt(t.rules.Wins))
 	t.stats.debt.Add(uint64(excess))
-	return t.addDebt(ctx, p.score, excess, t.debtMark(nil, p.members))
+	return t.addDebt(ctx, p.score, excess, t.opt.order.debtMark(nil, p.members))
 }
 
 // maxDebt is the most debt one settle writes: the largest limit of wins,

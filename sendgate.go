@@ -268,7 +268,7 @@ func (c *gatedCall) again() {
 	t, p := c.t, c.p
 	info := SendInfo{Reslotted: true, Rewritten: true}
 	if _, _, err := t.waitSlot(c.ctx, "send", p.estimate, wantFront, 0); err != nil {
-		_ = t.addDebt(c.ctx, debtNow(t), p.estimate, t.debtMark(c.ctx, p.members))
+		_ = t.addDebt(c.ctx, debtNow(t), p.estimate, t.opt.order.debtMark(c.ctx, p.members))
 		info.Late = true
 	}
 	t.stats.sent(t.now(), info)
@@ -330,7 +330,7 @@ func (p *Permit) unslot(ctx context.Context, start bool) {
 // did not take (see addDebt).
 func (p *Permit) countAnyway(ctx context.Context) {
 	t := p.t
-	_ = t.addDebt(ctx, debtNow(t), p.estimate, t.debtMark(ctx, p.members))
+	_ = t.addDebt(ctx, debtNow(t), p.estimate, t.opt.order.debtMark(ctx, p.members))
 	p.score, p.members = 0, nil
 }
 

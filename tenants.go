@@ -102,7 +102,7 @@ func (o *orderOptions) rankOf(ctx context.Context, prio Priority, front bool) ra
 // send adds as debt: that of the call's members when they carry one, else
 // of the tenant ctx carries (nil: none), so that the tenant's share counts
 // what its call used past its slot.
-func (t *Throttler) debtMark(ctx context.Context, members []string) string {
+func (o *orderOptions) debtMark(ctx context.Context, members []string) string {
 	if len(members) > 0 {
 		if mark := redisstore.TenantSuffixOf(members[0]); mark != "" {
 			return mark
@@ -111,7 +111,7 @@ func (t *Throttler) debtMark(ctx context.Context, members []string) string {
 	if ctx == nil {
 		return ""
 	}
-	return t.opt.order.rankOf(ctx, 0, false).mark
+	return o.rankOf(ctx, 0, false).mark
 }
 
 // scanEvery is how often a round trip counts the tenants' calls: every
