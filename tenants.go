@@ -108,9 +108,6 @@ func (o *orderOptions) debtMark(ctx context.Context, members []string) string {
 			return mark
 		}
 	}
-	if ctx == nil {
-		return ""
-	}
 	return o.rankOf(ctx, 0, false).mark
 }
 

@@ -157,7 +157,7 @@ func sampleMemory(ctx context.Context, rdb *redis.Client, key string, t0 time.Ti
 			s.used, s.clients, s.key, s.members = info["used_memory"], info["mem_clients_normal"], bytes, int64(len(members))
 			s.scripts, s.cached, s.keys = info["used_memory_scripts_eval"], info["number_of_cached_scripts"], keys
 			for _, m := range members {
-				if len(m) > redisstore.TenantSuffixLen && strings.HasPrefix(m[len(m)-redisstore.TenantSuffixLen:], "\x00t") && redisstore.TenantTag(m) != steady {
+				if redisstore.TenantSuffixOf(m) != "" && redisstore.TenantTag(m) != steady {
 					s.tens++
 				}
 			}
