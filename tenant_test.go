@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -371,6 +372,29 @@ func TestUncappedFirst(t *testing.T) {
 	uncappedFirst(q, nil)
 	if !slices.Equal(q.queue, want) {
 		t.Errorf("with none capped, the order changed to %v", startTags(q.queue))
+	}
+}
+
+// Calls held at one round and calls not held then, all held at the next,
+// go in their fair order: a flood not yet capped went ahead of the light
+// tenants' capped calls, and once capped too, must not keep its place
+// ahead of their earlier tags (seed 64760).
+func TestHeldPartsMergeInFairOrder(t *testing.T) {
+	mk := func(tenant string, tag float64) *waiter {
+		return &waiter{rank: rank{prio: PriorityNormal, tag: tag, mark: redisstore.TenantSuffix(tenant, 1)}}
+	}
+	t1, t2, flood0, t0, flood1, flood2 := mk("t1", 0), mk("t2", 0), mk("flood", 0), mk("t0", 1), mk("flood", 1), mk("flood", 2)
+	q := &workerState{queue: []*waiter{t1, t2, flood0, t0, flood1, flood2}}
+	lights := map[string]bool{t1.tenantTag(): true, t2.tenantTag(): true, t0.tenantTag(): true}
+	uncappedFirst(q, lights)
+	if want := []*waiter{flood0, flood1, flood2, t1, t2, t0}; !slices.Equal(q.queue, want) {
+		t.Fatalf("the flood not capped: order %v, want %v", startTags(q.queue), startTags(want))
+	}
+	all := maps.Clone(lights)
+	all[flood0.tenantTag()] = true
+	uncappedFirst(q, all)
+	if want := []*waiter{flood0, t1, t2, flood1, t0, flood2}; !slices.Equal(q.queue, want) {
+		t.Errorf("all capped: order %v, want %v", startTags(q.queue), startTags(want))
 	}
 }
 

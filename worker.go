@@ -443,31 +443,41 @@ func (q *workerState) insert(w *waiter) (first, inline bool) {
 
 // heldLast moves the queued calls that held reports behind the others of
 // their class (alike in how they queue, and of one priority: see
-// waiter.before), keeping the order within each part. A rider holds calls
-// back so (see uncappedFirst); insert places a call by before alone, and
-// the next round that holds calls back moves it.
+// waiter.before), each part in its fair order (by before). A rider holds
+// calls back so (see uncappedFirst); insert places a call by before alone,
+// and the next round that holds calls back moves it. A queue none of
+// whose calls is held keeps its order: the calls a cap held back until
+// then keep their early start tags, and would go ahead of the calls that
+// came later (seed 812).
+//
+// Each part is sorted again, not only kept in its order: calls held and
+// calls not held at one round may both be held at the next, and their
+// parts then make one, which must be in its fair order (seed 64760: a
+// flood's 12 calls, not held while no scan had seen the flood, went ahead
+// of three light tenants' calls held by their caps; once the flood was
+// capped too, all were held, and its calls kept their places ahead of
+// older calls with earlier tags, taking every other slot of the process
+// for minutes).
 func (q *workerState) heldLast(held func(*waiter) bool) {
-	sorted := true
-	for i := 1; i < len(q.queue) && sorted; i++ {
-		sorted = !sameClass(q.queue[i-1], q.queue[i]) || held(q.queue[i]) || !held(q.queue[i-1])
-	}
-	if sorted {
+	if !slices.ContainsFunc(q.queue, held) {
 		return
 	}
-	slices.SortStableFunc(q.queue, func(a, b *waiter) int {
-		switch {
-		case !sameClass(a, b):
-			if a.before(b) {
-				return -1
-			}
-			return 1
-		case held(a) == held(b):
-			return 0
-		case held(b):
+	order := func(a, b *waiter) int {
+		switch ha, hb := held(a), held(b); {
+		case sameClass(a, b) && ha != hb && hb:
 			return -1
+		case sameClass(a, b) && ha != hb:
+			return 1
+		case a.before(b):
+			return -1
+		case b.before(a):
+			return 1
 		}
-		return 1
-	})
+		return 0
+	}
+	if !slices.IsSortedFunc(q.queue, order) {
+		slices.SortStableFunc(q.queue, order)
+	}
 }
 
 // sameClass reports whether a and b queue by their fair order alone (see
