@@ -130,8 +130,9 @@ func (w *waiter) toSlot(ctx context.Context, t *Throttler, res reservation) (_ o
 // can go back. Late lateBeforeSlack times in a row, the call asks for a
 // margin wide enough for such a wake (see internal/core's margin.go) rather
 // than be late for ever on a machine too loaded to wake it in time. A call
-// whose place in flight lapsed in Redis (see leases.lost) reserves again
-// too, a new place with its slot.
+// whose place in flight lapsed in Redis (see leases.lost), or is not known
+// to be live any more (see leases.live), reserves again too, a new place
+// with its slot.
 func (w *waiter) goesBackLocked(t *Throttler, late time.Duration) bool {
 	if t.lease.lostPlace(w) {
 		return true

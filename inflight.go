@@ -40,11 +40,14 @@ import (
 // ttl bounds what a killed process costs: a process renews the leases it
 // holds every ttl/3, so a call may run as long as it needs, and a process
 // that stops renewing (killed, or cut off from Redis for longer than 2ttl/3)
-// loses its places at most ttl after its last renewal. Its next renewal
-// (within ttl/3) tells it which places Redis no longer holds: a waiter
-// holding one for its slot reserves again, with a new place, before it
-// goes; a call already running on one, or going before that renewal, may
-// make more than n in flight. Zero means 30s;
+// loses its places at most ttl after its last renewal. A waiter holding a
+// place for its slot goes on it only while the place is known to be live:
+// within ttl of when the last round trip that granted or renewed it was
+// sent (a renewal that timed out may not have been applied), and not once
+// a renewal found it gone; otherwise it gives it back and reserves again,
+// with a new place, before it goes. Only a call already running on a
+// place when its process is cut off may make more than n in flight.
+// Zero means 30s;
 // otherwise ttl must be at least 3s, and n at least 1.
 //
 // While Redis fails, FailOpen and FallbackLocal admit calls without a
@@ -79,7 +82,11 @@ const (
 type leases struct {
 	core.InFlight
 
-	held map[string]struct{} // places this process holds: calls in flight, and waiters holding one for their slot
+	// Places this process holds (calls in flight, and waiters holding
+	// one for their slot), each with when it is known to lapse in Redis
+	// no sooner, on the runtime's clock: the ttl after the last round trip
+	// that granted or renewed it was sent (see live).
+	held map[string]time.Time
 	// Places of held that a renewal found Redis no longer holds (see
 	// lost), until their call ends or, for a waiter that has not gone yet,
 	// it reserves again with a new one (see lostPlace).
@@ -107,7 +114,7 @@ type leases struct {
 
 // newLeases returns the places of o, whose keeper spawn starts.
 func newLeases(o *core.InFlight, spawn func()) *leases {
-	return &leases{InFlight: *o, held: map[string]struct{}{}, kick: make(chan struct{}, 1), spawn: spawn}
+	return &leases{InFlight: *o, held: map[string]time.Time{}, kick: make(chan struct{}, 1), spawn: spawn}
 }
 
 // wanted reports whether the keeper has anything to do.
@@ -157,6 +164,7 @@ func (l *leases) ask(a *core.Attempt, w *waiter, ids *memberSource) {
 	w.leaseTry = ids.next()
 	a.Places.IDs = append(a.Places.IDs, w.leaseTry)
 	a.Places.Wakes, a.Places.Ready, a.Places.Stay = l.wakes, l.ready, len(l.parked) > 0
+	a.Places.At = time.Now()
 }
 
 // handOver gives the places held by waiters of queue (those the plan
@@ -183,10 +191,7 @@ func (l *leases) handOver(queue, batch []*waiter) {
 	if !slices.ContainsFunc(batch, (*waiter).needsPlaceLocked) {
 		return
 	}
-	holds := func(w *waiter) bool {
-		_, lapsed := l.gone[w.lease]
-		return w.lease != "" && !lapsed
-	}
+	holds := func(w *waiter) bool { return w.lease != "" && l.live(w.lease) }
 	q := len(queue) - 1
 	for _, w := range batch {
 		if !w.needsPlaceLocked() {
@@ -224,7 +229,7 @@ func (l *leases) grant(a *core.Attempt, r core.Reply, batch []*waiter) {
 		if granted > 0 {
 			granted--
 			w.lease = w.leaseTry
-			l.held[w.lease] = struct{}{}
+			l.held[w.lease] = a.Places.At.Add(l.TTL)
 			l.startKeeper()
 		}
 		w.leaseTry = ""
@@ -278,6 +283,28 @@ func (l *leases) released(id string) {
 	l.nudge()
 }
 
+// renewed notes that a renewal of ids sent at sent succeeded: each of
+// them still held and not lost (lost notes those) lives in Redis until
+// at least the ttl after sent.
+func (l *leases) renewed(ids []string, sent time.Time) {
+	until := sent.Add(l.TTL)
+	for _, id := range ids {
+		if was, ok := l.held[id]; ok && until.After(was) {
+			l.held[id] = until
+		}
+	}
+}
+
+// live reports whether place id is held and known to be live in Redis now:
+// within the ttl of the last round trip that granted or renewed it. One
+// whose renewals failed since may have lapsed (a renewal that timed out
+// may or may not have been applied), and a call that went on it would be
+// in flight on a place another process may take.
+func (l *leases) live(id string) bool {
+	until, ok := l.held[id]
+	return ok && time.Now().Before(until)
+}
+
 // lost notes the places of ids that a renewal found Redis no longer
 // holds (a process cut off from Redis for longer than 2ttl/3, or stalled
 // as long): they are renewed no more, and a waiter holding one for its
@@ -298,17 +325,29 @@ func (l *leases) lost(ids []string) (n int) {
 	return n
 }
 
-// lostPlace reports whether w holds a place Redis no longer holds (see
-// lost), and takes it off w, which then needs a new one. Without
+// lostPlace reports whether w holds a place that is not live (see live):
+// one a renewal found Redis no longer holds (see lost), which it takes off
+// w, or one not known to be live any more, which it takes off w and gives
+// back (it may still be in Redis). w then needs a new one. Without
 // WithInFlight (l nil) it reports false.
+//
+// A waiter whose process could not renew its place for a ttl went on it
+// before: its renewals had timed out (their replies lost, one applied),
+// the next found the place lapsed 3.3s after the call began, and three
+// such calls made 8 in flight against a cap of 7 (simulation seed 63877).
 func (l *leases) lostPlace(w *waiter) bool {
 	if l == nil || w.lease == "" {
 		return false
 	}
-	if _, ok := l.gone[w.lease]; !ok {
+	if _, ok := l.gone[w.lease]; ok {
+		delete(l.gone, w.lease)
+		w.lease = ""
+		return true
+	}
+	if l.live(w.lease) {
 		return false
 	}
-	delete(l.gone, w.lease)
+	l.giveBack(w.lease)
 	w.lease = ""
 	return true
 }
@@ -548,10 +587,15 @@ func (k *keeper) write(w keeperWork) (closed bool) {
 	}
 	if len(w.renew) > 0 {
 		var lost []string
-		write(func(ctx context.Context) (err error) { lost, err = t.st.RenewLeases(ctx, w.renew); return err },
-			"leases of calls in flight not renewed; retried in a third of their ttl")
-		if len(lost) > 0 {
+		sent, renewed := time.Now(), false
+		write(func(ctx context.Context) (err error) {
+			lost, err = t.st.RenewLeases(ctx, w.renew)
+			renewed = err == nil
+			return err
+		}, "leases of calls in flight not renewed; retried in a third of their ttl")
+		if renewed {
 			t.mu.Lock()
+			k.l.renewed(w.renew, sent)
 			n := k.l.lost(lost)
 			t.mu.Unlock()
 			if n > 0 {

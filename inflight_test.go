@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -563,7 +564,8 @@ func TestInFlightLapsedPlaceIsTakenAgain(t *testing.T) {
 // longer goes to its slot first, there to find the place gone and reserve
 // once more.
 func TestInFlightLapsedPlaceAskedAgainWithTheClaim(t *testing.T) {
-	l := &leases{held: map[string]struct{}{"p1": {}, "p2": {}}}
+	live := time.Now().Add(time.Hour)
+	l := &leases{held: map[string]time.Time{"p1": live, "p2": live}}
 	if n := l.lost([]string{"p1"}); n != 1 {
 		t.Fatalf("lost: %d held, want 1", n)
 	}
@@ -577,6 +579,49 @@ func TestInFlightLapsedPlaceAskedAgainWithTheClaim(t *testing.T) {
 	}
 	if kept.lease != "p2" || l.lostPlace(kept) {
 		t.Fatalf("the call whose place holds lost it: lease %q", kept.lease)
+	}
+}
+
+// A place whose process could not renew it for a ttl is not known to be
+// live (a renewal that timed out may not have been applied): a waiter
+// holding it for its slot gives it back and reserves again with a new
+// one, no other claim is handed it, and a renewal that succeeds makes it
+// live again (simulation seed 63877: three calls went on places that had
+// lapsed, and made 8 in flight against a cap of 7).
+func TestInFlightPlaceNotRenewedIsNotLive(t *testing.T) {
+	now := time.Now()
+	l := &leases{InFlight: core.InFlight{TTL: 3 * time.Second}, kick: make(chan struct{}, 1),
+		held:  map[string]time.Time{"overdue": now.Add(-time.Millisecond), "sure": now.Add(time.Hour), "renewed": now.Add(-time.Millisecond)},
+		spawn: func() {}}
+	l.renewed([]string{"renewed", "gone"}, now)
+	if !l.live("renewed") || l.live("gone") || l.live("overdue") || !l.live("sure") {
+		t.Fatalf("live: renewed %v, gone %v, overdue %v, sure %v; want true, false, false, true",
+			l.live("renewed"), l.live("gone"), l.live("overdue"), l.live("sure"))
+	}
+	claim := &waiter{wantLease: true, rank: rank{prio: PriorityHigh}}
+	overdue := &waiter{wantLease: true, lease: "overdue", rank: rank{prio: PriorityLow}}
+	l.handOver([]*waiter{overdue}, []*waiter{claim})
+	if claim.lease != "" || overdue.lease != "overdue" {
+		t.Fatalf("the claim holds %q and the queued waiter %q: a place not known to be live was handed over", claim.lease, overdue.lease)
+	}
+	if !l.lostPlace(overdue) || overdue.lease != "" {
+		t.Fatalf("the waiter on the overdue place goes on it (lease %q)", overdue.lease)
+	}
+	if _, held := l.held["overdue"]; held || !slices.Equal(l.back, []string{"overdue"}) {
+		t.Fatalf("the overdue place: held %v, given back %v; want given back (it may still be in Redis)", held, l.back)
+	}
+	sure := &waiter{wantLease: true, lease: "sure"}
+	if l.lostPlace(sure) || sure.lease != "sure" {
+		t.Fatalf("the waiter on a live place gave it up")
+	}
+	var a core.Attempt
+	l.ask(&a, overdue, newMemberSource())
+	if len(a.Places.IDs) != 1 || a.Places.At.IsZero() {
+		t.Fatalf("the waiter that gave its place back asks %v at %v, want one new place and the time asked", a.Places.IDs, a.Places.At)
+	}
+	l.grant(&a, core.Reply{RiderReply: core.RiderReply{LeaseGranted: 1}}, []*waiter{overdue})
+	if until := l.held[overdue.lease]; !until.Equal(a.Places.At.Add(l.TTL)) {
+		t.Fatalf("the new place is known live until %v, want %v (asked at %v, plus the ttl)", until, a.Places.At.Add(l.TTL), a.Places.At)
 	}
 }
 
@@ -644,7 +689,8 @@ func TestInFlightPlaceFollowsTheClaim(t *testing.T) {
 // from a claim the taker does not go before. A claim whose own place
 // lapsed takes one too.
 func TestInFlightHandOver(t *testing.T) {
-	l := &leases{held: map[string]struct{}{"kept": {}, "low": {}, "first": {}, "lapsed": {}}, gone: map[string]struct{}{"lapsed": {}}}
+	live := time.Now().Add(time.Hour)
+	l := &leases{held: map[string]time.Time{"kept": live, "low": live, "first": live}, gone: map[string]struct{}{"lapsed": {}}}
 	w := func(p Priority, tag float64, lease string) *waiter {
 		return &waiter{wantLease: true, lease: lease, rank: rank{prio: p, tag: tag}}
 	}
@@ -676,7 +722,8 @@ func TestInFlightHandOver(t *testing.T) {
 // A claim whose place lapsed takes a kept waiter's place, rather than ask
 // Redis for one with every place taken, give its slot back and wait.
 func TestInFlightHandOverToALapsedPlace(t *testing.T) {
-	l := &leases{held: map[string]struct{}{"kept": {}, "lapsed": {}}}
+	live := time.Now().Add(time.Hour)
+	l := &leases{held: map[string]time.Time{"kept": live, "lapsed": live}}
 	l.lost([]string{"lapsed"})
 	claim := &waiter{wantLease: true, lease: "lapsed", rank: rank{prio: PriorityHigh}}
 	kept := &waiter{wantLease: true, lease: "kept", rank: rank{prio: PriorityLow}}

@@ -179,6 +179,10 @@ type PlaceAsk struct {
 	Wakes uint64 // wakes heard when the attempt was planned
 	Ready bool   // subscribed then: every later wake is heard
 	Stay  bool   // waiters stay parked: keep this process in the line for places
+	// When the attempt was planned, on the runtime's clock: a place it
+	// grants lives in Redis at least until At plus the ttl (the script
+	// reads the server's clock later).
+	At time.Time
 }
 
 // Reply is what an attempt's round trip returned.
