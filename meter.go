@@ -127,7 +127,7 @@ func (m *meter) wait(ctx context.Context, n int, start, end time.Time, err error
 		m.waits.Add(1)
 		m.waited.Add(int64(waited))
 		if tenant != "" {
-			m.tenants.admitted(tenant, n, waited)
+			m.tenants.admitted(tenant, n, waited, end)
 		}
 		if o != nil && o.Admitted != nil {
 			o.Admitted(n, waited)

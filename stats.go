@@ -150,7 +150,7 @@ func (t *Throttler) Stats() Stats {
 	for i := range s.Rejected {
 		s.Rejected[i] = t.stats.rejected[i].Load()
 	}
-	s.Tenants = t.stats.tenants.snapshot()
+	s.Tenants = t.stats.tenants.snapshot(t.now())
 	s.Shadow = t.stats.shadowCounts.snapshot()
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -111,51 +111,83 @@ func (r *tenantRun) every(ctx context.Context, wg *sync.WaitGroup, th *Throttler
 	})
 }
 
-// replicasOf returns n Throttlers on one key, as n replicas have, their
-// admissions watched by rec.
-func replicasOf(t *testing.T, dial dialer, key string, n, limit int, interval time.Duration, rec *recorder) []*Throttler {
+// replicasOf returns n Throttlers on one key made with opts, as n
+// replicas have, their admissions watched by rec.
+func replicasOf(t *testing.T, dial dialer, key string, n, limit int, interval time.Duration, rec *recorder, opts ...Option) []*Throttler {
 	var ths []*Throttler
 	for range n {
-		ths = append(ths, rec.watch(mustNew(t, dial(), key, limit, interval)))
+		ths = append(ths, rec.watch(mustNew(t, dial(), key, limit, interval, opts...)))
 	}
 	return ths
+}
+
+// skewedShares has three tenants flood one key for 3s from replicas of
+// it made with opts (a from all 3, b from the first, c from the first
+// two, 10 goroutines each), and returns each one's share of the calls
+// admitted from 1s on, once the shares are known; it checks that no
+// window held more than the limit.
+func skewedShares(t *testing.T, dial dialer, key string, opts ...Option) map[string]float64 {
+	var rec recorder
+	const limit = 50
+	interval := 500 * time.Millisecond
+	ths := replicasOf(t, dial, key, 3, limit, interval, &rec, opts...)
+	var run tenantRun
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, th := range ths {
+		run.flood(ctx, &wg, th, "a", 10)
+		if i == 0 {
+			run.flood(ctx, &wg, th, "b", 10)
+		}
+		if i < 2 {
+			run.flood(ctx, &wg, th, "c", 10)
+		}
+	}
+	wg.Wait()
+	got := run.shares(start.Add(time.Second), start.Add(3*time.Second))
+	t.Logf("calls admitted from 1s to 3s: %v", got)
+	total := float64(got["a"] + got["b"] + got["c"])
+	shares := map[string]float64{}
+	for tenant, n := range got {
+		shares[tenant] = float64(n) / total
+	}
+	assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
+	return shares
 }
 
 // Three tenants flood one key from 3, 1 and 2 of its 3 replicas: once the
 // shares are known, each gets about a third of the calls, although the
 // one on every replica makes three times the round trips of the one on
-// one replica; and no window holds more than the limit.
+// one replica; and no window holds more than the limit. (Without shares,
+// b, on one replica, got 17% of the calls, a 50%.)
 func TestTenantSharesAcrossReplicas(t *testing.T) {
 	shareBackends(t, func(t *testing.T, dial dialer, key string) {
-		var rec recorder
-		const limit = 50
-		interval := 500 * time.Millisecond
-		ths := replicasOf(t, dial, key, 3, limit, interval, &rec)
-		var run tenantRun
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		var wg sync.WaitGroup
-		start := time.Now()
-		for i, th := range ths {
-			run.flood(ctx, &wg, th, "a", 10)
-			if i == 0 {
-				run.flood(ctx, &wg, th, "b", 10)
-			}
-			if i < 2 {
-				run.flood(ctx, &wg, th, "c", 10)
-			}
-		}
-		wg.Wait()
-		// Without shares, b (10 goroutines on one replica) got 17% of
-		// the calls, a 50%.
-		got := run.shares(start.Add(time.Second), start.Add(3*time.Second))
-		total := got["a"] + got["b"] + got["c"]
+		shares := skewedShares(t, dial, key)
 		for _, tenant := range []string{"a", "b", "c"} {
-			if share := float64(got[tenant]) / float64(total); share < 0.25 || share > 0.42 {
-				t.Errorf("tenant %s had %.0f%% of the calls (%v), want about a third", tenant, share*100, got)
+			if share := shares[tenant]; share < 0.25 || share > 0.42 {
+				t.Errorf("tenant %s had %.0f%% of the calls, want about a third", tenant, share*100)
 			}
 		}
-		assertWindow(t, rec.scores(), interval+ths[0].opt.buffer, limit)
+	})
+}
+
+// The same with weights 2:1:1: a gets about half the calls, and b and c
+// a quarter each, across the replicas.
+func TestTenantWeightedSharesAcrossReplicas(t *testing.T) {
+	shareBackends(t, func(t *testing.T, dial dialer, key string) {
+		shares := skewedShares(t, dial, key, WithTenantWeight(func(tenant string) float64 {
+			if tenant == "a" {
+				return 2
+			}
+			return 1
+		}))
+		for tenant, want := range map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25} {
+			if share := shares[tenant]; share < want-0.08 || share > want+0.08 {
+				t.Errorf("tenant %s had %.0f%% of the calls, want about %.0f%%", tenant, share*100, want*100)
+			}
+		}
 	})
 }
 

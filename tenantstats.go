@@ -13,8 +13,11 @@ import (
 // A tenant that has no entry takes the place of the least recently active
 // one, but only once a snapshot (Stats) has been taken since that one's
 // last admission: an entry leaves only after a snapshot has shown its last
-// counts, which it then adds to Other. A wait without a tenant never
-// reaches the table (see meter.wait).
+// counts, which it then adds to Other. A snapshot also lets go of the
+// tenants with no wait admitted for longer than the table's idle time (the
+// Throttler's longest window) once it has shown them: an idle tenant
+// costs nothing here after a window, as in Redis. A wait without a tenant
+// never reaches the table (see meter.wait).
 
 // maxTenantStats is how many tenants Stats counts apart (see TenantStats).
 const maxTenantStats = 100
@@ -31,10 +34,12 @@ const maxTenantStats = 100
 // full, the tenant takes the place of the one whose last wait was admitted
 // the longest ago, provided a Stats snapshot has been taken since then
 // (the one leaving has had its last counts shown); otherwise it counts in
-// Other. The leaving tenant's counts move to Other, and start again from
-// zero if it comes back. So each of a tenant's counts only grows while it
-// is in ByTenant, and Other's counts, and the sums over ByTenant and
-// Other, only grow.
+// Other. A tenant none of whose waits was admitted for longer than the
+// Throttler's longest window leaves too, once a snapshot has shown it: an
+// idle tenant costs nothing after a window. The leaving tenant's counts
+// move to Other, and start again from zero if it comes back. So each of
+// a tenant's counts only grows while it is in ByTenant, and Other's
+// counts, and the sums over ByTenant and Other, only grow.
 type TenantStats struct {
 	// ByTenant holds the counts of the tenants that have their own, by
 	// tenant; nil when no tenant has any.
@@ -81,19 +86,23 @@ type tenantTable struct {
 	ring  tenantEntry
 	other TenantCounts
 	snaps uint64 // snapshots taken
+	// idle is how long after its last admission a tenant's entry leaves
+	// at the next snapshot (0: only to make room); set before use.
+	idle time.Duration
 }
 
 // tenantEntry is one tenant's counts, linked in its table's ring.
 type tenantEntry struct {
 	tenant     string
 	counts     TenantCounts
-	snaps      uint64 // the table's snaps at its last admission
+	snaps      uint64    // the table's snaps at its last admission
+	last       time.Time // its last admission, on the Throttler's clock
 	prev, next *tenantEntry
 }
 
 // admitted counts a wait of n units admitted for tenant (not "") after
-// waited.
-func (tt *tenantTable) admitted(tenant string, n int, waited time.Duration) {
+// waited, at now.
+func (tt *tenantTable) admitted(tenant string, n int, waited time.Duration, now time.Time) {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	e := tt.entries[tenant]
@@ -106,7 +115,7 @@ func (tt *tenantTable) admitted(tenant string, n int, waited time.Duration) {
 		e.unlink()
 	}
 	e.counts.add(n, waited)
-	e.snaps = tt.snaps
+	e.snaps, e.last = tt.snaps, now
 	e.prev, e.next = &tt.ring, tt.ring.next
 	e.prev.next, e.next.prev = e, e
 }
@@ -124,9 +133,7 @@ func (tt *tenantTable) place(tenant string) *tenantEntry {
 		if e = tt.ring.prev; e.snaps == tt.snaps {
 			return nil
 		}
-		e.unlink()
-		delete(tt.entries, e.tenant)
-		tt.other.merge(e.counts)
+		tt.remove(e)
 	}
 	// A tenant named by a slice of a larger string (a header, a path)
 	// must not keep that string alive.
@@ -135,15 +142,23 @@ func (tt *tenantTable) place(tenant string) *tenantEntry {
 	return e
 }
 
+// remove takes e out of the table, its counts to Other.
+func (tt *tenantTable) remove(e *tenantEntry) {
+	e.unlink()
+	delete(tt.entries, e.tenant)
+	tt.other.merge(e.counts)
+}
+
 // unlink takes e out of its ring.
 func (e *tenantEntry) unlink() {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
 }
 
-// snapshot returns the table's counts, and lets the entries it shows give
-// way to new tenants (see place).
-func (tt *tenantTable) snapshot() TenantStats {
+// snapshot returns the table's counts at now, lets the entries it shows
+// give way to new tenants (see place), and lets go of those idle for
+// longer than tt.idle.
+func (tt *tenantTable) snapshot(now time.Time) TenantStats {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	s := TenantStats{Other: tt.other}
@@ -154,5 +169,8 @@ func (tt *tenantTable) snapshot() TenantStats {
 		}
 	}
 	tt.snaps++
+	for e := tt.ring.prev; tt.idle > 0 && e != nil && e != &tt.ring && now.Sub(e.last) > tt.idle; e = tt.ring.prev {
+		tt.remove(e)
+	}
 	return s
 }

@@ -120,9 +120,9 @@ func TestTenantStatsBound(t *testing.T) {
 	var tt tenantTable
 	name := func(i int) string { return fmt.Sprintf("t%03d", i) }
 	for i := range maxTenantStats + 1 {
-		tt.admitted(name(i), 2, time.Second)
+		tt.admitted(name(i), 2, time.Second, time.Time{})
 	}
-	s := tt.snapshot()
+	s := tt.snapshot(time.Time{})
 	if len(s.ByTenant) != maxTenantStats {
 		t.Fatalf("%d tenants in ByTenant, want %d", len(s.ByTenant), maxTenantStats)
 	}
@@ -131,10 +131,10 @@ func TestTenantStatsBound(t *testing.T) {
 	}
 	// Since the snapshot: t000 is active again, t001 the least recently
 	// active. The 101st takes t001's place; the next takes t002's.
-	tt.admitted(name(0), 1, 0)
-	tt.admitted(name(maxTenantStats), 5, 0)
-	tt.admitted("late", 7, 0)
-	s = tt.snapshot()
+	tt.admitted(name(0), 1, 0, time.Time{})
+	tt.admitted(name(maxTenantStats), 5, 0, time.Time{})
+	tt.admitted("late", 7, 0, time.Time{})
+	s = tt.snapshot(time.Time{})
 	for tenant, want := range map[string]bool{name(0): true, name(1): false, name(2): false, name(maxTenantStats): true, "late": true} {
 		if _, ok := s.ByTenant[tenant]; ok != want {
 			t.Errorf("%s in ByTenant: %v, want %v", tenant, ok, want)
@@ -154,11 +154,69 @@ func TestTenantStatsBound(t *testing.T) {
 	}
 	// Every tenant active again since the snapshot: nothing gives way.
 	for tenant := range s.ByTenant {
-		tt.admitted(tenant, 1, 0)
+		tt.admitted(tenant, 1, 0, time.Time{})
 	}
-	tt.admitted("another", 1, 0)
-	if s2 := tt.snapshot(); len(s2.ByTenant) != maxTenantStats || s2.Other.Waits != 4 || !maps.EqualFunc(s.ByTenant, s2.ByTenant, func(c, d TenantCounts) bool { return d.Waits == c.Waits+1 }) {
+	tt.admitted("another", 1, 0, time.Time{})
+	if s2 := tt.snapshot(time.Time{}); len(s2.ByTenant) != maxTenantStats || s2.Other.Waits != 4 || !maps.EqualFunc(s.ByTenant, s2.ByTenant, func(c, d TenantCounts) bool { return d.Waits == c.Waits+1 }) {
 		t.Errorf("a tenant took the place of one active since the last snapshot: %d tenants, Other %+v", len(s2.ByTenant), s2.Other)
+	}
+}
+
+// A tenant none of whose waits was admitted for longer than the idle time
+// (the Throttler's longest window) leaves the table at the snapshot that
+// shows it, its counts to Other; one admitted since stays, and so does
+// every tenant while the table has no idle time.
+func TestTenantStatsIdleLeave(t *testing.T) {
+	t0 := time.Now()
+	tt := tenantTable{idle: time.Second}
+	tt.admitted("gone", 2, time.Millisecond, t0)
+	tt.admitted("back", 1, 0, t0)
+	tt.admitted("back", 1, 0, t0.Add(1500*time.Millisecond))
+	s := tt.snapshot(t0.Add(2 * time.Second))
+	if len(s.ByTenant) != 2 || s.Other != (TenantCounts{}) {
+		t.Fatalf("the snapshot that lets an idle tenant go shows %+v, Other %+v; want both tenants, Other empty", s.ByTenant, s.Other)
+	}
+	if _, ok := tt.entries["gone"]; ok || len(tt.entries) != 1 {
+		t.Fatalf("after the snapshot the table holds %d tenants (gone: %v), want only the one admitted within the idle time", len(tt.entries), ok)
+	}
+	s = tt.snapshot(t0.Add(2 * time.Second))
+	if _, ok := s.ByTenant["gone"]; ok || s.Other != (TenantCounts{2, 1, time.Millisecond}) || s.ByTenant["back"].Waits != 2 {
+		t.Fatalf("the next snapshot: %+v, Other %+v; want back's 2 waits, and gone's in Other", s.ByTenant, s.Other)
+	}
+	tt.snapshot(t0.Add(3 * time.Second))
+	if len(tt.entries) != 0 || tt.other.Waits != 3 {
+		t.Fatalf("once every tenant is idle the table holds %d, Other %+v", len(tt.entries), tt.other)
+	}
+	tt.admitted("gone", 1, 0, t0.Add(3*time.Second))
+	if s := tt.snapshot(t0.Add(3 * time.Second)); s.ByTenant["gone"] != (TenantCounts{1, 1, 0}) || s.Other.Waits != 3 {
+		t.Fatalf("a tenant that came back: %+v, Other %+v; want its counts from zero", s.ByTenant, s.Other)
+	}
+	keep := tenantTable{}
+	keep.admitted("a", 1, 0, t0)
+	keep.snapshot(t0.Add(time.Hour))
+	if len(keep.entries) != 1 {
+		t.Fatalf("without an idle time the table let a tenant go")
+	}
+}
+
+// Through Stats: an idle tenant of a Throttler leaves after its window.
+func TestTenantStatsIdleLeaveAfterTheWindow(t *testing.T) {
+	th := mustNew(t, miniDialer(t, miniredis.RunT(t))(), "quota", 10, 100*time.Millisecond)
+	if err := th.Wait(ContextWithTenant(context.Background(), "a")); err != nil {
+		t.Fatal(err)
+	}
+	if s := th.Stats(); s.Tenants.ByTenant["a"].Waits != 1 {
+		t.Fatalf("Tenants = %+v, want a's wait", s.Tenants)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for th.Stats(); len(th.Stats().Tenants.ByTenant) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle tenant still in Stats 5s after a window of 100ms")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := th.Stats(); s.Tenants.Other.Waits != 1 {
+		t.Fatalf("Tenants.Other = %+v, want a's wait", s.Tenants.Other)
 	}
 }
 
@@ -171,7 +229,7 @@ func TestTenantStatsConcurrent(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range each {
-				tt.admitted(fmt.Sprint("tenant-", (g*each+i)%(3*maxTenantStats)), 1, time.Millisecond)
+				tt.admitted(fmt.Sprint("tenant-", (g*each+i)%(3*maxTenantStats)), 1, time.Millisecond, time.Time{})
 			}
 		})
 	}
@@ -184,7 +242,7 @@ func TestTenantStatsConcurrent(t *testing.T) {
 				return
 			default:
 			}
-			if s := tt.snapshot(); len(s.ByTenant) > maxTenantStats {
+			if s := tt.snapshot(time.Time{}); len(s.ByTenant) > maxTenantStats {
 				t.Errorf("%d tenants in ByTenant", len(s.ByTenant))
 				return
 			}
@@ -193,7 +251,7 @@ func TestTenantStatsConcurrent(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	snaps.Wait()
-	s := tt.snapshot()
+	s := tt.snapshot(time.Time{})
 	if want := (TenantCounts{goroutines * each, goroutines * each, goroutines * each * time.Millisecond}); sumOf(s) != want {
 		t.Fatalf("counts over every tenant = %+v, want %+v", sumOf(s), want)
 	}
@@ -219,7 +277,7 @@ func TestTenantStatsCostNothingWithoutTenants(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { m.wait(ctx, 1, start, start.Add(time.Millisecond), nil) }); n != 0 {
 		t.Errorf("a wait of a tenant in the table allocated %.1f times", n)
 	}
-	if s := m.tenants.snapshot(); s.ByTenant["a"].Waits != 102 || len(s.ByTenant) != 1 {
+	if s := m.tenants.snapshot(time.Time{}); s.ByTenant["a"].Waits != 102 || len(s.ByTenant) != 1 {
 		t.Fatalf("Tenants = %+v, want a's 102 waits", s)
 	}
 }
