@@ -287,6 +287,32 @@ func TestCapSlotYieldsToTheOwner(t *testing.T) {
 	}
 }
 
+// A process that would hold less than its equal part of the cap, its
+// claim counted, takes another's room at once; one at its part or past it
+// yields. The part is not rounded down (seed 66276: a cap of 6 among 4
+// processes, a process that held none took others' room only a yield
+// after each burst, when the limit was full again, for 5 windows).
+func TestYieldOnlyAtItsPart(t *testing.T) {
+	const yield = 30
+	for _, tc := range []struct {
+		m      TenantMembers
+		cap, n int
+		want   int64
+		what   string
+	}{
+		{TenantMembers{Procs: 4}, 6, 1, 0, "none held, a part of 1.5: takes it at once"},
+		{TenantMembers{Own: []int64{10}, Procs: 4}, 6, 1, yield, "one held, 2 with the claim, past 1.5"},
+		{TenantMembers{Own: []int64{10}, Procs: 3}, 7, 1, 0, "2 with the claim, under 7/3"},
+		{TenantMembers{Own: []int64{10}, Procs: 2}, 4, 1, yield, "2 with the claim, at its part of 2"},
+		{TenantMembers{Procs: 1}, 6, 1, yield, "alone: the others' room is theirs first"},
+		{TenantMembers{Own: []int64{-5}, Procs: 4}, 6, 1, 0, "its member before from does not count"},
+	} {
+		if got := tc.m.yield(yield, 0, tc.cap, tc.n); got != tc.want {
+			t.Errorf("%s: yield(%+v, cap %d, n %d) = %d, want %d", tc.what, tc.m, tc.cap, tc.n, got, tc.want)
+		}
+	}
+}
+
 // A capped tenant's request waits for the slot its cap leaves and claims
 // little ahead, without holding back another tenant's request behind it;
 // within reach, a round claims for it as many slots as its cap leaves.
