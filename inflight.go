@@ -45,8 +45,10 @@ import (
 // within ttl of when the last round trip that granted or renewed it was
 // sent (a renewal that timed out may not have been applied), and not once
 // a renewal found it gone; otherwise it gives it back and reserves again,
-// with a new place, before it goes. Only a call already running on a
-// place when its process is cut off may make more than n in flight.
+// with a new place, before it goes. So only a call that runs past its
+// place's lapse may make more than n in flight: one running when its
+// process is cut off, or one that went, its process already cut off,
+// within the ttl of its place's last renewal known to have been applied.
 // Zero means 30s;
 // otherwise ttl must be at least 3s, and n at least 1.
 //

@@ -396,6 +396,15 @@ func TestHeldPartsMergeInFairOrder(t *testing.T) {
 	if want := []*waiter{flood0, t1, t2, flood1, t0, flood2}; !slices.Equal(q.queue, want) {
 		t.Errorf("all capped: order %v, want %v", startTags(q.queue), startTags(want))
 	}
+	// A call its cap held back keeps its early tag; once the cap lapses,
+	// while another tenant's holds, it stays behind the light call that
+	// went ahead of it (seed 812): the calls not held keep their order.
+	light, held, other := mk("light", 2), mk("flood", 1), mk("other", 6)
+	q = &workerState{queue: []*waiter{light, held, other}}
+	uncappedFirst(q, map[string]bool{other.tenantTag(): true})
+	if want := []*waiter{light, held, other}; !slices.Equal(q.queue, want) {
+		t.Errorf("the flood's cap lapsed, another's holds: order %v, want %v", startTags(q.queue), startTags(want))
+	}
 }
 
 // startTags returns the fair order's start tags of q, for a test's message.

@@ -39,7 +39,11 @@ const maxTenantStats = 100
 // idle tenant costs nothing after a window. The leaving tenant's counts
 // move to Other, and start again from zero if it comes back. So each of
 // a tenant's counts only grows while it is in ByTenant, and Other's
-// counts, and the sums over ByTenant and Other, only grow.
+// counts, and the sums over ByTenant and Other, only grow. A tenant that
+// left and came back between two snapshots shows in both, its counts
+// started again between them: read as counters, a tenant's counts are
+// right only from snapshots taken at least once a window; the sums over
+// ByTenant and Other are right whatever the interval.
 type TenantStats struct {
 	// ByTenant holds the counts of the tenants that have their own, by
 	// tenant; nil when no tenant has any.

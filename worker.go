@@ -1,6 +1,7 @@
 package throttler
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -443,40 +444,41 @@ func (q *workerState) insert(w *waiter) (first, inline bool) {
 
 // heldLast moves the queued calls that held reports behind the others of
 // their class (alike in how they queue, and of one priority: see
-// waiter.before), each part in its fair order (by before). A rider holds
-// calls back so (see uncappedFirst); insert places a call by before alone,
-// and the next round that holds calls back moves it. A queue none of
-// whose calls is held keeps its order: the calls a cap held back until
-// then keep their early start tags, and would go ahead of the calls that
-// came later (seed 812).
+// waiter.before), and puts the held calls of each class in their fair
+// order (by start tag); the calls not held keep their order. A rider
+// holds calls back so (see uncappedFirst); insert places a call by before
+// alone, and the next round that holds calls back moves it.
 //
-// Each part is sorted again, not only kept in its order: calls held and
-// calls not held at one round may both be held at the next, and their
-// parts then make one, which must be in its fair order (seed 64760: a
-// flood's 12 calls, not held while no scan had seen the flood, went ahead
-// of three light tenants' calls held by their caps; once the flood was
-// capped too, all were held, and its calls kept their places ahead of
-// older calls with earlier tags, taking every other slot of the process
-// for minutes).
+// The calls not held keep their order: a call a cap held back keeps its
+// early start tag, and once its cap lapses it must not go ahead of the
+// calls that came later (seed 812). The held calls are sorted: calls not
+// held at one round may all be held at the next, and must then be in
+// their fair order (seed 64760: a flood's 12 calls, not held while no
+// scan had seen the flood, went ahead of three light tenants' calls held
+// by their caps; once the flood was capped too, its calls kept their
+// places ahead of older calls with earlier tags, and took every other
+// slot of the process for minutes).
 func (q *workerState) heldLast(held func(*waiter) bool) {
-	if !slices.ContainsFunc(q.queue, held) {
-		return
-	}
-	order := func(a, b *waiter) int {
-		switch ha, hb := held(a), held(b); {
-		case sameClass(a, b) && ha != hb && hb:
-			return -1
-		case sameClass(a, b) && ha != hb:
-			return 1
-		case a.before(b):
-			return -1
-		case b.before(a):
-			return 1
+	for start := 0; start < len(q.queue); {
+		end := start + 1
+		for end < len(q.queue) && sameClass(q.queue[start], q.queue[end]) {
+			end++
 		}
-		return 0
-	}
-	if !slices.IsSortedFunc(q.queue, order) {
-		slices.SortStableFunc(q.queue, order)
+		class := q.queue[start:end]
+		if slices.ContainsFunc(class, held) {
+			slices.SortStableFunc(class, func(a, b *waiter) int {
+				switch ha, hb := held(a), held(b); {
+				case ha != hb && hb:
+					return -1
+				case ha != hb:
+					return 1
+				case ha:
+					return cmp.Compare(a.rank.tag, b.rank.tag)
+				}
+				return 0
+			})
+		}
+		start = end
 	}
 }
 
