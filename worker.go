@@ -459,24 +459,26 @@ func (q *workerState) insert(w *waiter) (first, inline bool) {
 // places ahead of older calls with earlier tags, and took every other
 // slot of the process for minutes).
 func (q *workerState) heldLast(held func(*waiter) bool) {
+	order := func(a, b *waiter) int {
+		switch ha, hb := held(a), held(b); {
+		case ha != hb && hb:
+			return -1
+		case ha != hb:
+			return 1
+		case ha:
+			return cmp.Compare(a.rank.tag, b.rank.tag)
+		}
+		return 0
+	}
 	for start := 0; start < len(q.queue); {
 		end := start + 1
 		for end < len(q.queue) && sameClass(q.queue[start], q.queue[end]) {
 			end++
 		}
-		class := q.queue[start:end]
-		if slices.ContainsFunc(class, held) {
-			slices.SortStableFunc(class, func(a, b *waiter) int {
-				switch ha, hb := held(a), held(b); {
-				case ha != hb && hb:
-					return -1
-				case ha != hb:
-					return 1
-				case ha:
-					return cmp.Compare(a.rank.tag, b.rank.tag)
-				}
-				return 0
-			})
+		// Every round that holds calls back comes here: most find their
+		// queue in order already, and sort nothing.
+		if class := q.queue[start:end]; !slices.IsSortedFunc(class, order) {
+			slices.SortStableFunc(class, order)
 		}
 		start = end
 	}
