@@ -37,13 +37,15 @@ const maxTenantStats = 100
 // Other. A tenant none of whose waits was admitted for longer than the
 // Throttler's longest window leaves too, once a snapshot has shown it: an
 // idle tenant costs nothing after a window. The leaving tenant's counts
-// move to Other, and start again from zero if it comes back. So each of
-// a tenant's counts only grows while it is in ByTenant, and Other's
-// counts, and the sums over ByTenant and Other, only grow. A tenant that
-// left and came back between two snapshots shows in both, its counts
-// started again between them: read as counters, a tenant's counts are
-// right only from snapshots taken at least once a window; the sums over
-// ByTenant and Other are right whatever the interval.
+// move to Other, and start again from zero if it comes back, with a later
+// Since. So each of a tenant's counts only grows while its Since stays
+// the same, and Other's counts, and the sums over ByTenant and Other, only
+// grow. A tenant that left and came back between two snapshots shows in
+// both, its counts started again between them: its Since tells, as the
+// created time of an OpenMetrics counter does (a reader that keeps
+// counters adds the new counts to what it had, rather than taking their
+// drop for a reset it missed). The sums over ByTenant and Other are right
+// whatever the interval.
 type TenantStats struct {
 	// ByTenant holds the counts of the tenants that have their own, by
 	// tenant; nil when no tenant has any.
@@ -64,6 +66,12 @@ type TenantCounts struct {
 	// Waited is the total time they took, from the call to its return:
 	// divided by Waits, it is the tenant's mean wait.
 	Waited time.Duration
+	// Since is when these counts began, on the Throttler's clock: in
+	// ByTenant, when the first wait they count was admitted (the tenant
+	// took its place in the table then); a tenant that leaves the table
+	// and comes back starts new counts, with a later Since. Zero in
+	// Other, which counts from the Throttler's start.
+	Since time.Time
 }
 
 // add counts one wait admitted n units after waited.
@@ -73,7 +81,7 @@ func (c *TenantCounts) add(n int, waited time.Duration) {
 	c.Waited += waited
 }
 
-// merge adds what d counts to c.
+// merge adds what d counts to c, whose Since stays.
 func (c *TenantCounts) merge(d TenantCounts) {
 	c.Admitted += d.Admitted
 	c.Waits += d.Waits
@@ -115,6 +123,7 @@ func (tt *tenantTable) admitted(tenant string, n int, waited time.Duration, now 
 			tt.other.add(n, waited)
 			return
 		}
+		e.counts.Since = now
 	} else {
 		e.unlink()
 	}

@@ -126,7 +126,7 @@ func TestTenantStatsBound(t *testing.T) {
 	if len(s.ByTenant) != maxTenantStats {
 		t.Fatalf("%d tenants in ByTenant, want %d", len(s.ByTenant), maxTenantStats)
 	}
-	if _, ok := s.ByTenant[name(maxTenantStats)]; ok || s.Other != (TenantCounts{2, 1, time.Second}) {
+	if _, ok := s.ByTenant[name(maxTenantStats)]; ok || s.Other != (TenantCounts{2, 1, time.Second, time.Time{}}) {
 		t.Fatalf("the 101st tenant: in ByTenant %v, Other %+v; want Other only", ok, s.Other)
 	}
 	// Since the snapshot: t000 is active again, t001 the least recently
@@ -140,16 +140,16 @@ func TestTenantStatsBound(t *testing.T) {
 			t.Errorf("%s in ByTenant: %v, want %v", tenant, ok, want)
 		}
 	}
-	if got := s.ByTenant[name(0)]; got != (TenantCounts{3, 2, time.Second}) {
+	if got := s.ByTenant[name(0)]; got != (TenantCounts{3, 2, time.Second, time.Time{}}) {
 		t.Errorf("t000 = %+v, want its counts kept", got)
 	}
-	if got := s.ByTenant[name(maxTenantStats)]; got != (TenantCounts{5, 1, 0}) {
+	if got := s.ByTenant[name(maxTenantStats)]; got != (TenantCounts{5, 1, 0, time.Time{}}) {
 		t.Errorf("the 101st's own counts = %+v, want those since it took a place", got)
 	}
-	if want := (TenantCounts{2 + 2 + 2, 3, 3 * time.Second}); s.Other != want {
+	if want := (TenantCounts{2 + 2 + 2, 3, 3 * time.Second, time.Time{}}); s.Other != want {
 		t.Errorf("Other = %+v, want the 101st's first wait and t001's and t002's counts, %+v", s.Other, want)
 	}
-	if want := (TenantCounts{2*(maxTenantStats+1) + 1 + 5 + 7, maxTenantStats + 4, (maxTenantStats + 1) * time.Second}); sumOf(s) != want {
+	if want := (TenantCounts{2*(maxTenantStats+1) + 1 + 5 + 7, maxTenantStats + 4, (maxTenantStats + 1) * time.Second, time.Time{}}); sumOf(s) != want {
 		t.Errorf("counts over every tenant = %+v, want %+v", sumOf(s), want)
 	}
 	// Every tenant active again since the snapshot: nothing gives way.
@@ -180,7 +180,7 @@ func TestTenantStatsIdleLeave(t *testing.T) {
 		t.Fatalf("after the snapshot the table holds %d tenants (gone: %v), want only the one admitted within the idle time", len(tt.entries), ok)
 	}
 	s = tt.snapshot(t0.Add(2 * time.Second))
-	if _, ok := s.ByTenant["gone"]; ok || s.Other != (TenantCounts{2, 1, time.Millisecond}) || s.ByTenant["back"].Waits != 2 {
+	if _, ok := s.ByTenant["gone"]; ok || s.Other != (TenantCounts{2, 1, time.Millisecond, time.Time{}}) || s.ByTenant["back"].Waits != 2 {
 		t.Fatalf("the next snapshot: %+v, Other %+v; want back's 2 waits, and gone's in Other", s.ByTenant, s.Other)
 	}
 	tt.snapshot(t0.Add(3 * time.Second))
@@ -188,7 +188,7 @@ func TestTenantStatsIdleLeave(t *testing.T) {
 		t.Fatalf("once every tenant is idle the table holds %d, Other %+v", len(tt.entries), tt.other)
 	}
 	tt.admitted("gone", 1, 0, t0.Add(3*time.Second))
-	if s := tt.snapshot(t0.Add(3 * time.Second)); s.ByTenant["gone"] != (TenantCounts{1, 1, 0}) || s.Other.Waits != 3 {
+	if s := tt.snapshot(t0.Add(3 * time.Second)); s.ByTenant["gone"] != (TenantCounts{1, 1, 0, t0.Add(3 * time.Second)}) || s.Other.Waits != 3 {
 		t.Fatalf("a tenant that came back: %+v, Other %+v; want its counts from zero", s.ByTenant, s.Other)
 	}
 	keep := tenantTable{}
@@ -196,6 +196,33 @@ func TestTenantStatsIdleLeave(t *testing.T) {
 	keep.snapshot(t0.Add(time.Hour))
 	if len(keep.entries) != 1 {
 		t.Fatalf("without an idle time the table let a tenant go")
+	}
+}
+
+// A tenant's Since stays while it keeps its place, whatever its
+// admissions, and is later once it left and came back, between two
+// snapshots as across them: a reader that keeps counters can tell a
+// restart from counts that only grew. Other's stays zero.
+func TestTenantStatsSinceTellsARestart(t *testing.T) {
+	t0 := time.Now()
+	tt := tenantTable{idle: time.Second}
+	tt.admitted("a", 1, 0, t0)
+	tt.admitted("a", 1, 0, t0.Add(900*time.Millisecond))
+	s := tt.snapshot(t0.Add(time.Second))
+	if got := s.ByTenant["a"]; got.Since != t0 || got.Waits != 2 {
+		t.Fatalf("a = %+v, want 2 waits since its first, %v", got, t0)
+	}
+	// a is idle past the table's idle time: the next snapshot lets it
+	// go; it comes back before the one after, whose counts are new.
+	tt.snapshot(t0.Add(2 * time.Second))
+	back := t0.Add(2500 * time.Millisecond)
+	tt.admitted("a", 1, 0, back)
+	s = tt.snapshot(back)
+	if got := s.ByTenant["a"]; got.Since != back || got.Waits != 1 {
+		t.Fatalf("a, back = %+v, want 1 wait since %v", got, back)
+	}
+	if !s.Other.Since.IsZero() || s.Other.Waits != 2 {
+		t.Fatalf("Other = %+v, want a's first 2 waits and no Since", s.Other)
 	}
 }
 
@@ -252,7 +279,7 @@ func TestTenantStatsConcurrent(t *testing.T) {
 	close(stop)
 	snaps.Wait()
 	s := tt.snapshot(time.Time{})
-	if want := (TenantCounts{goroutines * each, goroutines * each, goroutines * each * time.Millisecond}); sumOf(s) != want {
+	if want := (TenantCounts{goroutines * each, goroutines * each, goroutines * each * time.Millisecond, time.Time{}}); sumOf(s) != want {
 		t.Fatalf("counts over every tenant = %+v, want %+v", sumOf(s), want)
 	}
 	if n := len(tt.entries); n > maxTenantStats {
