@@ -170,3 +170,68 @@ func ExampleTransport_tenant() {
 	// m-42: 1 calls
 	// all calls: 4
 }
+
+// A reader that turns Stats' per-tenant counts into counters (for a
+// metrics system of its own) keeps, for each tenant, the Since it last
+// saw: counts under a new Since started again when the tenant left the
+// table and came back, and add to what it had, rather than read as a
+// drop.
+func ExampleTenantCounts() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	t, err := throttler.New(rdb, "openai-org", 100, 100*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	type counter struct {
+		since      time.Time
+		base, last uint64
+	}
+	counters := map[string]*counter{}
+	read := func() {
+		for tenant, c := range t.Stats().Tenants.ByTenant {
+			k := counters[tenant]
+			if k == nil {
+				k = &counter{since: c.Since}
+				counters[tenant] = k
+			}
+			if !c.Since.Equal(k.since) { // the counts started again
+				k.base, k.since = k.base+k.last, c.Since
+			}
+			k.last = c.Admitted
+		}
+	}
+	acme := throttler.ContextWithTenant(context.Background(), "acme")
+	if err := t.WaitN(acme, 2); err != nil {
+		panic(err)
+	}
+	read()
+	// acme idles past the window: the next snapshot lets it go from the
+	// table. Its next wait starts its counts again.
+	time.Sleep(300 * time.Millisecond)
+	read()
+	if err := t.WaitN(acme, 3); err != nil {
+		panic(err)
+	}
+	read()
+	k := counters["acme"]
+	fmt.Println("Stats shows acme's units:", t.Stats().Tenants.ByTenant["acme"].Admitted)
+	fmt.Println("the reader's counter:", k.base+k.last)
+	// Output:
+	// Stats shows acme's units: 3
+	// the reader's counter: 5
+}
+
+// TenantFromContext tells the tenant a call's context carries, as a
+// function of the caller's (a log line, a route) may want it.
+func ExampleTenantFromContext() {
+	ctx := throttler.ContextWithTenant(context.Background(), "acme")
+	tenant, ok := throttler.TenantFromContext(ctx)
+	fmt.Println(tenant, ok)
+	_, ok = throttler.TenantFromContext(throttler.ContextWithTenant(ctx, ""))
+	fmt.Println("after the empty tenant:", ok)
+	// Output:
+	// acme true
+	// after the empty tenant: false
+}

@@ -126,8 +126,10 @@ type Transport struct {
 	// Tenant, when set, names the tenant of each request whose context
 	// carries none (see ContextWithTenant): by a header, the path, or
 	// anything else in it; "" (a header that is missing) is no tenant. A
-	// request's context wins over Tenant. Nil (the default): a request's
-	// tenant is its context's.
+	// request's context wins over Tenant, the empty tenant's too: a
+	// request made with ContextWithTenant(ctx, "") is of no tenant, and
+	// Tenant is not asked. Nil (the default): a request's tenant is its
+	// context's.
 	Tenant func(*http.Request) string
 
 	// Retries is how many times a refused request is sent again: one
@@ -256,7 +258,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return tr.base().RoundTrip(req)
 	}
 	if tr.Tenant != nil {
-		if _, ok := TenantFromContext(req.Context()); !ok {
+		if !tenantSet(req.Context()) {
 			if tenant := tr.Tenant(req); tenant != "" {
 				req = req.WithContext(ContextWithTenant(req.Context(), tenant))
 			}

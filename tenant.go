@@ -15,12 +15,14 @@ import (
 type tenantKey struct{}
 
 // ContextWithTenant returns a copy of ctx that carries tenant: calls made
-// with it (Wait, Do, Wrap, Acquire and its Settle, requests through a
-// Transport) are that tenant's, served in a fair order within the process
+// with it (Wait, WaitN, Do, DoCost, Wrap, WrapCost, Acquire, whose
+// Permit's settle counts for the same tenant, requests through a
+// Transport, calls through throttlergrpc's interceptors) are that tenant's, served in a fair order within the process
 // and held to a fair share across replicas while the tenant is backlogged
 // (see the package documentation, "Tenants"). The empty tenant is no tenant:
 // ContextWithTenant(ctx, "") returns a context whose calls are of no
-// tenant, whatever ctx carried. A nil ctx counts as context.Background().
+// tenant, whatever ctx carried and whatever a Transport's Tenant would
+// name. A nil ctx counts as context.Background().
 // AllowN does not take part: an attempt that may not wait is counted as
 // a call of no tenant (under WithShadow, every call, AllowN's too, is
 // claimed as its tenant's).
@@ -42,6 +44,16 @@ func TenantFromContext(ctx context.Context) (tenant string, ok bool) {
 	return tenant, tenant != ""
 }
 
+// tenantSet reports whether ctx was given a tenant by ContextWithTenant,
+// the empty tenant included (a nil ctx was given none).
+func tenantSet(ctx context.Context) bool {
+	if ctx == nil {
+		return false
+	}
+	_, set := ctx.Value(tenantKey{}).(string)
+	return set
+}
+
 // WithTenantWeight sets each tenant's weight: while several tenants have
 // calls waiting, each is served in proportion to its weight, so that a
 // tenant of weight 2 is given twice the calls (in units) of one of weight
@@ -49,9 +61,12 @@ func TenantFromContext(ctx context.Context) (tenant string, ok bool) {
 // rides with each call's member). A weight counts in thousandths, from
 // 0.001 to 999.999: it is rounded to the nearest thousandth and held to
 // that range, alike in the process and in Redis; one that is not a
-// positive finite number counts as 1. weight is called once per call that
-// carries a tenant, as it begins (not for AllowN's, which have none
-// but under WithShadow): it must be quick and must not call the Throttler. Every
+// positive finite number counts as 1. weight is called as a call that
+// carries a tenant joins the queue: once per call, and once more each
+// time the call must reserve again (woken too late for its slot, or
+// given a new slot at its connection); not for AllowN's calls, which
+// have none but under WithShadow. It must be quick and must not call
+// the Throttler. Every
 // Throttler on the key should weigh tenants alike. Default: every tenant
 // weighs 1. weight must not be nil (New checks).
 func WithTenantWeight(weight func(tenant string) float64) Option {

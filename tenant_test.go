@@ -211,9 +211,10 @@ func TestTransportTenant(t *testing.T) {
 		}),
 	}
 	c := &http.Client{Transport: tr}
-	for i, ctx := range []context.Context{context.Background(), ContextWithTenant(context.Background(), "ctx"), context.Background()} {
+	optOut := ContextWithTenant(ContextWithTenant(context.Background(), "ctx"), "")
+	for i, ctx := range []context.Context{context.Background(), ContextWithTenant(context.Background(), "ctx"), context.Background(), optOut} {
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://api.example/x", nil)
-		if i < 2 {
+		if i != 2 {
 			req.Header.Set("X-Tenant", "header")
 		}
 		resp, err := c.Do(req)
@@ -222,8 +223,10 @@ func TestTransportTenant(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	// The last request has no header: Tenant names "", no tenant.
-	if want := []string{"header", "ctx", "none"}; !slices.Equal(seen, want) {
+	// The third request has no header: Tenant names "", no tenant. The
+	// last has one, but its context was given the empty tenant: no
+	// tenant, Tenant not asked.
+	if want := []string{"header", "ctx", "none", "none"}; !slices.Equal(seen, want) {
 		t.Fatalf("tenants %v, want %v", seen, want)
 	}
 }

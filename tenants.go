@@ -46,7 +46,8 @@ import (
 // caps out from its own scans, so a flood may hold a unit or two over the
 // cap one replica knows, and the light tenants' calls come unevenly. With
 // less, a light call finds every window full now and then, and waits for
-// the flood's calls to leave (measured: a limit of 100 needs 5).
+// the flood's calls to leave (measured: a limit of 100 needs 5; the runs
+// and their commands are in docs/design.md, "Tenants").
 const (
 	spareShare    = 0.02
 	spareUnits    = 5
@@ -205,8 +206,9 @@ func (r tenantRider) claim(t *Throttler, rd *round) {
 		// reads two windows of members, and the light call's round trip
 		// would wait for it. Beside a flood, 40% of the light calls' round
 		// trips carried one, which took them from about 560µs to 920µs at
-		// the median (BenchmarkLightBesideFlood, beside the simulator's
-		// long run).
+		// the median (a throwaway build that timed each light call's steps
+		// in BenchmarkLightBesideFlood's flood, beside the simulator's long
+		// run: docs/design.md, "Tenants").
 		a.Tenants.Scan = false
 	}
 	if slices.ContainsFunc(t.worker.queue, func(wt *waiter) bool {
@@ -312,7 +314,9 @@ func (tenantRider) read(t *Throttler, rd *round, rr *replyRead) {
 //     half of the runs used 0.86-0.89 of the limit against 0.8924; 16 runs
 //     of 16 pass with it). Waking instead once such a tenant had made no
 //     call for a scan's time cost tenants-skewed 0.57 round trips per
-//     admission against 0.34 without tenants: its tenants claim in bursts
+//     admission against 0.34 without tenants (cd bench && go run
+//     ./cmd/harness -scenarios tenants-skewed,tenants-skewed-plain -impls
+//     throttler): its tenants claim in bursts
 //     a window apart, and the replicas that do not call for one woke for
 //     a scan every scan interval.
 func (r tenantRider) scanWake(t *Throttler, now time.Time, scanning bool) (time.Duration, bool) {
@@ -351,7 +355,7 @@ func (r tenantRider) scanWake(t *Throttler, now time.Time, scanning bool) (time.
 //
 // Waking for a scan whenever a capped tenant's calls waited cost
 // tenants-skewed 0.78 round trips per admission against 0.31 without
-// tenants.
+// tenants (measured as scanWake's figures are).
 func (r tenantRider) scanWanted(t *Throttler, now time.Time) bool {
 	return len(t.known.Tenants.Fair.Short) > 0 || drained(t.known.Tenants.Queued, t.worker.queue) || r.capsLeaveRoom(t, now)
 }

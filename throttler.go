@@ -26,10 +26,12 @@
 //
 // One quota often serves many tenants: the customers behind the chat
 // completions made with one organisation key. A call's tenant comes from
-// its context (ContextWithTenant), so that Wait, Do, Wrap, Acquire and its
-// Settle, and the Transport carry it; a Transport may also name each
-// request's tenant itself (Transport.Tenant). The empty tenant is no
-// tenant, and AllowN's calls have none (but under WithShadow).
+// its context (ContextWithTenant), so that Wait, WaitN, Do, DoCost, Wrap,
+// WrapCost, Acquire (what its Permit settles counts for the same tenant),
+// the Transport and throttlergrpc's interceptors carry it; a Transport may
+// also name each request's tenant itself (Transport.Tenant). The empty
+// tenant is no tenant, and AllowN's calls have none (but under
+// WithShadow).
 //
 // Within one process, the calls of one priority that wait are served in a
 // fair order across their tenants: start-time fair queuing in units, by
@@ -39,7 +41,7 @@
 // Across replicas, a tenant whose calls wait behind its own (backlogged)
 // is held to a fair share of each window, checked in Redis in the same
 // round trip as its claims: the backlogged tenants share by weight what
-// the other tenants use of the limit, less a spare left free for their
+// the other tenants leave of the limit, less a spare left free for their
 // next calls; a tenant that asks for less than its share gets what it
 // asks, and a tenant alone is held to nothing. The limit holds whatever
 // the tenants.
