@@ -131,3 +131,45 @@ func ExampleInstrumentGroup() {
 	// Output:
 	// throttler.admitted: 3 in 1 stream, with 0 attributes
 }
+
+// The waits of tenants (throttler.ContextWithTenant) carry their tenant
+// on the measurements, for the first tenants only: here 2, the others
+// sharing "other", so that a service with thousands of customers keeps
+// a bounded number of series.
+func ExampleWithMaxTenants() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t, err := throttler.New(rdb, "openai-org", 100, time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	err = throttlerotel.InstrumentThrottler(t, throttlerotel.WithMeterProvider(mp), throttlerotel.WithMaxTenants(2))
+	if err != nil {
+		panic(err)
+	}
+	for _, customer := range []string{"acme", "globex", "initech", "acme", "umbrella"} {
+		if err := t.Wait(throttler.ContextWithTenant(context.Background(), customer)); err != nil {
+			panic(err)
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		panic(err)
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "throttler.tenant.admitted" {
+			units := map[string]int64{}
+			for _, p := range d.DataPoints {
+				tenant, _ := p.Attributes.Value(throttlerotel.TenantAttribute)
+				units[tenant.AsString()] += p.Value
+			}
+			fmt.Println("acme:", units["acme"], "globex:", units["globex"], throttlerotel.OtherTenant+":", units[throttlerotel.OtherTenant])
+		}
+	}
+	// Output:
+	// acme: 2 globex: 1 other: 2
+}
