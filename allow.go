@@ -19,7 +19,9 @@ type Result struct {
 	Remaining int
 	// RetryAfter is, when Allowed is false, how long until the requested
 	// calls would have fitted had nobody else taken the room; zero when
-	// Allowed, or when unknown. It is a hint, not a reservation.
+	// Allowed, when unknown, or when that time had already come as AllowN
+	// returned (its caller woken late): try again at once. It is a hint,
+	// not a reservation.
 	RetryAfter time.Duration
 }
 
