@@ -222,7 +222,12 @@ func redisHangCase(t *testing.T, policy FailurePolicy) {
 		}
 		bound := timeout
 		if r.deadline > 0 {
-			bound = max(bound, r.deadline+2*min(250*time.Millisecond, timeout))
+			// abandon waits out the round trip in flight, at most the
+			// release timeout from the ctx's end (the round trip may
+			// have gone out up to the deadline, its own timeout ending
+			// later), then makes one release.
+			release := min(250*time.Millisecond, timeout)
+			bound = r.deadline + 2*release
 		}
 		if r.start.Before(pauseAt.Add(core.QuietFloor + timeout)) {
 			bound += core.QuietFloor

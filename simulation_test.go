@@ -591,11 +591,11 @@ func (w *simWorld) run() {
 	<-faults
 
 	w.mu.Lock()
-	running := len(w.outstanding)
+	waiting := len(w.outstanding)
 	w.mu.Unlock()
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
-	bound := w.hangBound(running)
+	bound := w.hangBound(waiting)
 	select {
 	case <-done:
 	case <-time.After(bound):
@@ -642,9 +642,9 @@ const (
 
 func (v simVia) String() string { return [...]string{"WaitN", "Transport", "Do"}[v] }
 
-// hangBound is how long calls may still run once traffic ends, running
-// calls then waiting: the longest wait a call may have (see maxWait) plus
-// a Redis timeout for each retry.
+// hangBound is how long calls may still run once traffic ends, waiting
+// calls then waiting for their admission: the longest wait a call may
+// have (see maxWait) plus a Redis timeout for each retry.
 //
 // With a cap on calls in flight, a waiter may also wait out the places
 // the cap holds: a place whose give-back Redis did not take (a cut
@@ -652,14 +652,14 @@ func (v simVia) String() string { return [...]string{"WaitN", "Transport", "Do"}
 // (LeaseTTL), plus a third of it for a wake lost with a dead process
 // (seed 91: a place left to expire for 27s); and the calls of up to
 // CallTime each that hold the places in turn: those holding them as the
-// traffic ends, then the waiting ones, InFlight at a time. (Two turns
+// traffic ends (a turn), then the waiting ones, InFlight at a time. (Two turns
 // were allowed whatever the calls waiting: seed 68690, 150 callers on one
 // place and calls of up to 2.98s, had 72 calls still waiting 66s after
 // the traffic ended, one place handed on every 1.3s.)
-func (w *simWorld) hangBound(running int) time.Duration {
+func (w *simWorld) hangBound(waiting int) time.Duration {
 	b := w.maxWait() + 10*w.redisTimeout() + 10*time.Second
 	if sc := w.sc; sc.InFlight > 0 {
-		turns := 1 + (running+sc.InFlight-1)/sc.InFlight
+		turns := 1 + (waiting+sc.InFlight-1)/sc.InFlight
 		b += sc.LeaseTTL + sc.LeaseTTL/3 + time.Duration(max(2, turns))*sc.CallTime
 	}
 	return b

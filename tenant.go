@@ -61,12 +61,12 @@ func tenantSet(ctx context.Context) bool {
 // rides with each call's member). A weight counts in thousandths, from
 // 0.001 to 999.999: it is rounded to the nearest thousandth and held to
 // that range, alike in the process and in Redis; one that is not a
-// positive finite number counts as 1. weight is called as a call that
-// carries a tenant joins the queue: once per call, and once more each
-// time the call must reserve again (woken too late for its slot, or
-// given a new slot at its connection); not for AllowN's calls, which
-// have none but under WithShadow. It must be quick and must not call
-// the Throttler. Every
+// positive finite number counts as 1. weight is called at least once for
+// each call that carries a tenant, as it joins the queue, and again when
+// Acquire, Do or a Transport reserves anew for it (woken too late for its
+// slot, or given a new slot at its connection) or when a settle or a late
+// send adds debt for it; not for AllowN's calls, which have none but
+// under WithShadow. It must be quick and must not call the Throttler. Every
 // Throttler on the key should weigh tenants alike. Default: every tenant
 // weighs 1. weight must not be nil (New checks).
 func WithTenantWeight(weight func(tenant string) float64) Option {

@@ -44,8 +44,11 @@ const maxTenantStats = 100
 // both, its counts started again between them: its Since tells, as the
 // created time of an OpenMetrics counter does (a reader that keeps
 // counters adds the new counts to what it had, rather than taking their
-// drop for a reset it missed). The sums over ByTenant and Other are right
-// whatever the interval.
+// drop for a reset it missed). Such a reader sees every admission only if
+// it is the one caller of Stats: a snapshot taken by another (the
+// throttlerotel module's collections take one each) may show a tenant's
+// last counts and let it go unseen by this reader. The sums over
+// ByTenant and Other are right whatever the interval.
 type TenantStats struct {
 	// ByTenant holds the counts of the tenants that have their own, by
 	// tenant; nil when no tenant has any.
@@ -69,8 +72,9 @@ type TenantCounts struct {
 	// Since is when these counts began, on the Throttler's clock: in
 	// ByTenant, when the first wait they count was admitted (the tenant
 	// took its place in the table then); a tenant that leaves the table
-	// and comes back starts new counts, with a later Since. Zero in
-	// Other, which counts from the Throttler's start.
+	// and comes back starts new counts, with a later Since (if that clock
+	// advanced: see WithClock). Zero in Other, which counts from the
+	// Throttler's start. Compare it with Time.Equal.
 	Since time.Time
 }
 

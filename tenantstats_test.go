@@ -131,8 +131,9 @@ func TestTenantStatsBound(t *testing.T) {
 	}
 	// Since the snapshot: t000 is active again, t001 the least recently
 	// active. The 101st takes t001's place; the next takes t002's.
+	took := time.Now() // when the 101st takes a place: its counts' Since
 	tt.admitted(name(0), 1, 0, time.Time{})
-	tt.admitted(name(maxTenantStats), 5, 0, time.Time{})
+	tt.admitted(name(maxTenantStats), 5, 0, took)
 	tt.admitted("late", 7, 0, time.Time{})
 	s = tt.snapshot(time.Time{})
 	for tenant, want := range map[string]bool{name(0): true, name(1): false, name(2): false, name(maxTenantStats): true, "late": true} {
@@ -143,8 +144,8 @@ func TestTenantStatsBound(t *testing.T) {
 	if got := s.ByTenant[name(0)]; got != (TenantCounts{3, 2, time.Second, time.Time{}}) {
 		t.Errorf("t000 = %+v, want its counts kept", got)
 	}
-	if got := s.ByTenant[name(maxTenantStats)]; got != (TenantCounts{5, 1, 0, time.Time{}}) {
-		t.Errorf("the 101st's own counts = %+v, want those since it took a place", got)
+	if got := s.ByTenant[name(maxTenantStats)]; got != (TenantCounts{5, 1, 0, took}) {
+		t.Errorf("the 101st's own counts = %+v, want those since it took a place, at %v", got, took)
 	}
 	if want := (TenantCounts{2 + 2 + 2, 3, 3 * time.Second, time.Time{}}); s.Other != want {
 		t.Errorf("Other = %+v, want the 101st's first wait and t001's and t002's counts, %+v", s.Other, want)
