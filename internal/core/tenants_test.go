@@ -368,6 +368,36 @@ func TestPlanCappedTenant(t *testing.T) {
 	}
 }
 
+// A capped tenant's members read for claims placed ahead say nothing of
+// the windows before them: a claim nearer now waits until the windows
+// the read covers (seed 572: such claims went at now, against a read that
+// missed the tenant's burst a window ago, and the store refused them).
+func TestPlanCappedTenantReadAhead(t *testing.T) {
+	c, in := cappedPlan(0, 0)
+	w := c.Wins[0].W
+	now := int64(1_001_000) // the soonest slot (see planAt)
+	reqs := []Request{{N: 1, Prio: Normal, Tenant: "a"}}
+	// Read for a claim 10ms ahead: none of its members after that window's start.
+	in.Known.Tenants.Scores["a"] = TenantMembers{After: now + 10_000 - w, Procs: 1}
+	in.Known.Tenants.Ahead = 20_000
+	p := Plan(c, in, reqs, PlanOut{})
+	if d := p.Each[0]; d.Action != Take || d.Score != now+10_000 {
+		t.Fatalf("a's request, members read from 10ms ahead less a window: %+v; want claimed at %d, the first score the read covers", d, now+10_000)
+	}
+	// Read from a window before now or earlier: claimed now.
+	in.Known.Tenants.Scores["a"] = TenantMembers{After: now - w, Procs: 1}
+	p = Plan(c, in, reqs, PlanOut{})
+	if d := p.Each[0]; d.Action != Take || d.Score != now {
+		t.Fatalf("a's request, members read from a window before now: %+v; want claimed now, at %d", d, now)
+	}
+	// Beyond its reach: kept, as for a slot its cap leaves.
+	in.Known.Tenants.Scores["a"] = TenantMembers{After: now + 30_000 - w, Procs: 1}
+	p = Plan(c, in, reqs, PlanOut{})
+	if d := p.Each[0]; d.Action != Keep {
+		t.Fatalf("a's request, members read from 30ms ahead less a window: %+v; want kept until that comes within reach (20ms)", d)
+	}
+}
+
 // Once a capped tenant's request stays queued, its requests behind it of
 // as many units or more stay queued too; a smaller one that fits is
 // still claimed.

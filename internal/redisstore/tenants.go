@@ -546,7 +546,7 @@ func parseTenantScores(r *core.Reply, vals []any, caps []core.TenantCap, removed
 			return fmt.Errorf("redisstore: tenant scores answered %v", nums)
 		}
 		cr := &r.Caps[i]
-		cr.Members.Procs = 1 + int(nums[0])
+		cr.Members.Procs, cr.Members.After = 1+int(nums[0]), caps[i].From
 		for _, pos := range nums[2 : 2+nums[1]] {
 			if pos < 1 || int(pos) > len(caps[i].Claims) {
 				return fmt.Errorf("redisstore: tenant scores refused claim %d of %d", pos, len(caps[i].Claims))

@@ -69,8 +69,8 @@ func TestTenantScripts(t *testing.T) {
 		if err := parseTenantScores(&r, vals, caps, true); err != nil {
 			t.Fatal(err)
 		}
-		if m := r.Caps[0].Members; !slices.Equal(m.Own, []int64{1200}) || !slices.Equal(m.Others, []int64{1100}) || m.Procs != 2 {
-			t.Errorf("a's members %+v, want those after 1000: 1200 its own (prefix p), 1100 another's (q), of 2 processes", m)
+		if m := r.Caps[0].Members; !slices.Equal(m.Own, []int64{1200}) || !slices.Equal(m.Others, []int64{1100}) || m.Procs != 2 || m.After != 1000 {
+			t.Errorf("a's members %+v, want those after 1000 (After): 1200 its own (prefix p), 1100 another's (q), of 2 processes", m)
 		}
 		if m := r.Caps[1].Members; !slices.Equal(m.Own, []int64{900, 1000, 1050}) || len(m.Others) != 0 || m.Procs != 1 {
 			t.Errorf("b's members %+v, want all of them, its own, of 1 process", m)
