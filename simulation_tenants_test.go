@@ -239,8 +239,9 @@ func (w *simWorld) tenantCallers() int {
 // tenantWindows bounds, in windows of capacity units, how long a call of
 // a tenant waits behind its own tenant's: served in a fair order, a
 // tenant's calls are admitted at its share of the capacity (by weight,
-// among every tenant of the run; less the 2% the caps leave spare and a
-// unit per tenant that a cap rounds off), not first come first served.
+// among every tenant of the run; less the spare the caps leave, spareOf
+// of the first limit, and a unit per tenant that a cap rounds off), not
+// first come first served.
 // As maxWait's first-come bound, half as many windows again.
 func (w *simWorld) tenantWindows(capacity int) int {
 	sc := w.sc
@@ -265,7 +266,7 @@ func (w *simWorld) tenantWindows(capacity int) int {
 			callers[own]++
 		}
 	}
-	rate := max(1, 0.98*float64(capacity)-float64(len(sc.Tenants)))
+	rate := max(1, (1-spareOf(sc.Limits[0].Limit))*float64(capacity)-float64(len(sc.Tenants)))
 	most := 0
 	for name, n := range callers {
 		queued := float64(n*sc.MaxN) * weights / sc.TenantWeight(name)

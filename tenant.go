@@ -64,9 +64,10 @@ func tenantSet(ctx context.Context) bool {
 // positive finite number counts as 1. weight is called at least once for
 // each call that carries a tenant, as it joins the queue, and again when
 // Acquire, Do or a Transport reserves anew for it (woken too late for its
-// slot, or given a new slot at its connection) or when a settle or a late
-// send adds debt for it; not for AllowN's calls, which have none but
-// under WithShadow. It must be quick and must not call the Throttler. Every
+// slot, or given a new slot at its connection), and when a late send adds
+// debt for a call whose members carry no tenant (admitted without Redis);
+// a settle's debt carries the weight its call's members carry. Not for
+// AllowN's calls, which have none but under WithShadow. It must be quick and must not call the Throttler. Every
 // Throttler on the key should weigh tenants alike. Default: every tenant
 // weighs 1. weight must not be nil (New checks).
 func WithTenantWeight(weight func(tenant string) float64) Option {

@@ -11,7 +11,8 @@ import (
 )
 
 // Tenants across replicas. Each call of a tenant is a member of the
-// window like any other, its name ending in its tenant's mark (a digest of
+// window like any other (but those admitted while Redis failed, which are
+// written back as no tenant's), its name ending in its tenant's mark (a digest of
 // the tenant and its weight, and whether the call waited behind others of
 // its tenant: redisstore.TenantSuffix), so that Redis holds nothing else
 // per tenant. While calls of tenants wait here, near the limit or while a
@@ -141,7 +142,7 @@ const minScanEvery = 25 * time.Millisecond
 // and 56932 (a window of 2.15s, scans every 215ms) 0.884 against 0.892;
 // with a quarter, both pass. In windows over 125ms the quarter is shorter
 // than the time another process's freed room is kept (capYield, a
-// twentieth of the window): a tenant whose last calls wait in another
+// twentieth of the interval): a tenant whose last calls wait in another
 // process may be taken as asking for less while they wait; its cap rises
 // with the level the others get, it grows, and the next scan weighs it
 // again.

@@ -58,8 +58,13 @@
 //   - With WithInFlight, places go in each process's order; the shares
 //     are of the rate.
 //   - Under several limits (WithLimit), the shares are those of the first
-//     limit's key, and every limit holds; a compacted window's older calls
-//     are not counted in them (WithCompactFrom).
+//     limit's key, and every limit holds.
+//   - The shares count the first key's members: on a compacted key
+//     (WithCompactFrom; from a limit of 5,000 by default) the calls moved
+//     into buckets count for no tenant, and the caps no longer hold a
+//     flood across replicas; keep a key whose tenants share a log with
+//     WithCompactFrom(0). Calls admitted while Redis failed are written
+//     back as no tenant's.
 //
 // Redis keeps nothing per tenant but 17 bytes on each of its calls'
 // members, which leave with them; a process keeps a tenant while its
