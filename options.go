@@ -142,8 +142,10 @@ func WithFailurePolicy(p FailurePolicy) Option {
 }
 
 // WithLogger sets where Redis failures and fallback changes are logged,
-// and the warning, given once, that calls keep getting their connections
-// later than their slots allow (see Transport). Default slog.Default().
+// and the warnings, each given once, that calls keep getting their
+// connections later than their slots allow (see Transport) and that the
+// tenants' weighted shares cannot hold on a compacted window (see
+// WithTenantWeight). Default slog.Default().
 // Errors are logged at most once per second.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {

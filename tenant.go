@@ -2,6 +2,7 @@ package throttler
 
 import (
 	"context"
+	"log/slog"
 	"math"
 )
 
@@ -69,7 +70,10 @@ func tenantSet(ctx context.Context) bool {
 // a settle's debt carries the weight its call's members carry. Not for
 // AllowN's calls, which have none but under WithShadow. It must be quick and must not call the Throttler. Every
 // Throttler on the key should weigh tenants alike. Default: every tenant
-// weighs 1. weight must not be nil (New checks).
+// weighs 1. weight must not be nil (New checks). The shares count the
+// first window's members: New logs a warning (WithLogger) when that
+// window is compacted (WithCompactFrom, from a limit of 5,000 by
+// default), whose older calls count for no tenant.
 func WithTenantWeight(weight func(tenant string) float64) Option {
 	return func(o *options) error {
 		if weight == nil {
@@ -77,6 +81,18 @@ func WithTenantWeight(weight func(tenant string) float64) Option {
 		}
 		o.order.weight = weight
 		return nil
+	}
+}
+
+// warnCompactedShares logs, once as New returns, that the weighted
+// shares c asks for cannot hold across replicas: its first window is
+// compacted (WithCompactFrom), and the shares count only that window's
+// members, which a compaction moves into buckets of no tenant. Calls of
+// tenants still go in each process's fair order.
+func warnCompactedShares(c *config) {
+	if w := c.rules.Wins[0]; c.opt.order.weight != nil && w.Bucket > 0 {
+		c.opt.logger.Warn("throttler: WithTenantWeight on a compacted window: the tenants' shares count only its newest calls and do not hold across replicas; keep the window a log with WithCompactFrom(0)",
+			slog.String("key", w.Key), slog.Int("limit", w.Limit))
 	}
 }
 

@@ -1,7 +1,9 @@
 package throttler
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -16,6 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-throttler/throttler/internal/core"
 	"github.com/go-throttler/throttler/internal/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // queueOf inserts ws into a fresh queue, in order, and returns the queue's
@@ -561,5 +564,34 @@ func TestTenantWeightOnceAndAsRedisCountsIt(t *testing.T) {
 	}
 	if n := asked.Load(); n != 20 {
 		t.Fatalf("the weight was asked %d times for 20 waits, want 20", n)
+	}
+}
+
+// New warns, once, when WithTenantWeight asks for shares its first window
+// cannot hold, being compacted; not on a log, nor without weights.
+func TestTenantWeightOnACompactedWindowWarns(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // New does no I/O
+	defer rdb.Close()
+	weigh := WithTenantWeight(func(string) float64 { return 1 })
+	for _, c := range []struct {
+		name  string
+		limit int
+		opts  []Option
+		warns bool
+	}{
+		{"weighted, compacted by default", 5000, []Option{weigh}, true},
+		{"weighted, compacted from 100", 100, []Option{weigh, WithCompactFrom(100)}, true},
+		{"weighted, a log", 10_000, []Option{weigh, WithCompactFrom(0)}, false},
+		{"weighted, under the default", 4999, []Option{weigh}, false},
+		{"no weights, compacted", 5000, nil, false},
+	} {
+		var logs bytes.Buffer
+		opts := append(slices.Clone(c.opts), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		if _, err := New(rdb, "k", c.limit, time.Minute, opts...); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := strings.Count(logs.String(), "WithTenantWeight on a compacted window"); got != map[bool]int{true: 1}[c.warns] {
+			t.Errorf("%s: warned %d times: %q", c.name, got, logs.String())
+		}
 	}
 }

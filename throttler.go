@@ -166,6 +166,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	t.stats.logger, t.stats.logAttrs = o.logger, []any{slog.String("key", key), slog.String("policy", o.policy.String())}
 	t.stats.tenants.idle = time.Duration(t.rules.LongestW()) * time.Microsecond
+	warnCompactedShares(&c)
 	t.worker.spawn = func(sleep time.Duration) { go runWorker(t, sleep) }
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
