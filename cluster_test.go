@@ -117,3 +117,29 @@ func TestClusterInFlight(t *testing.T) {
 		t.Fatal("no call waited for a place: the test did not fill the cap")
 	}
 }
+
+// TestClusterTenantShares holds three tenants to a third each through
+// ClusterClients, on a key with a second limit in its slot: the tenants'
+// scans and cap checks (TenantPeakScript, TenantScoresScript) run on the
+// slot's node beside the rate's round trip, and no window of either limit
+// holds more than its limit (skewedShares checks the first; the second is
+// never reached).
+func TestClusterTenantShares(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	tag := "{" + cl.Key(t, "quota") + "}"
+	dial := func(configure ...func(*redis.Options)) redis.UniversalClient {
+		if len(configure) > 0 {
+			t.Fatal("a cluster client takes no redis.Options")
+		}
+		return cl.NewClusterClient()
+	}
+	shares := skewedShares(t, dial, tag+":rate", WithLimit(tag+":day", 100_000, 24*time.Hour))
+	for _, tenant := range []string{"a", "b", "c"} {
+		if share := shares[tenant]; share < 0.25 || share > 0.42 {
+			t.Errorf("tenant %s had %.0f%% of the calls through the cluster, want about a third", tenant, share*100)
+		}
+	}
+	if n := len(calls(t, cl.NewClusterClient(), tag+":day")); n == 0 {
+		t.Fatal("the second limit's key holds no call")
+	}
+}
