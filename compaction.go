@@ -6,9 +6,9 @@ package throttler
 // most a minute) and counts the others per bucket (1,024 buckets per
 // window plus buffer), so a key's memory stops growing with its limit; its
 // calls moved into buckets count for no tenant (see ContextWithTenant), so
-// a key whose tenants must share keeps a log (0). Every window
-// that overlaps a bucket counts all of the bucket's calls, so the
-// guarantee stays exact; a saturated key gives up at most a bucket's share
+// a key whose tenants must share keeps a log (0). Every window that
+// overlaps a bucket counts all of the bucket's calls, so the guarantee
+// stays exact; a saturated key gives up at most a bucket's share
 // of its window (0.1%). A call given back (a settled surplus, see
 // Permit.Settle, or a call given up after its admission) leaves its bucket
 // as it would leave the log, except one given back again after a Redis

@@ -77,8 +77,9 @@ type Group struct {
 	values *redisstore.Values // the Group's own Redis calls (learned limits), bounded as a Throttler's are
 	// The estimate of the server's clock its Throttlers share, on a client
 	// of one server (a cluster's or a ring's servers each have their own).
-	clock  *core.Clock
-	logged atomic.Int64 // when logOnce last logged, in Unix nanoseconds
+	clock     *core.Clock
+	logged    atomic.Int64    // when logOnce last logged, in Unix nanoseconds
+	compacted compactedShares // its Throttlers' one warning that tenants meet a compacted window
 
 	mu   sync.Mutex // guards what follows
 	byID map[keyID]*groupEntry
@@ -351,6 +352,7 @@ func (g *Group) make(key string, id keyID) (*Throttler, error) {
 	if g.clock != nil {
 		opts = append(opts, withClockSync(g.clock))
 	}
+	opts = append(opts, withCompactedShares(&g.compacted))
 	for i, r := range q.More {
 		opts = append(opts, WithLimit(base+":"+strconv.Itoa(i+2), r.Limit, r.Interval))
 	}

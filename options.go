@@ -23,9 +23,10 @@ type options struct {
 	observer     *Observer      // WithObserver, nil = none
 	inflight     *core.InFlight // WithInFlight
 	waits        waitOptions
-	order        orderOptions // WithPriorityShare, WithTenantWeight
-	clockSet     bool         // WithClock
-	clock        *core.Clock  // withClockSync: an estimate shared with other Throttlers
+	order        orderOptions     // WithPriorityShare, WithTenantWeight
+	clockSet     bool             // WithClock
+	clock        *core.Clock      // withClockSync: an estimate shared with other Throttlers
+	compacted    *compactedShares // withCompactedShares: a warning shared with other Throttlers
 	compact      compactOptions
 }
 
@@ -35,6 +36,9 @@ type options struct {
 type orderOptions struct {
 	shares [core.Levels]int
 	weight func(tenant string) float64
+	// compacted, when the first window is compacted, is called for each
+	// call of a tenant, and warns once (see compactedShares).
+	compacted func()
 }
 
 // waitOptions bound the waits (WithMaxWait and WithMaxQueue, 0 = none) or
@@ -143,9 +147,9 @@ func WithFailurePolicy(p FailurePolicy) Option {
 
 // WithLogger sets where Redis failures and fallback changes are logged,
 // and the warnings, each given once, that calls keep getting their
-// connections later than their slots allow (see Transport) and that the
-// tenants' weighted shares cannot hold on a compacted window (see
-// WithTenantWeight). Default slog.Default().
+// connections later than their slots allow (see Transport) and that calls
+// of tenants meet a compacted window, where their shares cannot hold (see
+// ContextWithTenant; a Group warns once for all its Throttlers). Default slog.Default().
 // Errors are logged at most once per second.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"sync/atomic"
 )
 
 // Tenants: see the package documentation, "Tenants", and
@@ -65,15 +66,11 @@ func tenantSet(ctx context.Context) bool {
 // positive finite number counts as 1. weight is called at least once for
 // each call that carries a tenant, as it joins the queue, and again when
 // Acquire, Do or a Transport reserves anew for it (woken too late for its
-// slot, or given a new slot at its connection), and when a late send adds
-// debt for a call whose members carry no tenant (admitted without Redis);
-// a settle's debt carries the weight its call's members carry. Not for
-// AllowN's calls, which have none but under WithShadow. It must be quick and must not call the Throttler. Every
+// slot, or given a new slot at its connection) or a late send adds debt
+// for it; a settle's debt carries the weight its call's members carry.
+// Not for AllowN's calls, which have none but under WithShadow. It must be quick and must not call the Throttler. Every
 // Throttler on the key should weigh tenants alike. Default: every tenant
-// weighs 1. weight must not be nil (New checks). The shares count the
-// first window's members: New logs a warning (WithLogger) when that
-// window is compacted (WithCompactFrom, from a limit of 5,000 by
-// default), whose older calls count for no tenant.
+// weighs 1. weight must not be nil (New checks).
 func WithTenantWeight(weight func(tenant string) float64) Option {
 	return func(o *options) error {
 		if weight == nil {
@@ -84,15 +81,38 @@ func WithTenantWeight(weight func(tenant string) float64) Option {
 	}
 }
 
-// warnCompactedShares logs, once as New returns, that the weighted
-// shares c asks for cannot hold across replicas: its first window is
-// compacted (WithCompactFrom), and the shares count only that window's
-// members, which a compaction moves into buckets of no tenant. Calls of
-// tenants still go in each process's fair order.
-func warnCompactedShares(c *config) {
-	if w := c.rules.Wins[0]; c.opt.order.weight != nil && w.Bucket > 0 {
-		c.opt.logger.Warn("throttler: WithTenantWeight on a compacted window: the tenants' shares count only its newest calls and do not hold across replicas; keep the window a log with WithCompactFrom(0)",
-			slog.String("key", w.Key), slog.Int("limit", w.Limit))
+// compactedShares warns, once for every Throttler that shares it (a
+// Group's Throttlers share one), that calls of tenants meet a compacted
+// first window (WithCompactFrom), where their shares cannot hold across
+// replicas: the shares count only the window's members, and a compaction
+// moves the older calls into buckets of no tenant. The calls still go in
+// each process's fair order.
+type compactedShares struct{ warned atomic.Bool }
+
+// withCompactedShares makes the Throttler warn through s, its Group's, so
+// that a Group warns once however many Throttlers it makes.
+func withCompactedShares(s *compactedShares) Option {
+	return func(o *options) error {
+		o.compacted = s
+		return nil
+	}
+}
+
+// compactedWarning returns what rankOf calls for each call of a tenant
+// (see orderOptions.compacted): nil when c's first window is a log.
+func (c *config) compactedWarning() func() {
+	w, logger, s := c.rules.Wins[0], c.opt.logger, c.opt.compacted
+	if w.Bucket == 0 {
+		return nil
+	}
+	if s == nil {
+		s = new(compactedShares)
+	}
+	return func() {
+		if !s.warned.Load() && s.warned.CompareAndSwap(false, true) {
+			logger.Warn("throttler: calls of tenants on a compacted window: their shares count only its newest calls and do not hold across replicas; keep the window a log with WithCompactFrom(0)",
+				slog.String("key", w.Key), slog.Int("limit", w.Limit))
+		}
 	}
 }
 

@@ -567,31 +567,59 @@ func TestTenantWeightOnceAndAsRedisCountsIt(t *testing.T) {
 	}
 }
 
-// New warns, once, when WithTenantWeight asks for shares its first window
-// cannot hold, being compacted; not on a log, nor without weights.
-func TestTenantWeightOnACompactedWindowWarns(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // New does no I/O
+// The first call of a tenant on a compacted first window warns, once per
+// Throttler and once per Group; not on a log (a compacted second limit
+// included), nor for calls without a tenant.
+func TestTenantOnACompactedWindowWarns(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // New and For do no I/O
 	defer rdb.Close()
-	weigh := WithTenantWeight(func(string) float64 { return 1 })
+	const warning = "calls of tenants on a compacted window"
+	tenant := ContextWithTenant(context.Background(), "acme")
 	for _, c := range []struct {
 		name  string
 		limit int
 		opts  []Option
-		warns bool
+		want  int
 	}{
-		{"weighted, compacted by default", 5000, []Option{weigh}, true},
-		{"weighted, compacted from 100", 100, []Option{weigh, WithCompactFrom(100)}, true},
-		{"weighted, a log", 10_000, []Option{weigh, WithCompactFrom(0)}, false},
-		{"weighted, under the default", 4999, []Option{weigh}, false},
-		{"no weights, compacted", 5000, nil, false},
+		{"compacted by default", 5000, nil, 1},
+		{"compacted from 100, weighted", 100, []Option{WithCompactFrom(100), WithTenantWeight(func(string) float64 { return 2 })}, 1},
+		{"a log", 10_000, []Option{WithCompactFrom(0)}, 0},
+		{"under the default", 4999, nil, 0},
+		{"a log, its second limit compacted", 100, []Option{WithLimit("{k}:2", 10_000, time.Hour)}, 0},
 	} {
 		var logs bytes.Buffer
 		opts := append(slices.Clone(c.opts), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-		if _, err := New(rdb, "k", c.limit, time.Minute, opts...); err != nil {
+		th, err := New(rdb, "{k}:1", c.limit, time.Minute, opts...)
+		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if got := strings.Count(logs.String(), "WithTenantWeight on a compacted window"); got != map[bool]int{true: 1}[c.warns] {
-			t.Errorf("%s: warned %d times: %q", c.name, got, logs.String())
+		th.opt.order.rankOf(context.Background(), PriorityNormal, false)
+		if strings.Contains(logs.String(), warning) {
+			t.Errorf("%s: warned for a call without a tenant: %q", c.name, logs.String())
 		}
+		for range 3 {
+			th.opt.order.rankOf(tenant, PriorityNormal, false)
+		}
+		if got := strings.Count(logs.String(), warning); got != c.want {
+			t.Errorf("%s: warned %d times, want %d: %q", c.name, got, c.want, logs.String())
+		}
+	}
+
+	var logs bytes.Buffer
+	g, err := NewGroup(rdb, "g:", func(string) (KeyQuota, error) {
+		return KeyQuota{Limit: 5000, Interval: time.Hour}, nil
+	}, WithThrottlerOptions(WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"token-1", "token-2"} {
+		th, err := g.For(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th.opt.order.rankOf(tenant, PriorityNormal, false)
+	}
+	if got := strings.Count(logs.String(), warning); got != 1 {
+		t.Errorf("a Group's Throttlers warned %d times, want once: %q", got, logs.String())
 	}
 }

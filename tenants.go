@@ -90,12 +90,16 @@ func (c *config) capReach() core.TenantReach {
 }
 
 // rankOf is where a call of priority prio, on ctx, queues (front: ahead of
-// every wait: see wantFront), its tenant weighed by o.
+// every wait: see wantFront), its tenant weighed by o. It runs without
+// the Throttler's mutex (it may log: see compactedShares).
 func (o *orderOptions) rankOf(ctx context.Context, prio Priority, front bool) rank {
 	r := rank{prio: prio, front: front}
 	if tenant, ok := TenantFromContext(ctx); ok {
 		r.tenant, r.weight = tenant, weightOf(o.weight, tenant)
 		r.mark = redisstore.TenantSuffix(tenant, r.weight)
+		if o.compacted != nil {
+			o.compacted()
+		}
 	}
 	return r
 }

@@ -62,7 +62,8 @@
 //   - The shares count the first key's members: on a compacted key
 //     (WithCompactFrom; from a limit of 5,000 by default) the calls moved
 //     into buckets count for no tenant, and the caps no longer hold a
-//     flood across replicas; keep a key whose tenants share a log with
+//     flood across replicas (the first call of a tenant there logs a
+//     warning); keep a key whose tenants share a log with
 //     WithCompactFrom(0). Calls admitted while Redis failed are written
 //     back as no tenant's.
 //
@@ -166,7 +167,7 @@ func New(client redis.UniversalClient, key string, limit int, interval time.Dura
 	}
 	t.stats.logger, t.stats.logAttrs = o.logger, []any{slog.String("key", key), slog.String("policy", o.policy.String())}
 	t.stats.tenants.idle = time.Duration(t.rules.LongestW()) * time.Microsecond
-	warnCompactedShares(&c)
+	t.opt.order.compacted = t.compactedWarning()
 	t.worker.spawn = func(sleep time.Duration) { go runWorker(t, sleep) }
 	// The probe is looked up in the key of the longest window, which keeps
 	// a call's member the longest (see heal.go).
