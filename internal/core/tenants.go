@@ -198,12 +198,19 @@ func FairLevel(uses []TenantUse, limit int, spare, light, free float64, last Fai
 			s.held += float64(u.Units)
 			s.weights -= u.Weight
 		}
-		if !more || s.weights <= 0 {
+		if !more || s.weights < minWeightLeft {
 			return level, mem, true
 		}
 		level = max(level, (budget-max(s.light, peak)-s.held)/s.weights)
 	}
 }
+
+// minWeightLeft is the least sum of weights FairLevel takes for a
+// backlogged tenant left unsatisfied: weights count in thousandths (see
+// TagWeight), so less than half a thousandth left is a rounding error of
+// the sum, none left. (Taking 0.1+0.2+0.3 less the three, 5.6e-17, for a
+// tenant put the level at 3.5e19 and, its int overflowing, every cap at 1.)
+const minWeightLeft = 0.0005
 
 // turnHeavy turns heavy each tenant of uses that is not backlogged but
 // holds more than its share at level, and light again each heavy one that
@@ -454,8 +461,12 @@ func (s TenantShares) Cap(tag string, now time.Time) (int, bool) {
 	if !ok {
 		w = 1
 	}
-	return max(1, int(s.Level*w)), true
+	return max(1, int(min(s.Level*w, maxCap))), true
 }
+
+// maxCap bounds a cap (Cap) so that its int never overflows, far above
+// any limit.
+const maxCap = 1 << 40
 
 // Looser reports whether s lets a tenant capped in was hold more at now:
 // its cap rose, or it is held to none.

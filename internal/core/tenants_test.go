@@ -580,3 +580,35 @@ func TestLearnTenantsLeavesAndDrops(t *testing.T) {
 		t.Errorf("Leaves %d, Drops %d once t1's calls left: want neither", k.Tenants.Leaves, k.Tenants.Drops)
 	}
 }
+
+// Weights whose sum is inexact in floating point (0.1, 0.2 and 0.3, as
+// tags carry them) leave a rounding error when every backlogged tenant
+// asks for less: it is no tenant's weight, and the level and the caps stay
+// those of the shares, scan after scan (the error, 5.6e-17, made the level
+// 3.5e19, and a cap's int overflowed to 1).
+func TestFairLevelInexactWeights(t *testing.T) {
+	tags := []string{"aaaaaaaa000100", "bbbbbbbb000200", "cccccccc000300"}
+	var uses []TenantUse
+	for _, tag := range tags {
+		w, _ := TagWeight(tag)
+		uses = append(uses, TenantUse{Tag: tag, Weight: w, Units: 10, Waited: 3, First: 1, Last: 2})
+	}
+	const limit = 4000
+	var k Known
+	now := time.Unix(0, 0)
+	for scan := range 3 {
+		k.LearnTenants(uses, 0, limit, 0.02, math.Inf(1), TenantReach{}, now, time.Second, 1000, 100)
+		if l := k.Tenants.Level; l > limit/0.1 {
+			t.Errorf("scan %d: level %g, over the limit at the least weight", scan, l)
+		}
+		for i, tag := range tags {
+			// The budget (98% of the limit) by weight, 0.6 in all; a
+			// cap rounds down, a float's error included.
+			share := 3920 * (i + 1) / 6
+			if c, ok := k.Tenants.Cap(tag, now); !ok || c > share || c < share-1 {
+				t.Errorf("scan %d: tenant of weight 0.%d capped at %d (%v), want %d", scan, i+1, c, ok, share)
+			}
+		}
+		now = now.Add(10 * time.Millisecond)
+	}
+}
