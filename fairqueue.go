@@ -17,7 +17,8 @@ import "github.com/go-throttler/throttler/internal/core"
 // A tenant whose finish tag the virtual time has passed is forgotten:
 // stamped afresh, it would start at the virtual time all the same, so a
 // priority's table holds only tenants with calls queued or served ahead
-// of the others. The tables are cleared whenever no call waits, queued or
+// of the others (a call whose caller gives up while it is queued is
+// taken back: see unstamp). The tables are cleared whenever no call waits, queued or
 // in the round trip under way (see workerState.idle), and when a call joins
 // then: a call that a round trip takes and the store refuses comes back
 // with its tag, and must stay ahead of its tenant's calls that joined
@@ -58,6 +59,37 @@ func (f *fairOrder) stamp(p core.Level, tenant string, weight float64, n int, fr
 		l.sweep()
 	}
 	return start
+}
+
+// unstamp takes back what stamp charged tenant for a call of n units, of
+// weight weight and priority p, stamped start, that left the queue
+// unserved (its caller gave up): the tenant's finish tag moves back by
+// the call's units over its weight (to the call's start tag when it was
+// the tenant's last), so that a tenant is charged for the calls served,
+// and a tenant whose calls all left is forgotten once the virtual time
+// has reached that tag. Charged for them, a tenant whose calls timed out
+// queued its next call behind every other tenant's queued then, and a
+// priority whose calls were not served (a higher one took every slot)
+// kept every tenant whose calls gave up (100,000 of them for 100,000).
+func (f *fairOrder) unstamp(p core.Level, tenant string, weight float64, n int, start float64) {
+	l := &f.level[p]
+	fin, ok := l.finish[tenant]
+	if !ok {
+		return
+	}
+	if weight <= 0 {
+		weight = 1
+	}
+	if d := float64(n) / weight; fin == start+d {
+		fin = start
+	} else {
+		fin -= d
+	}
+	if fin <= l.virtual {
+		delete(l.finish, tenant)
+		return
+	}
+	l.finish[tenant] = fin
 }
 
 // reset starts the order afresh, no call waiting: no tenant is kept.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,6 +117,51 @@ func TestFairOrderForgetsServedTenants(t *testing.T) {
 	f.stamp(n, "y", 0, 1, true)
 	if l := f.level[n]; len(l.finish) != 1 || l.virtual != 0 {
 		t.Fatalf("an empty queue left %d tenants at virtual time %g", len(l.finish), l.virtual)
+	}
+}
+
+// A call whose caller gives up while it is queued is taken back from its
+// tenant's charge: a tenant whose 20 queued calls all timed out queues its
+// next call second behind another tenant's 20, not last; one that gave up
+// a call in the middle of its own is charged for those it kept only.
+func TestFairOrderTakesBackCallsGivenUp(t *testing.T) {
+	var q workerState
+	a, b := tenantWaiters("a", 20), tenantWaiters("b", 20)
+	for i := range a {
+		q.insert(a[i])
+		q.insert(b[i])
+	}
+	for _, w := range a {
+		q.remove(w)
+	}
+	next := &waiter{n: 1, rank: rank{tenant: "a"}}
+	q.insert(next)
+	if i := slices.Index(q.queue, next); i != 1 {
+		t.Fatalf("a's call after its 20 gave up queued at %d of %d", i, len(q.queue))
+	}
+	// b gives up its first call: its next still follows its 19 others,
+	// and comes at its tag less the call given up.
+	q.remove(b[0])
+	late := &waiter{n: 1, rank: rank{tenant: "b"}}
+	q.insert(late)
+	if i := slices.Index(q.queue, late); i != len(q.queue)-1 || late.rank.tag != 19 {
+		t.Fatalf("b's next call queued at %d of %d with tag %g, want last with tag 19", i, len(q.queue), late.rank.tag)
+	}
+}
+
+// A priority none of whose calls is served (a higher priority takes every
+// slot) keeps no tenant whose calls all gave up: 100,000 tenants of one
+// call each come and give up, and the table stays small.
+func TestFairOrderForgetsTenantsThatGaveUp(t *testing.T) {
+	var q workerState
+	q.insert(&waiter{n: 1, rank: rank{prio: PriorityHigh}}) // the queue never empties
+	for i := range 100_000 {
+		w := &waiter{n: 1, rank: rank{tenant: strconv.Itoa(i), prio: PriorityLow}}
+		q.insert(w)
+		q.remove(w)
+	}
+	if n := len(q.fair.level[PriorityLow.level()].finish); n > 40 {
+		t.Fatalf("the order keeps %d tenants after 100,000 gave up their one call", n)
 	}
 }
 

@@ -529,6 +529,9 @@ func (q *workerState) stopIdle(o *owed, n *newsState) bool {
 // remove takes w out of the queue.
 func (q *workerState) remove(w *waiter) {
 	q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == w })
+	if !w.now && !w.rank.front {
+		q.fair.unstamp(w.rank.prio.level(), w.rank.tenant, w.rank.weight, w.n, w.rank.tag)
+	}
 	q.quiet()
 }
 

@@ -149,7 +149,8 @@ return scanTenants(r, from, w, nil)
 // it elsewhere, or not at all) is not checked. It returns, per tenant,
 // how many processes other than the asking one hold its members in r, how
 // many of its claims were refused, their positions, then its members'
-// scores, ascending, the asking process's own negated; and, second, the
+// scores, ascending, the asking process's own negated (its debt, whose
+// names begin with core.DebtPrefix before its prefix, among them); and, second, the
 // members it removed (none unless asked).
 const capsLua = `
 -- the first index of l (ascending by absolute value) from i on whose
@@ -199,7 +200,9 @@ local function readCaps(r, at, key)
     if #m > 17 and m:sub(-17, -16) == '\0t' then
       local t = byTag[m:sub(-14)]
       if t then
-        local s, p = tonumber(r[j + 1]), m:sub(1, #own)
+        -- a process's debt (core.DebtPrefix) is its own as its calls are
+        local name = m:sub(1, 2) == '\0d' and m:sub(3) or m
+        local s, p = tonumber(r[j + 1]), name:sub(1, #own)
         local cl = claimOf[m]
         if cl then
           cl.score = s

@@ -78,6 +78,36 @@ func TestTenantScripts(t *testing.T) {
 	})
 }
 
+// A process's debt (a Settle's excess, core.DebtPrefix before its
+// prefix) is its own, as its calls are: it holds the room its process
+// reuses, and counts no other process.
+func TestTenantScoresOwnDebt(t *testing.T) {
+	onBothServers(t, func(t *testing.T, c *redis.Client, _ *miniredis.Miniredis) {
+		ctx := context.Background()
+		a := TenantSuffix("tenant-a", 1)
+		key := redistest.Key(t, "tenant-debt")
+		if err := c.ZAdd(ctx, key,
+			redis.Z{Score: 1100, Member: "p\x01" + a},
+			redis.Z{Score: 1150, Member: core.DebtPrefix + "p\x02" + a},
+			redis.Z{Score: 1200, Member: "q\x03" + a},
+			redis.Z{Score: 1250, Member: core.DebtPrefix + "q\x04" + a}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		caps := []core.TenantCap{{Tag: TenantTag(a), Cap: 5}}
+		vals, err := TenantScoresScript.Run(ctx, c, []string{key}, 0, 500, 1, "p", 1, caps[0].Tag, 5, 0).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r core.Reply
+		if err := parseTenantScores(&r, vals, caps, true); err != nil {
+			t.Fatal(err)
+		}
+		if m := r.Caps[0].Members; !slices.Equal(m.Own, []int64{1100, 1150}) || !slices.Equal(m.Others, []int64{1200, 1250}) || m.Procs != 2 {
+			t.Errorf("a's members %+v, want 1100 and its debt at 1150 p's own, 1200 and its debt at 1250 q's, of 2 processes", m)
+		}
+	})
+}
+
 // Under one limit, an exact attempt reads its scores' peaks only while a
 // tenant is held to a cap (core.TenantAsk.Peaks): a claim now beside a
 // capped tenant's claims ahead is counted against the fullest window that
