@@ -67,8 +67,10 @@ type CapRead struct {
 
 // TenantUse is one tenant's calls in the window, as a scan read them: its
 // tag in member names, its weight, the units it holds, and how many of
-// them waited behind others of its own (see the throttler's tenants.go),
-// and its oldest member's score in the window (First; 0 with none) and
+// its members waited behind others of its own (see the throttler's
+// tenants.go), counted over the window and the one before it, so that a
+// tenant whose calls waited lately still counts as backlogged (Waited may
+// exceed Units), and its oldest member's score in the window (First; 0 with none) and
 // its newest member's (Last), server µs, which may lie ahead.
 // A use with the tag "" stands for the calls of no tenant: they count as
 // held, as a light tenant's do. Queued tells, of the process that scans,

@@ -115,8 +115,10 @@ end
 // (the light tenants) that any window of ARGV[2] µs after ARGV[1] - ARGV[2]
 // held, then how many members without a suffix (of no tenant) are scored
 // after ARGV[1], then, for each tenant in the order first met, its tag,
-// its count, how many of them waited, its oldest member's score after
-// ARGV[1] (0: none) and its newest member's score. A round that runs
+// its count, how many of its members waited (counted after ARGV[1] -
+// ARGV[2], the window before included, so it may exceed the count), its
+// oldest member's score after ARGV[1] (0: none) and its newest member's
+// score. A round that runs
 // TenantPeakScript has it scan instead, in the same read.
 var TenantScript = redis.NewScript(scanLua + `
 local from, w = tonumber(ARGV[1]), tonumber(ARGV[2])
