@@ -104,6 +104,11 @@ func (w *waiter) before(x *waiter) bool {
 	return w.rank.tag < x.rank.tag
 }
 
+// fairOrdered reports whether w takes a place in its priority's fair
+// order, stamped as it joins the queue and taken back if it leaves it
+// unserved (see fairOrder): every WaitN but one that queues at the front.
+func (w *waiter) fairOrdered() bool { return !w.now && !w.rank.front }
+
 // needsPlaceLocked reports whether w still has to get a place in flight.
 func (w *waiter) needsPlaceLocked() bool { return w.wantLease && w.lease == "" }
 

@@ -424,7 +424,7 @@ type workerState struct {
 // the head's), and whether no worker ran (inline: the caller serves one
 // round itself, and counts as the worker meanwhile).
 func (q *workerState) insert(w *waiter) (first, inline bool) {
-	if !w.now && !w.rank.front {
+	if w.fairOrdered() {
 		w.rank.tag = q.fair.stamp(w.rank.prio.level(), w.rank.tenant, w.rank.weight, w.n, q.idle())
 	}
 	i := len(q.queue)
@@ -529,7 +529,7 @@ func (q *workerState) stopIdle(o *owed, n *newsState) bool {
 // remove takes w out of the queue.
 func (q *workerState) remove(w *waiter) {
 	q.queue = slices.DeleteFunc(q.queue, func(x *waiter) bool { return x == w })
-	if !w.now && !w.rank.front {
+	if w.fairOrdered() {
 		q.fair.unstamp(w.rank.prio.level(), w.rank.tenant, w.rank.weight, w.n, w.rank.tag)
 	}
 	q.quiet()
