@@ -18,11 +18,11 @@ import "github.com/go-throttler/throttler/internal/core"
 // stamped afresh, it would start at the virtual time all the same, so a
 // priority's table holds only tenants with calls queued or served ahead
 // of the others (a call whose caller gives up while it is queued is
-// taken back: see unstamp). The tables are cleared whenever no call waits, queued or
-// in the round trip under way (see workerState.idle), and when a call joins
-// then: a call that a round trip takes and the store refuses comes back
-// with its tag, and must stay ahead of its tenant's calls that joined
-// meanwhile (seed 40248: a call of 4 units, sent back each window while
+// taken back: see unstamp). The tables are cleared whenever no call
+// waits, queued or in the round trip under way (see workerState.idle),
+// and when a call joins then: a call that a round trip takes and the
+// store refuses comes back with its tag, and must stay ahead of its
+// tenant's calls that joined meanwhile (seed 40248: a call of 4 units, sent back each window while
 // its tenant's calls that joined while the window's round trips were out
 // went ahead of it, waited 5 windows).
 //

@@ -149,7 +149,8 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // and the warnings, each given once, that calls keep getting their
 // connections later than their slots allow (see Transport) and that calls
 // of tenants meet a compacted window, where their shares cannot hold (see
-// ContextWithTenant; a Group warns once for all its Throttlers). Default slog.Default().
+// ContextWithTenant; a Group warns once for all its Throttlers). Default
+// slog.Default().
 // Errors are logged at most once per second.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {

@@ -68,8 +68,9 @@ func tenantSet(ctx context.Context) bool {
 // Acquire, Do or a Transport reserves anew for it (woken too late for its
 // slot, or given a new slot at its connection) or a late send adds debt
 // for it; a settle's debt carries the weight its call's members carry.
-// Not for AllowN's calls, which have none but under WithShadow. It must be quick and must not call the Throttler. Every
-// Throttler on the key should weigh tenants alike. Default: every tenant
+// Not for AllowN's calls, which have none but under WithShadow. It must
+// be quick and must not call the Throttler. Every Throttler on the key
+// should weigh tenants alike. Default: every tenant
 // weighs 1. weight must not be nil (New checks).
 func WithTenantWeight(weight func(tenant string) float64) Option {
 	return func(o *options) error {

@@ -70,8 +70,8 @@ type CapRead struct {
 // its members waited behind others of its own (see the throttler's
 // tenants.go), counted over the window and the one before it, so that a
 // tenant whose calls waited lately still counts as backlogged (Waited may
-// exceed Units), and its oldest member's score in the window (First; 0 with none) and
-// its newest member's (Last), server µs, which may lie ahead.
+// exceed Units), and its oldest member's score in the window (First; 0
+// with none) and its newest member's (Last), server µs, which may lie ahead.
 // A use with the tag "" stands for the calls of no tenant: they count as
 // held, as a light tenant's do. Queued tells, of the process that scans,
 // whether it has calls of the tenant queued.

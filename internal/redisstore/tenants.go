@@ -152,7 +152,8 @@ return scanTenants(r, from, w, nil)
 // how many processes other than the asking one hold its members in r, how
 // many of its claims were refused, their positions, then its members'
 // scores, ascending, the asking process's own negated (its debt, whose
-// names begin with core.DebtPrefix before its prefix, among them); and, second, the
+// names begin with core.DebtPrefix before its prefix, among them); and,
+// second, the
 // members it removed (none unless asked).
 const capsLua = `
 -- the first index of l (ascending by absolute value) from i on whose
